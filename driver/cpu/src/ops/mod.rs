@@ -1,0 +1,294 @@
+//! Operation kernels and the per-operation dispatch.
+
+use std::borrow::Cow;
+
+use crate::exec::ExecError;
+use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationType};
+use crate::tensor::{Data, Tensor};
+
+pub(crate) mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod pool;
+pub(crate) mod quant;
+pub(crate) mod shape;
+
+/// What a kernel sees: the operation, the graph's operand declarations and the current values.
+pub(crate) struct OpCtx<'a> {
+    pub graph: &'a Graph,
+    pub op: &'a Operation,
+    pub index: usize,
+    pub values: &'a [Option<Cow<'a, Tensor>>],
+}
+
+pub(crate) type KResult<T> = Result<T, ExecError>;
+
+impl<'a> OpCtx<'a> {
+    /// An InvalidArgument error naming this operation.
+    pub fn err(&self, msg: impl std::fmt::Display) -> ExecError {
+        ExecError::InvalidArgument(format!(
+            "operation {} ({}): {msg}",
+            self.index,
+            self.op.op.name()
+        ))
+    }
+
+    pub fn n_inputs(&self) -> usize {
+        self.op.inputs.len()
+    }
+
+    /// Declaration of input `i`.
+    pub fn operand(&self, i: usize) -> KResult<&'a Operand> {
+        let idx = *self
+            .op
+            .inputs
+            .get(i)
+            .ok_or_else(|| self.err(format!("missing input {i}")))?;
+        self.graph
+            .operands
+            .get(idx as usize)
+            .ok_or_else(|| self.err(format!("input {i} out of range")))
+    }
+
+    /// Declaration of output `k`.
+    pub fn out(&self, k: usize) -> KResult<&'a Operand> {
+        let idx = *self
+            .op
+            .outputs
+            .get(k)
+            .ok_or_else(|| self.err(format!("missing output {k}")))?;
+        self.graph
+            .operands
+            .get(idx as usize)
+            .ok_or_else(|| self.err(format!("output {k} out of range")))
+    }
+
+    /// Whether optional input `i` is present and has a value.
+    pub fn has(&self, i: usize) -> bool {
+        match self.op.inputs.get(i) {
+            Some(&idx) => {
+                matches!(self.values.get(idx as usize), Some(Some(_)))
+                    && self
+                        .graph
+                        .operands
+                        .get(idx as usize)
+                        .is_some_and(|o| o.lifetime != Lifetime::NoValue)
+            }
+            None => false,
+        }
+    }
+
+    /// Value of input `i`.
+    pub fn t(&self, i: usize) -> KResult<&'a Tensor> {
+        let idx = *self
+            .op
+            .inputs
+            .get(i)
+            .ok_or_else(|| self.err(format!("missing input {i}")))?;
+        match self.values.get(idx as usize) {
+            Some(Some(v)) => Ok(v.as_ref()),
+            _ => Err(self.err(format!("input {i} (operand {idx}) has no value"))),
+        }
+    }
+
+    pub fn f32s(&self, i: usize) -> KResult<(&'a [u32], &'a [f32])> {
+        let t = self.t(i)?;
+        match &t.data {
+            Data::F32(v) => Ok((&t.dims, v)),
+            _ => Err(self.err(format!("input {i} is not float32"))),
+        }
+    }
+
+    pub fn i32s(&self, i: usize) -> KResult<(&'a [u32], &'a [i32])> {
+        let t = self.t(i)?;
+        match &t.data {
+            Data::I32(v) => Ok((&t.dims, v)),
+            _ => Err(self.err(format!("input {i} is not int32"))),
+        }
+    }
+
+    pub fn u8s(&self, i: usize) -> KResult<(&'a [u32], &'a [u8])> {
+        let t = self.t(i)?;
+        match &t.data {
+            Data::U8(v) => Ok((&t.dims, v)),
+            _ => Err(self.err(format!("input {i} is not 8-bit unsigned"))),
+        }
+    }
+
+    pub fn i8s(&self, i: usize) -> KResult<(&'a [u32], &'a [i8])> {
+        let t = self.t(i)?;
+        match &t.data {
+            Data::I8(v) => Ok((&t.dims, v)),
+            _ => Err(self.err(format!("input {i} is not 8-bit signed"))),
+        }
+    }
+
+    pub fn scalar_i32(&self, i: usize) -> KResult<i32> {
+        match &self.t(i)?.data {
+            Data::I32(v) if v.len() == 1 => Ok(v[0]),
+            _ => Err(self.err(format!("input {i} is not an INT32 scalar"))),
+        }
+    }
+
+    pub fn scalar_f32(&self, i: usize) -> KResult<f32> {
+        match &self.t(i)?.data {
+            Data::F32(v) if v.len() == 1 => Ok(v[0]),
+            _ => Err(self.err(format!("input {i} is not a FLOAT32 scalar"))),
+        }
+    }
+
+    pub fn scalar_bool(&self, i: usize) -> KResult<bool> {
+        match &self.t(i)?.data {
+            Data::U8(v) if v.len() == 1 => Ok(v[0] != 0),
+            _ => Err(self.err(format!("input {i} is not a BOOL scalar"))),
+        }
+    }
+
+    /// Optional BOOL input `i`, `default` when absent.
+    pub fn opt_bool(&self, i: usize, default: bool) -> KResult<bool> {
+        if self.has(i) {
+            self.scalar_bool(i)
+        } else {
+            Ok(default)
+        }
+    }
+
+    /// Non-negative INT32 scalar as usize.
+    pub fn scalar_usize(&self, i: usize, what: &str) -> KResult<usize> {
+        let v = self.scalar_i32(i)?;
+        usize::try_from(v).map_err(|_| self.err(format!("{what} must be >= 0, got {v}")))
+    }
+
+    /// Positive INT32 scalar as usize.
+    pub fn scalar_pos(&self, i: usize, what: &str) -> KResult<usize> {
+        let v = self.scalar_i32(i)?;
+        if v <= 0 {
+            return Err(self.err(format!("{what} must be > 0, got {v}")));
+        }
+        Ok(v as usize)
+    }
+
+    /// Type of input `i` (declared).
+    pub fn ty(&self, i: usize) -> KResult<OperandType> {
+        Ok(self.operand(i)?.ty)
+    }
+
+    pub fn act_f32(&self, i: usize) -> KResult<(f32, f32)> {
+        let a = self.scalar_i32(i)?;
+        quant::act_range_f32(a).map_err(|e| self.err(e))
+    }
+
+    /// Quantized activation range of output 0 for the activation at input `i`.
+    pub fn act_q(&self, i: usize, qmin: i32, qmax: i32) -> KResult<(i32, i32)> {
+        let a = self.scalar_i32(i)?;
+        let o = self.out(0)?;
+        quant::act_range_q(a, o.scale, o.zero_point, qmin, qmax).map_err(|e| self.err(e))
+    }
+}
+
+/// Runs one operation, returning its outputs in order.
+pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
+    use OperationType as O;
+    let t = match ctx.op.op {
+        O::Add | O::Sub | O::Mul | O::Div => elementwise::binary(ctx)?,
+        O::Relu | O::Relu1 | O::Relu6 | O::Logistic | O::Tanh | O::Floor => {
+            elementwise::unary(ctx)?
+        }
+        O::Dequantize => elementwise::dequantize(ctx)?,
+        O::Quantize => elementwise::quantize(ctx)?,
+        O::Reshape => shape::reshape(ctx)?,
+        O::Squeeze => shape::squeeze(ctx)?,
+        O::Transpose => shape::transpose(ctx)?,
+        O::Pad => shape::pad(ctx)?,
+        O::Concatenation => shape::concatenation(ctx)?,
+        O::SpaceToDepth => shape::space_to_depth(ctx)?,
+        O::DepthToSpace => shape::depth_to_space(ctx)?,
+        O::Mean => shape::mean(ctx)?,
+        O::Softmax => elementwise::softmax(ctx)?,
+        O::L2Normalization => elementwise::l2_normalization(ctx)?,
+        O::FullyConnected => conv::fully_connected(ctx)?,
+        O::Conv2d => conv::conv2d(ctx)?,
+        O::DepthwiseConv2d => conv::depthwise_conv2d(ctx)?,
+        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => pool::pool2d(ctx)?,
+        O::ResizeBilinear => pool::resize_bilinear(ctx)?,
+        other => {
+            return Err(ExecError::Failed(format!(
+                "operation {} ({}) has no CPU kernel",
+                ctx.index,
+                other.name()
+            )));
+        }
+    };
+    Ok(vec![t])
+}
+
+/// Row-major strides of `dims`.
+pub(crate) fn strides(dims: &[u32]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1] as usize;
+    }
+    s
+}
+
+/// Resolves a possibly negative axis against `rank`.
+pub(crate) fn resolve_axis(ctx: &OpCtx<'_>, axis: i32, rank: usize) -> KResult<usize> {
+    let r = rank as i64;
+    let a = i64::from(axis);
+    if a < -r || a >= r {
+        return Err(ctx.err(format!("axis {axis} out of range for rank {rank}")));
+    }
+    Ok(if a < 0 { (a + r) as usize } else { a as usize })
+}
+
+/// Checked element count of `dims` for an output (InvalidArgument when too large).
+pub(crate) fn count(ctx: &OpCtx<'_>, dims: &[u32]) -> KResult<usize> {
+    crate::tensor::num_elements(dims).ok_or_else(|| ctx.err(format!("tensor {dims:?} too large")))
+}
+
+/// Converts a usize extent to u32 or fails.
+pub(crate) fn to_u32(ctx: &OpCtx<'_>, v: usize) -> KResult<u32> {
+    u32::try_from(v).map_err(|_| ctx.err(format!("extent {v} too large")))
+}
+
+/// NCHW → NHWC permutation of a 4-D tensor's elements.
+pub(crate) fn nchw_to_nhwc<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
+    let (n, c, h, w) = (d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize);
+    let mut out = Vec::with_capacity(v.len());
+    for b in 0..n {
+        for y in 0..h {
+            for x in 0..w {
+                for ch in 0..c {
+                    out.push(v[((b * c + ch) * h + y) * w + x]);
+                }
+            }
+        }
+    }
+    (vec![d[0], d[2], d[3], d[1]], out)
+}
+
+/// NHWC → NCHW permutation of a 4-D tensor's elements.
+pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
+    let (n, h, w, c) = (d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize);
+    let mut out = Vec::with_capacity(v.len());
+    for b in 0..n {
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    out.push(v[((b * h + y) * w + x) * c + ch]);
+                }
+            }
+        }
+    }
+    (vec![d[0], d[3], d[1], d[2]], out)
+}
+
+/// Checks that `dims` is 4-D and its element count matches `len`.
+pub(crate) fn check4(ctx: &OpCtx<'_>, dims: &[u32], len: usize, what: &str) -> KResult<()> {
+    if dims.len() != 4 {
+        return Err(ctx.err(format!("{what} must be 4-D, got {dims:?}")));
+    }
+    if count(ctx, dims)? != len {
+        return Err(ctx.err(format!("{what} data does not match {dims:?}")));
+    }
+    Ok(())
+}

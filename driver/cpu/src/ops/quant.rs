@@ -1,0 +1,124 @@
+//! Fixed-point helpers with the NN HAL (TFLite gemmlowp) rounding behaviour.
+
+/// gemmlowp SaturatingRoundingDoublingHighMul.
+pub(crate) fn srdhm(a: i32, b: i32) -> i32 {
+    if a == i32::MIN && b == i32::MIN {
+        return i32::MAX;
+    }
+    let ab = i64::from(a) * i64::from(b);
+    let nudge: i64 = if ab >= 0 { 1 << 30 } else { 1 - (1 << 30) };
+    ((ab + nudge) / (1i64 << 31)) as i32
+}
+
+/// gemmlowp RoundingDivideByPOT (round half away from zero).
+pub(crate) fn rdbpot(x: i32, exponent: i32) -> i32 {
+    let e = exponent.clamp(0, 31);
+    let mask = ((1i64 << e) - 1) as i32;
+    let remainder = x & mask;
+    let threshold = (mask >> 1) + i32::from(x < 0);
+    (x >> e) + i32::from(remainder > threshold)
+}
+
+/// TFLite MultiplyByQuantizedMultiplier: x * m * 2^shift with the HAL's rounding.
+pub(crate) fn mbqm(x: i32, m: i32, shift: i32) -> i32 {
+    let left = shift.clamp(0, 31);
+    let right = (-shift).max(0);
+    let xs = i64::from(x) << left;
+    let xs = xs.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+    rdbpot(srdhm(xs, m), right)
+}
+
+/// TFLite QuantizeMultiplier: `m ≈ q * 2^(shift-31)` with q in [2^30, 2^31).
+pub(crate) fn quantize_multiplier(m: f64) -> (i32, i32) {
+    if !m.is_finite() || m <= 0.0 {
+        return (0, 0);
+    }
+    let mut e = m.log2().floor() as i32 + 1;
+    let mut q = m / 2f64.powi(e);
+    while q >= 1.0 {
+        q /= 2.0;
+        e += 1;
+    }
+    while q < 0.5 {
+        q *= 2.0;
+        e -= 1;
+    }
+    let mut q_fixed = (q * (1i64 << 31) as f64).round() as i64;
+    if q_fixed == 1i64 << 31 {
+        q_fixed /= 2;
+        e += 1;
+    }
+    if e < -31 {
+        return (0, 0);
+    }
+    if e > 30 {
+        return (i32::MAX, 30);
+    }
+    (q_fixed as i32, e)
+}
+
+/// Quantized activation range for fused activation `act` on an output with `scale`/`zp`.
+pub(crate) fn act_range_q(
+    act: i32,
+    scale: f32,
+    zp: i32,
+    qmin: i32,
+    qmax: i32,
+) -> Result<(i32, i32), String> {
+    let q = |f: f32| zp.saturating_add((f / scale).round() as i32);
+    Ok(match act {
+        0 => (qmin, qmax),
+        1 => (qmin.max(q(0.0)), qmax),
+        2 => (qmin.max(q(-1.0)), qmax.min(q(1.0))),
+        3 => (qmin.max(q(0.0)), qmax.min(q(6.0))),
+        _ => return Err(format!("invalid fused activation {act}")),
+    })
+}
+
+/// Float activation range for fused activation `act`.
+pub(crate) fn act_range_f32(act: i32) -> Result<(f32, f32), String> {
+    Ok(match act {
+        0 => (f32::NEG_INFINITY, f32::INFINITY),
+        1 => (0.0, f32::INFINITY),
+        2 => (-1.0, 1.0),
+        3 => (0.0, 6.0),
+        _ => return Err(format!("invalid fused activation {act}")),
+    })
+}
+
+/// Rounds half away from zero and saturates to `[lo, hi]`.
+pub(crate) fn quantize_val(x: f32, scale: f32, zp: i32, lo: i32, hi: i32) -> i32 {
+    let v = (x / scale).round();
+    let v = if v.is_nan() { 0 } else { v as i32 };
+    v.saturating_add(zp).clamp(lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_multiplier_matches_tflite_for_half() {
+        assert_eq!(quantize_multiplier(0.5), (1 << 30, 0));
+        assert_eq!(quantize_multiplier(0.25), (1 << 30, -1));
+        assert_eq!(quantize_multiplier(2.0), (1 << 30, 2));
+    }
+
+    #[test]
+    fn multiply_by_quantized_multiplier_rounds_half_away_from_zero() {
+        let (m, s) = quantize_multiplier(0.5);
+        assert_eq!(mbqm(3, m, s), 2);
+        assert_eq!(mbqm(-3, m, s), -2);
+        assert_eq!(mbqm(4, m, s), 2);
+        let (m, s) = quantize_multiplier(3.0);
+        assert_eq!(mbqm(5, m, s), 15);
+    }
+
+    #[test]
+    fn rounding_divide_by_pot_behaves_like_gemmlowp() {
+        assert_eq!(rdbpot(5, 1), 3);
+        assert_eq!(rdbpot(-5, 1), -3);
+        assert_eq!(rdbpot(4, 2), 1);
+        assert_eq!(rdbpot(-6, 2), -2);
+    }
+}

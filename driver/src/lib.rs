@@ -1,0 +1,1 @@
+//! The HAL (being written).

@@ -1,0 +1,19 @@
+//! `nnaccel-uapi`: the contract between `/dev/nnaccel` and its users.
+//!
+//! - [`ioctl`]: the ioctl number table;
+//! - [`abi`]: the `#[repr(C)]` argument structs and the shared-memory queue ring layout;
+//! - [`program`]: the binary format of compiled programs;
+//! - [`ring`]: access to a queue ring and the client's producer side;
+//! - [`device`]: the [`device::Device`] trait every frontend implements, typed calls on it;
+//! - [`sys`]: the thin syscall layer both sides share.
+//!
+//! `include/nnaccel.h` carries the same ABI for C.
+
+pub mod abi;
+pub mod device;
+pub mod ioctl;
+pub mod program;
+pub mod ring;
+pub mod sys;
+
+pub use device::{Device, DeviceExt, FdDevice, RingQueue};

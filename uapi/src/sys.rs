@@ -1,0 +1,313 @@
+//! The thin syscall layer: every raw system call the contract needs, wrapped once, returning
+//! `io::Result`. Both sides of the contract (the device and its clients) use these.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+
+/// A shared mapping of (part of) a file, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; it has no thread affinity. Access to the bytes
+// goes through raw pointers whose users state their own synchronisation.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only hands out raw pointers.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` at `offset` with `MAP_SHARED`. `offset` must be page aligned
+    /// and `len` non-zero.
+    pub fn map_shared(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let prot = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
+        // SAFETY: a fresh mapping at an address the kernel chooses aliases no Rust object; the
+        // mapping lives until `Drop` unmaps exactly this range.
+        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, offset) }?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(Self { ptr, len })
+    }
+
+    /// Start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never: mappings are non-empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `dst.len()` bytes out of the mapping at `offset`.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
+        let end = offset.checked_add(dst.len()).filter(|e| *e <= self.len);
+        if end.is_none() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the range was checked to lie inside the live mapping; `dst` is a distinct
+        // Rust buffer, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` into the mapping at `offset`.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> io::Result<()> {
+        let end = offset.checked_add(src.len()).filter(|e| *e <= self.len);
+        if end.is_none() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the range was checked to lie inside the live, writable-by-contract mapping;
+        // `src` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe exactly the mapping created in `map_shared`, and no
+        // reference into it outlives `self` (users hold raw pointers scoped by `&self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Creates a memfd of `size` bytes (close-on-exec, sealing allowed).
+pub fn memfd_create(name: &CStr, size: u64) -> io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    rustix::fs::ftruncate(&fd, size)?;
+    Ok(fd)
+}
+
+/// Seals a memfd against shrinking and growing, so a peer mapping it never faults (SIGBUS).
+pub fn seal_size(fd: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK | SealFlags::GROW)?;
+    Ok(())
+}
+
+/// The seals on a memfd (empty for other files).
+pub fn seals(fd: BorrowedFd<'_>) -> SealFlags {
+    rustix::fs::fcntl_get_seals(fd).unwrap_or(SealFlags::empty())
+}
+
+/// Size of the file behind `fd`.
+pub fn file_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let st = rustix::fs::fstat(fd)?;
+    u64::try_from(st.st_size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// Filesystem magic of the file behind `fd` (`TMPFS_MAGIC`, `DMA_BUF_MAGIC`, ...).
+pub fn fs_magic(fd: BorrowedFd<'_>) -> io::Result<i64> {
+    let st = rustix::fs::fstatfs(fd)?;
+    Ok(st.f_type as i64)
+}
+
+/// `TMPFS_MAGIC` / shmem: memfds live here.
+pub const TMPFS_MAGIC: i64 = 0x0102_1994;
+/// `HUGETLBFS_MAGIC`: hugetlb memfds.
+pub const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+/// `DMA_BUF_MAGIC`: dma-bufs.
+pub const DMA_BUF_MAGIC: i64 = 0x444d_4142;
+
+/// Whether `fd` is shmem (a memfd or a tmpfs/hugetlbfs file): the only memory futex words may
+/// live in.
+pub fn is_shmem(fd: BorrowedFd<'_>) -> bool {
+    matches!(fs_magic(fd), Ok(TMPFS_MAGIC) | Ok(HUGETLBFS_MAGIC))
+}
+
+/// Whether `fd` is a dma-buf.
+pub fn is_dmabuf(fd: BorrowedFd<'_>) -> bool {
+    matches!(fs_magic(fd), Ok(DMA_BUF_MAGIC))
+}
+
+/// `ioctl(fd, cmd, arg)` with an in/out argument buffer of exactly `_IOC_SIZE(cmd)` bytes.
+pub fn ioctl_raw(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> io::Result<i32> {
+    // SAFETY: `arg` is a live, exclusively borrowed buffer; callers size it to `_IOC_SIZE(cmd)`
+    // so the kernel reads and writes only inside it.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::c_ulong, arg.as_mut_ptr()) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+}
+
+/// Current `CLOCK_MONOTONIC` time in ns.
+pub fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// An absolute `CLOCK_MONOTONIC` deadline `d` from now, in ns.
+pub fn deadline_after(d: Duration) -> u64 {
+    monotonic_ns().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Result of a futex wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FutexWait {
+    /// Woken (or spurious wake-up: callers re-check their condition).
+    Woken,
+    /// The word no longer held the expected value.
+    ValueChanged,
+    /// The absolute deadline passed.
+    TimedOut,
+}
+
+/// `FUTEX_WAIT_BITSET` (shared, not private: the word is in memory shared between processes)
+/// on `word` while it equals `expected`, until `deadline_ns` (absolute CLOCK_MONOTONIC) if
+/// given. EINTR is reported as `Woken`: callers loop and re-check.
+pub fn futex_wait(word: &AtomicU32, expected: u32, deadline_ns: Option<u64>) -> io::Result<FutexWait> {
+    let ts = deadline_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live aligned u32; the timespec outlives the call; FUTEX_WAIT_BITSET
+    // only reads both.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT_BITSET,
+            expected,
+            ts_ptr,
+            std::ptr::null::<u32>(),
+            libc::FUTEX_BITSET_MATCH_ANY,
+        )
+    };
+    if rc == 0 {
+        return Ok(FutexWait::Woken);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(FutexWait::ValueChanged),
+        Some(libc::EINTR) => Ok(FutexWait::Woken),
+        Some(libc::ETIMEDOUT) => Ok(FutexWait::TimedOut),
+        _ => Err(err),
+    }
+}
+
+/// `FUTEX_WAKE` (shared) of up to `n` waiters on `word`. Returns how many were woken.
+pub fn futex_wake(word: &AtomicU32, n: i32) -> io::Result<usize> {
+    // SAFETY: `word` is a live aligned u32; FUTEX_WAKE does not access it beyond hashing the
+    // address.
+    let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+}
+
+/// `process_vm_readv` of `dst.len()` bytes at `addr` in process `pid`. A short read or a bad
+/// address is `EFAULT`.
+pub fn process_vm_read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let local = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: dst.len() };
+    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: dst.len() };
+    // SAFETY: `local` describes a live exclusively borrowed buffer; `remote` is only
+    // dereferenced by the kernel in the other process, which checks it.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        n if n as usize != dst.len() => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+        _ => Ok(()),
+    }
+}
+
+/// `process_vm_writev` of `src` to `addr` in process `pid`. A short write is `EFAULT`.
+pub fn process_vm_write(pid: i32, addr: u64, src: &[u8]) -> io::Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    let local = libc::iovec { iov_base: src.as_ptr() as *mut libc::c_void, iov_len: src.len() };
+    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: src.len() };
+    // SAFETY: `local` describes a live buffer the kernel only reads; `remote` is checked by the
+    // kernel in the other process.
+    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        n if n as usize != src.len() => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+        _ => Ok(()),
+    }
+}
+
+/// `pidfd_open(pid, 0)`.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this new fd to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
+}
+
+/// `pidfd_getfd(pidfd, targetfd, 0)`: a duplicate of another process's fd.
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, target_fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target_fd, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this new fd to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
+}
+
+/// The thread-group id (process id) of thread `tid`, from `/proc/<tid>/status`.
+pub fn tgid_of(tid: i32) -> io::Result<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+}
+
+/// Sends `fd` over a connected Unix socket with `SCM_RIGHTS` (one byte of payload).
+pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let fds = [fd];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    if !cmsg.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let n = rustix::net::sendmsg(sock, &[io::IoSlice::new(b"F")], &mut cmsg, SendFlags::NOSIGNAL)?;
+    if n != 1 {
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
+    Ok(())
+}
+
+/// Receives one fd sent with [`send_fd`].
+pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    rustix::net::recvmsg(sock, &mut [io::IoSliceMut::new(&mut byte)], &mut cmsg, RecvFlags::CMSG_CLOEXEC)?;
+    for msg in cmsg.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
+            if let Some(fd) = fds.next() {
+                return Ok(fd);
+            }
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::EBADMSG))
+}
+
+/// Borrow helper for tests and callers holding raw fds they know are open.
+pub fn is_open(fd: impl AsFd) -> bool {
+    rustix::io::fcntl_getfd(fd).is_ok()
+}

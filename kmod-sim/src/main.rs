@@ -1,1 +1,177 @@
-fn main() {}
+//! `nnaccel-sim`: serves the simulated nnaccel device on a FUSE file, or runs an in-process
+//! demonstration.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use nnaccel_kmod_sim::fuse::FuseServer;
+use nnaccel_kmod_sim::{Config, Faults, InprocFile, SimDevice, WaitMode};
+
+mod demo;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum WaitModeArg {
+    /// io_uring FUTEX_WAIT where the kernel has it, else the futex syscall.
+    Auto,
+    /// The futex syscall.
+    Futex,
+    /// io_uring FUTEX_WAIT; fail to start if the kernel lacks it.
+    IoUring,
+}
+
+/// The simulated nnaccel device: a character-device stand-in served on a FUSE file.
+///
+/// With --path, mounts the device on that file (created if missing; as root
+/// `--path /dev/nnaccel` works) and serves ioctls until SIGTERM or SIGINT, then unmounts.
+/// With --demo, runs the device in-process and pushes a few jobs through it.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// File to serve the device on (FUSE mount point).
+    #[arg(long, required_unless_present = "demo", conflicts_with = "demo")]
+    path: Option<PathBuf>,
+
+    /// Run the device in-process, submit a few jobs through its queue and print what happened.
+    #[arg(long)]
+    demo: bool,
+
+    /// Device memory for BO_CREATE, in bytes.
+    #[arg(long, default_value_t = Config::default().device_memory)]
+    device_memory: u64,
+
+    /// Largest buffer object, in bytes.
+    #[arg(long, default_value_t = Config::default().max_bo_size)]
+    max_bo_size: u64,
+
+    /// Buffer objects per open file.
+    #[arg(long, default_value_t = Config::default().max_bos)]
+    max_bos: u32,
+
+    /// How engine workers wait on queue doorbells.
+    #[arg(long, value_enum, default_value_t = WaitModeArg::Auto)]
+    wait_mode: WaitModeArg,
+
+    /// FUSE worker threads.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+
+    /// Fault injection (debug): every job sleeps this many milliseconds.
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
+    fault_delay_job_ms: u64,
+
+    /// Fault injection (debug): the Nth ioctl fails with EIO.
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
+    fault_fail_ioctl: u64,
+
+    /// Fault injection (debug): the Nth job's completion is never posted.
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
+    fault_drop_completion: u64,
+
+    /// Fault injection (debug): exit abruptly, without unmounting, on the Nth ioctl.
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
+    fault_exit_on_ioctl: u64,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NNACCEL_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    let args = Args::parse();
+    let faults = Faults {
+        delay_job_ms: args.fault_delay_job_ms,
+        fail_ioctl: args.fault_fail_ioctl,
+        drop_completion: args.fault_drop_completion,
+        exit_on_ioctl: args.fault_exit_on_ioctl,
+    };
+    if faults.any() && !cfg!(feature = "fault-injection") {
+        eprintln!("nnaccel-sim: fault injection is not compiled into this build");
+        return ExitCode::from(2);
+    }
+    let config = Config {
+        device_memory: args.device_memory,
+        max_bo_size: args.max_bo_size,
+        max_bos: args.max_bos,
+        wait_mode: match args.wait_mode {
+            WaitModeArg::Auto => WaitMode::Auto,
+            WaitModeArg::Futex => WaitMode::Futex,
+            WaitModeArg::IoUring => WaitMode::IoUring,
+        },
+        faults,
+        ..Config::default()
+    };
+    let dev = match SimDevice::new(config) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("nnaccel-sim: cannot create the device: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.demo {
+        let file = Arc::new(InprocFile::open(&dev));
+        return match demo::run(file) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nnaccel-sim: demo failed: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let Some(path) = args.path else {
+        return ExitCode::from(2);
+    };
+    serve(dev, &path, args.threads)
+}
+
+fn serve(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> ExitCode {
+    let mut server = match FuseServer::mount(dev.clone(), path, threads) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("nnaccel-sim: cannot mount {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut unmounter = server.unmounter();
+    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("nnaccel-sim: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let handle = signals.handle();
+    let path_shown = path.display().to_string();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!("signal {sig}: unmounting {path_shown}");
+            if let Err(e) = unmounter.unmount() {
+                tracing::error!("unmount failed: {e}");
+                std::process::exit(1);
+            }
+        }
+    });
+    tracing::info!(
+        "serving {} (fuse), engine waits with {:?}",
+        path.display(),
+        dev.core().wait_mode
+    );
+    let result = server.run();
+    handle.close();
+    dev.release_all();
+    // Give in-flight replies a moment to drain before the process goes.
+    std::thread::sleep(Duration::from_millis(10));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nnaccel-sim: session ended with an error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

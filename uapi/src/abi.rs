@@ -71,7 +71,9 @@ pub const WAIT_MODE_IO_URING: u64 = 2;
 
 /// `NNACCEL_IOCTL_GET_PARAM` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct GetParam {
     /// In: `PARAM_*`.
     pub param: u32,
@@ -108,7 +110,9 @@ pub const BO_IMPORT_ALIGN: u64 = 4096;
 
 /// `NNACCEL_IOCTL_BO_CREATE` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct BoCreate {
     /// In: size in bytes, non-zero, at most `PARAM_MAX_BO_SIZE`.
     pub size: u64,
@@ -120,7 +124,9 @@ pub struct BoCreate {
 
 /// `NNACCEL_IOCTL_BO_IMPORT` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct BoImport {
     /// In: the caller's fd.
     pub fd: i32,
@@ -142,7 +148,9 @@ pub struct BoImport {
 /// device cannot reach into another process's fd table, so the caller names one end of a
 /// connected `AF_UNIX` socket and the fd arrives on it with `SCM_RIGHTS`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct BoExport {
     /// In: the handle.
     pub handle: u32,
@@ -156,7 +164,9 @@ pub struct BoExport {
 
 /// `NNACCEL_IOCTL_BO_INFO` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct BoInfo {
     /// In: the handle.
     pub handle: u32,
@@ -174,7 +184,9 @@ pub struct BoInfo {
 
 /// `NNACCEL_IOCTL_BO_CLOSE` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct BoClose {
     /// In: the handle.
     pub handle: u32,
@@ -187,7 +199,9 @@ pub struct BoClose {
 
 /// `NNACCEL_IOCTL_PROGRAM_CREATE` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ProgramCreate {
     /// In: user pointer to the encoded program ([`crate::program`]).
     pub data_ptr: u64,
@@ -201,7 +215,9 @@ pub struct ProgramCreate {
 
 /// `NNACCEL_IOCTL_PROGRAM_DESTROY` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ProgramDestroy {
     /// In: the handle.
     pub handle: u32,
@@ -217,7 +233,9 @@ pub const MAX_BINDINGS: usize = 32;
 
 /// One program argument: a byte range of a buffer object.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Binding {
     /// A BO handle of the submitting file.
     pub bo: u32,
@@ -261,7 +279,9 @@ impl Default for Job {
 
 /// `NNACCEL_IOCTL_SUBMIT` argument: one job on the file's default queue (queue id 0).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Submit {
     /// In: must be zero.
     pub flags: u32,
@@ -275,7 +295,9 @@ pub struct Submit {
 
 /// `NNACCEL_IOCTL_WAIT` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Wait {
     /// In: the queue (0 = the file's default queue).
     pub queue_id: u32,
@@ -306,7 +328,9 @@ pub const QUEUE_FLAGS_MASK: u32 = QUEUE_FLAG_HIGH_PERFORMANCE;
 
 /// `NNACCEL_IOCTL_QUEUE_CREATE` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct QueueCreate {
     /// In: a memfd (shmem file) holding the ring; futex words must live in shmem.
     pub memfd: i32,
@@ -326,7 +350,9 @@ pub struct QueueCreate {
 
 /// `NNACCEL_IOCTL_QUEUE_DESTROY` argument.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct QueueDestroy {
     /// In: the queue id.
     pub queue_id: u32,
@@ -394,7 +420,9 @@ pub struct RingHeader {
 
 /// One completion entry.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Completion {
     /// The job's sequence number.
     pub seq: u64,
@@ -475,37 +503,155 @@ assert_layout!(RingHeader, size = 512, align = 64, {
 assert_layout!(Completion, size = 32, align = 8,
     { seq @ 0, user_data @ 8, status @ 16, pad @ 20, device_time_ns @ 24 });
 
+/// One struct's layout: C name, size, (field, offset) pairs.
+pub type StructLayout = (&'static str, usize, &'static [(&'static str, usize)]);
+
 /// Every ABI struct with its size and field offsets, for the C header test and docs.
-pub const LAYOUTS: &[(&str, usize, &[(&str, usize)])] = &[
-    ("nnaccel_get_param", size_of::<GetParam>(), &[("param", 0), ("pad", 4), ("value", 8)]),
-    ("nnaccel_bo_create", size_of::<BoCreate>(), &[("size", 0), ("flags", 8), ("handle", 12)]),
-    ("nnaccel_bo_import", size_of::<BoImport>(),
-        &[("fd", 0), ("access", 4), ("offset", 8), ("size", 16), ("handle", 24), ("pad", 28)]),
-    ("nnaccel_bo_export", size_of::<BoExport>(),
-        &[("handle", 0), ("flags", 4), ("socket_fd", 8), ("pad", 12)]),
-    ("nnaccel_bo_info", size_of::<BoInfo>(),
-        &[("handle", 0), ("kind", 4), ("size", 8), ("access", 16), ("pad", 20), ("reserved", 24)]),
-    ("nnaccel_bo_close", size_of::<BoClose>(), &[("handle", 0), ("pad", 4)]),
-    ("nnaccel_program_create", size_of::<ProgramCreate>(),
-        &[("data_ptr", 0), ("data_len", 8), ("flags", 16), ("handle", 20)]),
-    ("nnaccel_program_destroy", size_of::<ProgramDestroy>(), &[("handle", 0), ("pad", 4)]),
-    ("nnaccel_binding", size_of::<Binding>(),
-        &[("bo", 0), ("flags", 4), ("offset", 8), ("length", 16)]),
-    ("nnaccel_job", size_of::<Job>(), &[("user_data", 0), ("program", 8), ("flags", 12),
-        ("num_bindings", 16), ("pad", 20), ("reserved", 24), ("bindings", 32)]),
-    ("nnaccel_submit", size_of::<Submit>(), &[("flags", 0), ("pad", 4), ("seq", 8), ("job", 16)]),
-    ("nnaccel_wait", size_of::<Wait>(), &[("queue_id", 0), ("flags", 4), ("seq", 8),
-        ("deadline_ns", 16), ("status", 24), ("pad", 28), ("device_time_ns", 32),
-        ("user_data", 40)]),
-    ("nnaccel_queue_create", size_of::<QueueCreate>(), &[("memfd", 0), ("flags", 4),
-        ("offset", 8), ("size", 16), ("entries", 24), ("queue_id", 28), ("reserved", 32)]),
-    ("nnaccel_queue_destroy", size_of::<QueueDestroy>(), &[("queue_id", 0), ("pad", 4)]),
-    ("nnaccel_ring_header", size_of::<RingHeader>(), &[("magic", 0), ("version", 4),
-        ("entries", 8), ("job_size", 12), ("completion_size", 16), ("error", 20),
-        ("sq_tail", 64), ("sq_head", 128), ("sq_doorbell", 192), ("sq_engine_sleeping", 196),
-        ("cq_seq", 256), ("cq_doorbell", 264), ("cq_waiters", 268)]),
-    ("nnaccel_completion", size_of::<Completion>(), &[("seq", 0), ("user_data", 8),
-        ("status", 16), ("pad", 20), ("device_time_ns", 24)]),
+pub const LAYOUTS: &[StructLayout] = &[
+    (
+        "nnaccel_get_param",
+        size_of::<GetParam>(),
+        &[("param", 0), ("pad", 4), ("value", 8)],
+    ),
+    (
+        "nnaccel_bo_create",
+        size_of::<BoCreate>(),
+        &[("size", 0), ("flags", 8), ("handle", 12)],
+    ),
+    (
+        "nnaccel_bo_import",
+        size_of::<BoImport>(),
+        &[
+            ("fd", 0),
+            ("access", 4),
+            ("offset", 8),
+            ("size", 16),
+            ("handle", 24),
+            ("pad", 28),
+        ],
+    ),
+    (
+        "nnaccel_bo_export",
+        size_of::<BoExport>(),
+        &[("handle", 0), ("flags", 4), ("socket_fd", 8), ("pad", 12)],
+    ),
+    (
+        "nnaccel_bo_info",
+        size_of::<BoInfo>(),
+        &[
+            ("handle", 0),
+            ("kind", 4),
+            ("size", 8),
+            ("access", 16),
+            ("pad", 20),
+            ("reserved", 24),
+        ],
+    ),
+    (
+        "nnaccel_bo_close",
+        size_of::<BoClose>(),
+        &[("handle", 0), ("pad", 4)],
+    ),
+    (
+        "nnaccel_program_create",
+        size_of::<ProgramCreate>(),
+        &[
+            ("data_ptr", 0),
+            ("data_len", 8),
+            ("flags", 16),
+            ("handle", 20),
+        ],
+    ),
+    (
+        "nnaccel_program_destroy",
+        size_of::<ProgramDestroy>(),
+        &[("handle", 0), ("pad", 4)],
+    ),
+    (
+        "nnaccel_binding",
+        size_of::<Binding>(),
+        &[("bo", 0), ("flags", 4), ("offset", 8), ("length", 16)],
+    ),
+    (
+        "nnaccel_job",
+        size_of::<Job>(),
+        &[
+            ("user_data", 0),
+            ("program", 8),
+            ("flags", 12),
+            ("num_bindings", 16),
+            ("pad", 20),
+            ("reserved", 24),
+            ("bindings", 32),
+        ],
+    ),
+    (
+        "nnaccel_submit",
+        size_of::<Submit>(),
+        &[("flags", 0), ("pad", 4), ("seq", 8), ("job", 16)],
+    ),
+    (
+        "nnaccel_wait",
+        size_of::<Wait>(),
+        &[
+            ("queue_id", 0),
+            ("flags", 4),
+            ("seq", 8),
+            ("deadline_ns", 16),
+            ("status", 24),
+            ("pad", 28),
+            ("device_time_ns", 32),
+            ("user_data", 40),
+        ],
+    ),
+    (
+        "nnaccel_queue_create",
+        size_of::<QueueCreate>(),
+        &[
+            ("memfd", 0),
+            ("flags", 4),
+            ("offset", 8),
+            ("size", 16),
+            ("entries", 24),
+            ("queue_id", 28),
+            ("reserved", 32),
+        ],
+    ),
+    (
+        "nnaccel_queue_destroy",
+        size_of::<QueueDestroy>(),
+        &[("queue_id", 0), ("pad", 4)],
+    ),
+    (
+        "nnaccel_ring_header",
+        size_of::<RingHeader>(),
+        &[
+            ("magic", 0),
+            ("version", 4),
+            ("entries", 8),
+            ("job_size", 12),
+            ("completion_size", 16),
+            ("error", 20),
+            ("sq_tail", 64),
+            ("sq_head", 128),
+            ("sq_doorbell", 192),
+            ("sq_engine_sleeping", 196),
+            ("cq_seq", 256),
+            ("cq_doorbell", 264),
+            ("cq_waiters", 268),
+        ],
+    ),
+    (
+        "nnaccel_completion",
+        size_of::<Completion>(),
+        &[
+            ("seq", 0),
+            ("user_data", 8),
+            ("status", 16),
+            ("pad", 20),
+            ("device_time_ns", 24),
+        ],
+    ),
 ];
 
 #[cfg(test)]

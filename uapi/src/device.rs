@@ -31,7 +31,11 @@ pub struct FdDevice {
 impl FdDevice {
     /// Opens a device node read-write.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let fd = rustix::fs::open(path, rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())?;
+        let fd = rustix::fs::open(
+            path,
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
         Ok(Self { fd })
     }
 
@@ -68,21 +72,39 @@ pub trait DeviceExt: Device {
 
     /// GET_PARAM.
     fn get_param(&self, param: u32) -> io::Result<u64> {
-        let mut a = GetParam { param, ..Default::default() };
+        let mut a = GetParam {
+            param,
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_GET_PARAM, &mut a)?;
         Ok(a.value)
     }
 
     /// BO_CREATE: device memory of `size` bytes.
     fn bo_create(&self, size: u64) -> io::Result<u32> {
-        let mut a = BoCreate { size, ..Default::default() };
+        let mut a = BoCreate {
+            size,
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_BO_CREATE, &mut a)?;
         Ok(a.handle)
     }
 
     /// BO_IMPORT: `size` bytes of `fd` at `offset`.
-    fn bo_import(&self, fd: BorrowedFd<'_>, offset: u64, size: u64, access: u32) -> io::Result<u32> {
-        let mut a = BoImport { fd: std::os::fd::AsRawFd::as_raw_fd(&fd), access, offset, size, ..Default::default() };
+    fn bo_import(
+        &self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        size: u64,
+        access: u32,
+    ) -> io::Result<u32> {
+        let mut a = BoImport {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+            access,
+            offset,
+            size,
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_BO_IMPORT, &mut a)?;
         Ok(a.handle)
     }
@@ -90,8 +112,17 @@ pub trait DeviceExt: Device {
     /// BO_EXPORT: an fd for the BO's memory (arrives over a socket pair made here).
     fn bo_export(&self, handle: u32) -> io::Result<OwnedFd> {
         use rustix::net::{AddressFamily, SocketFlags, SocketType};
-        let (ours, theirs) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
-        let mut a = BoExport { handle, socket_fd: std::os::fd::AsRawFd::as_raw_fd(&theirs), ..Default::default() };
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        let mut a = BoExport {
+            handle,
+            socket_fd: std::os::fd::AsRawFd::as_raw_fd(&theirs),
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_BO_EXPORT, &mut a)?;
         drop(theirs);
         sys::recv_fd(ours.as_fd())
@@ -99,7 +130,10 @@ pub trait DeviceExt: Device {
 
     /// BO_INFO.
     fn bo_info(&self, handle: u32) -> io::Result<BoInfo> {
-        let mut a = BoInfo { handle, ..Default::default() };
+        let mut a = BoInfo {
+            handle,
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_BO_INFO, &mut a)?;
         Ok(a)
     }
@@ -111,18 +145,32 @@ pub trait DeviceExt: Device {
 
     /// PROGRAM_CREATE from encoded bytes.
     fn program_create(&self, program: &[u8]) -> io::Result<u32> {
-        let mut a = ProgramCreate { data_ptr: program.as_ptr() as u64, data_len: program.len() as u64, ..Default::default() };
+        let mut a = ProgramCreate {
+            data_ptr: program.as_ptr() as u64,
+            data_len: program.len() as u64,
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_PROGRAM_CREATE, &mut a)?;
         Ok(a.handle)
     }
 
     /// PROGRAM_DESTROY.
     fn program_destroy(&self, handle: u32) -> io::Result<()> {
-        self.call(NNACCEL_IOCTL_PROGRAM_DESTROY, &mut ProgramDestroy { handle, pad: 0 })
+        self.call(
+            NNACCEL_IOCTL_PROGRAM_DESTROY,
+            &mut ProgramDestroy { handle, pad: 0 },
+        )
     }
 
     /// QUEUE_CREATE over `size` bytes of `memfd` at `offset`.
-    fn queue_create(&self, memfd: BorrowedFd<'_>, offset: u64, size: u64, entries: u32, flags: u32) -> io::Result<u32> {
+    fn queue_create(
+        &self,
+        memfd: BorrowedFd<'_>,
+        offset: u64,
+        size: u64,
+        entries: u32,
+        flags: u32,
+    ) -> io::Result<u32> {
         let mut a = QueueCreate {
             memfd: std::os::fd::AsRawFd::as_raw_fd(&memfd),
             flags,
@@ -137,19 +185,30 @@ pub trait DeviceExt: Device {
 
     /// QUEUE_DESTROY.
     fn queue_destroy(&self, queue_id: u32) -> io::Result<()> {
-        self.call(NNACCEL_IOCTL_QUEUE_DESTROY, &mut QueueDestroy { queue_id, pad: 0 })
+        self.call(
+            NNACCEL_IOCTL_QUEUE_DESTROY,
+            &mut QueueDestroy { queue_id, pad: 0 },
+        )
     }
 
     /// SUBMIT on the default queue; returns the sequence number.
     fn submit(&self, job: &Job) -> io::Result<u64> {
-        let mut a = Submit { job: *job, ..Default::default() };
+        let mut a = Submit {
+            job: *job,
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_SUBMIT, &mut a)?;
         Ok(a.seq)
     }
 
     /// WAIT for `seq` on `queue_id` (0 = default queue) until `deadline_ns`.
     fn wait(&self, queue_id: u32, seq: u64, deadline_ns: u64) -> io::Result<Wait> {
-        let mut a = Wait { queue_id, seq, deadline_ns, ..Default::default() };
+        let mut a = Wait {
+            queue_id,
+            seq,
+            deadline_ns,
+            ..Default::default()
+        };
         self.call(NNACCEL_IOCTL_WAIT, &mut a)?;
         Ok(a)
     }
@@ -178,7 +237,12 @@ impl RingQueue {
         let id = dev.queue_create(memfd.as_fd(), 0, size as u64, entries, flags)?;
         let view = RingView::new(map, 0, entries).map_err(ring_to_io)?;
         let producer = Producer::new(view).map_err(ring_to_io)?;
-        Ok(Self { dev, id, producer, _memfd: memfd })
+        Ok(Self {
+            dev,
+            id,
+            producer,
+            _memfd: memfd,
+        })
     }
 
     /// The device's queue id.
@@ -192,7 +256,12 @@ impl RingQueue {
     }
 
     /// Waits for `seq`: spin for `spin`, then sleep on the completion futex until the deadline.
-    pub fn wait(&mut self, seq: u64, spin: Duration, deadline_ns: Option<u64>) -> Result<Completion, RingError> {
+    pub fn wait(
+        &mut self,
+        seq: u64,
+        spin: Duration,
+        deadline_ns: Option<u64>,
+    ) -> Result<Completion, RingError> {
         self.producer.wait(seq, spin, deadline_ns)
     }
 
@@ -215,7 +284,9 @@ pub fn ring_to_io(e: RingError) -> io::Error {
         RingError::Full => io::Error::from_raw_os_error(libc::EBUSY),
         RingError::Device(errno) => io::Error::from_raw_os_error(errno),
         RingError::TimedOut(_) => io::Error::from_raw_os_error(libc::ETIMEDOUT),
-        RingError::BadSeq(_) | RingError::BadRegion(_) => io::Error::from_raw_os_error(libc::EINVAL),
+        RingError::BadSeq(_) | RingError::BadRegion(_) => {
+            io::Error::from_raw_os_error(libc::EINVAL)
+        }
     }
 }
 

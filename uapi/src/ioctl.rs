@@ -34,8 +34,14 @@ pub const IOC_SIZE_MAX: usize = (1 << IOC_SIZEBITS) - 1;
 
 /// `_IOC(dir, type, nr, size)`.
 pub const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
-    assert!(size <= IOC_SIZE_MAX, "ioctl argument struct too large for the size field");
-    (dir << IOC_DIRSHIFT) | (ty << IOC_TYPESHIFT) | (nr << IOC_NRSHIFT) | ((size as u32) << IOC_SIZESHIFT)
+    assert!(
+        size <= IOC_SIZE_MAX,
+        "ioctl argument struct too large for the size field"
+    );
+    (dir << IOC_DIRSHIFT)
+        | (ty << IOC_TYPESHIFT)
+        | (nr << IOC_NRSHIFT)
+        | ((size as u32) << IOC_SIZESHIFT)
 }
 
 /// `_IOC_DIR(cmd)`.
@@ -137,7 +143,11 @@ mod tests {
             assert_eq!(ioc_type(*cmd), NNACCEL_IOCTL_TYPE, "{name}");
             assert_ne!(ioc_dir(*cmd), IOC_NONE, "{name} carries an argument struct");
             assert!(ioc_size(*cmd) <= IOC_SIZE_MAX, "{name}");
-            assert_eq!(ioc_size(*cmd) % 8, 0, "{name} struct is a multiple of 8 bytes");
+            assert_eq!(
+                ioc_size(*cmd) % 8,
+                0,
+                "{name} struct is a multiple of 8 bytes"
+            );
         }
         nrs.sort_unstable();
         nrs.dedup();

@@ -50,7 +50,9 @@ pub const LIFETIME_NO_VALUE: u32 = 5;
 
 /// Program header.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ProgramHeader {
     /// [`PROGRAM_MAGIC`].
     pub magic: u32,
@@ -108,7 +110,9 @@ pub struct OperandRecord {
 
 /// One operation; its operand indexes are `index_words[first_index..][..num_inputs + num_outputs]`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct OperationRecord {
     /// NN HAL OperationType code.
     pub operation_type: i32,
@@ -226,9 +230,14 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], ProgramError> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.data.len()).ok_or(
-            ProgramError::Truncated { need: self.pos as u64 + n as u64, have: self.data.len() as u64 },
-        )?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.data.len())
+            .ok_or(ProgramError::Truncated {
+                need: self.pos as u64 + n as u64,
+                have: self.data.len() as u64,
+            })?;
         let s = &self.data[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -240,8 +249,15 @@ impl<'a> Reader<'a> {
     }
 
     fn u32s(&mut self, n: u32) -> Result<Vec<u32>, ProgramError> {
-        let bytes = self.take((n as usize).checked_mul(4).ok_or_else(|| invalid("count overflow"))?)?;
-        Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        let bytes = self.take(
+            (n as usize)
+                .checked_mul(4)
+                .ok_or_else(|| invalid("count overflow"))?,
+        )?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 }
 
@@ -258,16 +274,25 @@ impl Program {
             return Err(ProgramError::BadVersion(h.version));
         }
         if h.flags & !PROGRAM_FLAGS_MASK != 0 {
-            return Err(invalid(format!("unknown program flags {:#x}", h.flags & !PROGRAM_FLAGS_MASK)));
+            return Err(invalid(format!(
+                "unknown program flags {:#x}",
+                h.flags & !PROGRAM_FLAGS_MASK
+            )));
         }
         if h.pad != 0 {
             return Err(invalid("header pad must be zero"));
         }
         if h.num_operands == 0 || h.num_operands > MAX_OPERANDS {
-            return Err(invalid(format!("operand count {} out of range", h.num_operands)));
+            return Err(invalid(format!(
+                "operand count {} out of range",
+                h.num_operands
+            )));
         }
         if h.num_operations == 0 || h.num_operations > MAX_OPERATIONS {
-            return Err(invalid(format!("operation count {} out of range", h.num_operations)));
+            return Err(invalid(format!(
+                "operation count {} out of range",
+                h.num_operations
+            )));
         }
         if h.num_inputs > h.num_operands || h.num_outputs == 0 || h.num_outputs > h.num_operands {
             return Err(invalid("input/output counts out of range"));
@@ -325,21 +350,28 @@ impl Program {
         let constants = r.take(h.const_bytes as usize)?.to_vec();
         let const_len = h.const_bytes;
 
-        let in_const = |off: u64, len: u64| off.checked_add(len).is_some_and(|end| end <= const_len);
+        let in_const =
+            |off: u64, len: u64| off.checked_add(len).is_some_and(|end| end <= const_len);
         let mut operands = Vec::with_capacity(operand_recs.len());
         for (i, rec) in operand_recs.iter().enumerate() {
             let rank = rec.rank as usize;
             if rank > MAX_RANK {
-                return Err(invalid(format!("operand {i}: rank {rank} exceeds {MAX_RANK}")));
+                return Err(invalid(format!(
+                    "operand {i}: rank {rank} exceeds {MAX_RANK}"
+                )));
             }
             if rec.dims[rank..].iter().any(|d| *d != 0) {
-                return Err(invalid(format!("operand {i}: extents past its rank must be zero")));
+                return Err(invalid(format!(
+                    "operand {i}: extents past its rank must be zero"
+                )));
             }
             let no_location = rec.location == 0 && rec.offset == 0 && rec.length == 0;
             let location = match rec.lifetime {
                 LIFETIME_TEMPORARY | LIFETIME_INPUT | LIFETIME_OUTPUT | LIFETIME_NO_VALUE => {
                     if !no_location {
-                        return Err(invalid(format!("operand {i}: location must be zero for its lifetime")));
+                        return Err(invalid(format!(
+                            "operand {i}: location must be zero for its lifetime"
+                        )));
                     }
                     match rec.lifetime {
                         LIFETIME_TEMPORARY => Location::Temporary,
@@ -350,30 +382,48 @@ impl Program {
                 }
                 LIFETIME_CONSTANT => {
                     if rec.location != 0 || !in_const(rec.offset, rec.length) {
-                        return Err(invalid(format!("operand {i}: constant outside the constant section")));
+                        return Err(invalid(format!(
+                            "operand {i}: constant outside the constant section"
+                        )));
                     }
-                    Location::Constant { offset: rec.offset, length: rec.length }
+                    Location::Constant {
+                        offset: rec.offset,
+                        length: rec.length,
+                    }
                 }
                 LIFETIME_BO_REF => {
                     if rec.location >= h.num_bo_refs {
-                        return Err(invalid(format!("operand {i}: BO slot {} out of range", rec.location)));
+                        return Err(invalid(format!(
+                            "operand {i}: BO slot {} out of range",
+                            rec.location
+                        )));
                     }
                     if rec.offset.checked_add(rec.length).is_none() {
                         return Err(invalid(format!("operand {i}: BO range overflows")));
                     }
-                    Location::BoRef { slot: rec.location, offset: rec.offset, length: rec.length }
+                    Location::BoRef {
+                        slot: rec.location,
+                        offset: rec.offset,
+                        length: rec.length,
+                    }
                 }
                 other => return Err(invalid(format!("operand {i}: unknown lifetime {other}"))),
             };
             let channel_quant = if rec.num_channel_scales == 0 {
                 if rec.channel_dim != 0 || rec.channel_scales_offset != 0 {
-                    return Err(invalid(format!("operand {i}: channel fields set without scales")));
+                    return Err(invalid(format!(
+                        "operand {i}: channel fields set without scales"
+                    )));
                 }
                 None
             } else {
                 let bytes = u64::from(rec.num_channel_scales) * 4;
-                if rec.channel_dim as usize >= rank.max(1) || !in_const(rec.channel_scales_offset, bytes) {
-                    return Err(invalid(format!("operand {i}: per-channel scales out of range")));
+                if rec.channel_dim as usize >= rank.max(1)
+                    || !in_const(rec.channel_scales_offset, bytes)
+                {
+                    return Err(invalid(format!(
+                        "operand {i}: per-channel scales out of range"
+                    )));
                 }
                 let start = rec.channel_scales_offset as usize;
                 let scales = constants[start..start + bytes as usize]
@@ -394,44 +444,63 @@ impl Program {
 
         let n = h.num_operands;
         let check_index = |what: &str, idx: u32| {
-            if idx < n { Ok(()) } else { Err(invalid(format!("{what}: operand index {idx} out of range"))) }
+            if idx < n {
+                Ok(())
+            } else {
+                Err(invalid(format!("{what}: operand index {idx} out of range")))
+            }
         };
         let mut operations = Vec::with_capacity(operation_recs.len());
         for (i, rec) in operation_recs.iter().enumerate() {
             let count = u64::from(rec.num_inputs) + u64::from(rec.num_outputs);
             if count > u64::from(MAX_OPERATION_ARGS) || rec.num_outputs == 0 {
-                return Err(invalid(format!("operation {i}: argument counts out of range")));
+                return Err(invalid(format!(
+                    "operation {i}: argument counts out of range"
+                )));
             }
             let end = u64::from(rec.first_index) + count;
             if end > u64::from(h.index_words) {
-                return Err(invalid(format!("operation {i}: indexes outside the index table")));
+                return Err(invalid(format!(
+                    "operation {i}: indexes outside the index table"
+                )));
             }
             let idx = &index_table[rec.first_index as usize..end as usize];
             for &k in idx {
                 check_index(&format!("operation {i}"), k)?;
             }
             let (ins, outs) = idx.split_at(rec.num_inputs as usize);
-            operations.push(Operation { operation_type: rec.operation_type, inputs: ins.to_vec(), outputs: outs.to_vec() });
+            operations.push(Operation {
+                operation_type: rec.operation_type,
+                inputs: ins.to_vec(),
+                outputs: outs.to_vec(),
+            });
         }
 
         // Program inputs and outputs: each names an operand of that lifetime, exactly once.
         let mut seen = vec![false; n as usize];
-        for (list, lifetime, what) in
-            [(&inputs, Location::Input, "input"), (&outputs, Location::Output, "output")]
-        {
+        for (list, lifetime, what) in [
+            (&inputs, Location::Input, "input"),
+            (&outputs, Location::Output, "output"),
+        ] {
             for &k in list.iter() {
                 check_index(&format!("program {what}"), k)?;
                 if operands[k as usize].location != lifetime {
-                    return Err(invalid(format!("program {what} {k} does not have the {what} lifetime")));
+                    return Err(invalid(format!(
+                        "program {what} {k} does not have the {what} lifetime"
+                    )));
                 }
                 if std::mem::replace(&mut seen[k as usize], true) {
-                    return Err(invalid(format!("operand {k} listed twice as a program argument")));
+                    return Err(invalid(format!(
+                        "operand {k} listed twice as a program argument"
+                    )));
                 }
             }
         }
         for (k, op) in operands.iter().enumerate() {
             if matches!(op.location, Location::Input | Location::Output) && !seen[k] {
-                return Err(invalid(format!("operand {k} has an argument lifetime but is not listed")));
+                return Err(invalid(format!(
+                    "operand {k} has an argument lifetime but is not listed"
+                )));
             }
         }
 
@@ -449,16 +518,26 @@ impl Program {
     /// Encodes the program. Fails only if a count or rank exceeds the format's limits.
     pub fn encode(&self) -> Result<Vec<u8>, ProgramError> {
         let too_many = |what: &str| invalid(format!("too many {what}"));
-        let index_words: usize = self.operations.iter().map(|o| o.inputs.len() + o.outputs.len()).sum();
+        let index_words: usize = self
+            .operations
+            .iter()
+            .map(|o| o.inputs.len() + o.outputs.len())
+            .sum();
         let header = ProgramHeader {
             magic: PROGRAM_MAGIC,
             version: PROGRAM_VERSION,
             num_operands: u32::try_from(self.operands.len()).map_err(|_| too_many("operands"))?,
-            num_operations: u32::try_from(self.operations.len()).map_err(|_| too_many("operations"))?,
+            num_operations: u32::try_from(self.operations.len())
+                .map_err(|_| too_many("operations"))?,
             num_inputs: u32::try_from(self.inputs.len()).map_err(|_| too_many("inputs"))?,
             num_outputs: u32::try_from(self.outputs.len()).map_err(|_| too_many("outputs"))?,
-            num_bo_refs: u32::try_from(self.bo_refs.len()).map_err(|_| too_many("BO references"))?,
-            flags: if self.relax_f32_to_f16 { PROGRAM_FLAG_RELAX_F32_TO_F16 } else { 0 },
+            num_bo_refs: u32::try_from(self.bo_refs.len())
+                .map_err(|_| too_many("BO references"))?,
+            flags: if self.relax_f32_to_f16 {
+                PROGRAM_FLAG_RELAX_F32_TO_F16
+            } else {
+                0
+            },
             index_words: u32::try_from(index_words).map_err(|_| too_many("operation indexes"))?,
             pad: 0,
             const_bytes: 0,
@@ -471,7 +550,11 @@ impl Program {
             if op.dims.len() > MAX_RANK {
                 return Err(invalid(format!("operand {i}: rank exceeds {MAX_RANK}")));
             }
-            let mut rec = OperandRecord { operand_type: op.operand_type, rank: op.dims.len() as u32, ..Default::default() };
+            let mut rec = OperandRecord {
+                operand_type: op.operand_type,
+                rank: op.dims.len() as u32,
+                ..Default::default()
+            };
             rec.dims[..op.dims.len()].copy_from_slice(&op.dims);
             rec.scale = op.scale;
             rec.zero_point = op.zero_point;
@@ -481,14 +564,19 @@ impl Program {
                 Location::Output => (LIFETIME_OUTPUT, 0, 0, 0),
                 Location::NoValue => (LIFETIME_NO_VALUE, 0, 0, 0),
                 Location::Constant { offset, length } => (LIFETIME_CONSTANT, 0, offset, length),
-                Location::BoRef { slot, offset, length } => (LIFETIME_BO_REF, slot, offset, length),
+                Location::BoRef {
+                    slot,
+                    offset,
+                    length,
+                } => (LIFETIME_BO_REF, slot, offset, length),
             };
             if let Some((dim, scales)) = &op.channel_quant {
                 while constants.len() % 4 != 0 {
                     constants.push(0);
                 }
                 rec.channel_dim = *dim;
-                rec.num_channel_scales = u32::try_from(scales.len()).map_err(|_| too_many("scales"))?;
+                rec.num_channel_scales =
+                    u32::try_from(scales.len()).map_err(|_| too_many("scales"))?;
                 rec.channel_scales_offset = constants.len() as u64;
                 for s in scales {
                     constants.extend_from_slice(&s.to_le_bytes());
@@ -496,7 +584,10 @@ impl Program {
             }
             recs.push(rec);
         }
-        let header = ProgramHeader { const_bytes: constants.len() as u64, ..header };
+        let header = ProgramHeader {
+            const_bytes: constants.len() as u64,
+            ..header
+        };
         out.extend_from_slice(header.as_bytes());
         for rec in &recs {
             out.extend_from_slice(rec.as_bytes());
@@ -549,11 +640,24 @@ mod tests {
             operands: vec![
                 t(Location::Input),
                 t(Location::Input),
-                Operand { operand_type: INT32, dims: vec![], scale: 0.0, zero_point: 0,
-                    location: Location::Constant { offset: 0, length: 4 }, channel_quant: None },
+                Operand {
+                    operand_type: INT32,
+                    dims: vec![],
+                    scale: 0.0,
+                    zero_point: 0,
+                    location: Location::Constant {
+                        offset: 0,
+                        length: 4,
+                    },
+                    channel_quant: None,
+                },
                 t(Location::Output),
             ],
-            operations: vec![Operation { operation_type: ADD, inputs: vec![0, 1, 2], outputs: vec![3] }],
+            operations: vec![Operation {
+                operation_type: ADD,
+                inputs: vec![0, 1, 2],
+                outputs: vec![3],
+            }],
             inputs: vec![0, 1],
             outputs: vec![3],
             bo_refs: vec![],
@@ -574,14 +678,20 @@ mod tests {
         let mut p = add_program();
         p.operands[0].channel_quant = Some((1, vec![0.5, 0.25, 1.0, 2.0]));
         let back = Program::decode(&p.encode().unwrap()).unwrap();
-        assert_eq!(back.operands[0].channel_quant, Some((1, vec![0.5, 0.25, 1.0, 2.0])));
+        assert_eq!(
+            back.operands[0].channel_quant,
+            Some((1, vec![0.5, 0.25, 1.0, 2.0]))
+        );
     }
 
     #[test]
     fn every_truncation_is_refused() {
         let bytes = add_program().encode().unwrap();
         for len in 0..bytes.len() {
-            assert!(Program::decode(&bytes[..len]).is_err(), "accepted a {len}-byte prefix");
+            assert!(
+                Program::decode(&bytes[..len]).is_err(),
+                "accepted a {len}-byte prefix"
+            );
         }
     }
 
@@ -597,7 +707,10 @@ mod tests {
         let bytes = add_program().encode().unwrap();
         let mut b = bytes.clone();
         b[0] ^= 1;
-        assert!(matches!(Program::decode(&b), Err(ProgramError::BadMagic(_))));
+        assert!(matches!(
+            Program::decode(&b),
+            Err(ProgramError::BadMagic(_))
+        ));
         let mut b = bytes.clone();
         b[4] = 9;
         assert_eq!(Program::decode(&b), Err(ProgramError::BadVersion(9)));
@@ -610,15 +723,24 @@ mod tests {
     fn out_of_range_operand_index_is_refused() {
         let mut p = add_program();
         p.operations[0].inputs[1] = 99;
-        assert!(matches!(Program::decode(&p.encode().unwrap()), Err(ProgramError::Invalid(_))));
+        assert!(matches!(
+            Program::decode(&p.encode().unwrap()),
+            Err(ProgramError::Invalid(_))
+        ));
     }
 
     #[test]
     fn constant_outside_the_section_is_refused() {
         let mut p = add_program();
-        p.operands[2].location = Location::Constant { offset: 2, length: 4 };
+        p.operands[2].location = Location::Constant {
+            offset: 2,
+            length: 4,
+        };
         assert!(Program::decode(&p.encode().unwrap()).is_err());
-        p.operands[2].location = Location::Constant { offset: u64::MAX, length: 2 };
+        p.operands[2].location = Location::Constant {
+            offset: u64::MAX,
+            length: 2,
+        };
         assert!(Program::decode(&p.encode().unwrap()).is_err());
     }
 
@@ -626,19 +748,32 @@ mod tests {
     fn argument_lifetimes_must_match_the_lists() {
         let mut p = add_program();
         p.inputs = vec![0];
-        assert!(Program::decode(&p.encode().unwrap()).is_err(), "an unlisted input");
+        assert!(
+            Program::decode(&p.encode().unwrap()).is_err(),
+            "an unlisted input"
+        );
         let mut p = add_program();
         p.inputs = vec![0, 0];
-        assert!(Program::decode(&p.encode().unwrap()).is_err(), "an input listed twice");
+        assert!(
+            Program::decode(&p.encode().unwrap()).is_err(),
+            "an input listed twice"
+        );
         let mut p = add_program();
         p.outputs = vec![2];
-        assert!(Program::decode(&p.encode().unwrap()).is_err(), "a constant as output");
+        assert!(
+            Program::decode(&p.encode().unwrap()).is_err(),
+            "a constant as output"
+        );
     }
 
     #[test]
     fn bo_slot_out_of_range_is_refused() {
         let mut p = add_program();
-        p.operands[2].location = Location::BoRef { slot: 0, offset: 0, length: 4 };
+        p.operands[2].location = Location::BoRef {
+            slot: 0,
+            offset: 0,
+            length: 4,
+        };
         assert!(Program::decode(&p.encode().unwrap()).is_err());
         p.bo_refs = vec![5];
         assert!(Program::decode(&p.encode().unwrap()).is_ok());

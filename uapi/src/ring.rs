@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::abi::{
-    Completion, Job, RING_MAGIC, RING_SQ_OFFSET, RING_VERSION, RingHeader, ring_cq_offset, ring_size,
+    Completion, Job, RING_MAGIC, RING_SQ_OFFSET, RING_VERSION, RingHeader, ring_cq_offset,
+    ring_size,
 };
 use crate::sys::{self, FutexWait, Mapping};
 
@@ -78,16 +79,26 @@ impl RingView {
     }
 
     fn u32_at(&self, field_offset: usize) -> &AtomicU32 {
+        let ptr = self
+            .map
+            .as_ptr()
+            .wrapping_add(self.base + field_offset)
+            .cast::<u32>();
         // SAFETY: `new` checked the header lies inside the live mapping at a 64-byte aligned
         // base, so the field is in bounds and 4-aligned; the mapping outlives `&self`. Shared
         // memory is only ever accessed atomically through these accessors.
-        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(self.base + field_offset).cast()) }
+        unsafe { AtomicU32::from_ptr(ptr) }
     }
 
     fn u64_at(&self, field_offset: usize) -> &AtomicU64 {
+        let ptr = self
+            .map
+            .as_ptr()
+            .wrapping_add(self.base + field_offset)
+            .cast::<u64>();
         // SAFETY: as in `u32_at`; u64 fields sit at 8-aligned offsets (checked at compile time
         // in `abi`).
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(self.base + field_offset).cast()) }
+        unsafe { AtomicU64::from_ptr(ptr) }
     }
 
     /// `magic`.
@@ -152,7 +163,8 @@ impl RingView {
     /// copy, never the shared bytes, so a client rewriting the slot cannot race the checks).
     pub fn read_job(&self, pos: u64) -> io::Result<Job> {
         let mut job = Job::new_zeroed();
-        self.map.read_at(self.sq_slot_offset(pos), job.as_mut_bytes())?;
+        self.map
+            .read_at(self.sq_slot_offset(pos), job.as_mut_bytes())?;
         Ok(job)
     }
 
@@ -164,7 +176,8 @@ impl RingView {
     /// Copies the completion of ring position `pos`.
     pub fn read_completion(&self, pos: u64) -> io::Result<Completion> {
         let mut c = Completion::new_zeroed();
-        self.map.read_at(self.cq_slot_offset(pos), c.as_mut_bytes())?;
+        self.map
+            .read_at(self.cq_slot_offset(pos), c.as_mut_bytes())?;
         Ok(c)
     }
 
@@ -207,7 +220,11 @@ impl Producer {
             return Err(RingError::BadRegion("ring not initialised by the device"));
         }
         let tail = ring.sq_tail().load(Ordering::Acquire);
-        Ok(Self { ring, tail, retired: tail })
+        Ok(Self {
+            ring,
+            tail,
+            retired: tail,
+        })
     }
 
     /// The ring.
@@ -243,7 +260,12 @@ impl Producer {
 
     /// Waits for `seq` to complete: spins for up to `spin`, then sleeps on the completion futex
     /// until `deadline_ns` (absolute CLOCK_MONOTONIC; `None` = forever).
-    pub fn wait(&mut self, seq: u64, spin: Duration, deadline_ns: Option<u64>) -> Result<Completion, RingError> {
+    pub fn wait(
+        &mut self,
+        seq: u64,
+        spin: Duration,
+        deadline_ns: Option<u64>,
+    ) -> Result<Completion, RingError> {
         if seq == 0 || seq > self.tail || seq <= self.retired {
             return Err(RingError::BadSeq(seq));
         }
@@ -300,7 +322,8 @@ mod tests {
     fn ring(entries: u32) -> RingView {
         let size = ring_size(entries).unwrap();
         let fd = sys::memfd_create(c"ring-test", size as u64).unwrap();
-        let map = Arc::new(Mapping::map_shared(std::os::fd::AsFd::as_fd(&fd), 0, size, true).unwrap());
+        let map =
+            Arc::new(Mapping::map_shared(std::os::fd::AsFd::as_fd(&fd), 0, size, true).unwrap());
         let r = RingView::new(map, 0, entries).unwrap();
         r.init().unwrap();
         r
@@ -309,10 +332,20 @@ mod tests {
     #[test]
     fn view_rejects_regions_too_small_or_misshapen() {
         let fd = sys::memfd_create(c"ring-test", 4096).unwrap();
-        let map = Arc::new(Mapping::map_shared(std::os::fd::AsFd::as_fd(&fd), 0, 4096, true).unwrap());
-        assert!(matches!(RingView::new(map.clone(), 0, 64), Err(RingError::BadRegion(_))));
-        assert!(matches!(RingView::new(map.clone(), 0, 3), Err(RingError::BadRegion(_))));
-        assert!(matches!(RingView::new(map.clone(), 8, 1), Err(RingError::BadRegion(_))));
+        let map =
+            Arc::new(Mapping::map_shared(std::os::fd::AsFd::as_fd(&fd), 0, 4096, true).unwrap());
+        assert!(matches!(
+            RingView::new(map.clone(), 0, 64),
+            Err(RingError::BadRegion(_))
+        ));
+        assert!(matches!(
+            RingView::new(map.clone(), 0, 3),
+            Err(RingError::BadRegion(_))
+        ));
+        assert!(matches!(
+            RingView::new(map.clone(), 8, 1),
+            Err(RingError::BadRegion(_))
+        ));
         assert!(RingView::new(map, 0, 1).is_ok());
     }
 
@@ -331,19 +364,41 @@ mod tests {
         let r = ring(2);
         let mut p = Producer::new(r.clone()).unwrap();
         for round in 0..5u64 {
-            let mut job = Job::default();
-            job.user_data = 100 + round;
-            job.bindings[0] = Binding { bo: 7, flags: 0, offset: 64, length: 16 };
+            let mut job = Job {
+                user_data: 100 + round,
+                ..Job::default()
+            };
+            job.bindings[0] = Binding {
+                bo: 7,
+                flags: 0,
+                offset: 64,
+                length: 16,
+            };
             let seq = p.submit(&job).unwrap();
             // Play the device.
             let pos = r.sq_head().load(Ordering::Acquire);
             let got = r.read_job(pos).unwrap();
             assert_eq!(got, job);
             r.sq_head().store(pos + 1, Ordering::Release);
-            r.write_completion(pos, &Completion { seq, user_data: got.user_data, status: 0, pad: 0, device_time_ns: 5 })
-                .unwrap();
+            r.write_completion(
+                pos,
+                &Completion {
+                    seq,
+                    user_data: got.user_data,
+                    status: 0,
+                    pad: 0,
+                    device_time_ns: 5,
+                },
+            )
+            .unwrap();
             r.publish_completion(seq);
-            let c = p.wait(seq, Duration::ZERO, Some(sys::deadline_after(Duration::from_secs(1)))).unwrap();
+            let c = p
+                .wait(
+                    seq,
+                    Duration::ZERO,
+                    Some(sys::deadline_after(Duration::from_secs(1))),
+                )
+                .unwrap();
             assert_eq!((c.seq, c.user_data), (seq, 100 + round));
         }
     }
@@ -353,10 +408,20 @@ mod tests {
         let r = ring(4);
         let mut p = Producer::new(r.clone()).unwrap();
         let seq = p.submit(&Job::default()).unwrap();
-        let e = p.wait(seq, Duration::ZERO, Some(sys::deadline_after(Duration::from_millis(20))));
+        let e = p.wait(
+            seq,
+            Duration::ZERO,
+            Some(sys::deadline_after(Duration::from_millis(20))),
+        );
         assert!(matches!(e, Err(RingError::TimedOut(1))));
         r.fail(libc::EIO);
-        assert!(matches!(p.wait(seq, Duration::ZERO, None), Err(RingError::Device(libc::EIO))));
-        assert!(matches!(p.wait(99, Duration::ZERO, None), Err(RingError::BadSeq(99))));
+        assert!(matches!(
+            p.wait(seq, Duration::ZERO, None),
+            Err(RingError::Device(libc::EIO))
+        ));
+        assert!(matches!(
+            p.wait(99, Duration::ZERO, None),
+            Err(RingError::BadSeq(99))
+        ));
     }
 }

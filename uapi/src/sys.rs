@@ -27,15 +27,34 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` at `offset` with `MAP_SHARED`. `offset` must be page aligned
     /// and `len` non-zero.
-    pub fn map_shared(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> io::Result<Self> {
+    pub fn map_shared(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        writable: bool,
+    ) -> io::Result<Self> {
         if len == 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let prot = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
+        let prot = if writable {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
         // SAFETY: a fresh mapping at an address the kernel chooses aliases no Rust object; the
         // mapping lives until `Drop` unmaps exactly this range.
-        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, offset) }?;
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                MapFlags::SHARED,
+                fd,
+                offset,
+            )
+        }?;
+        let ptr = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
         Ok(Self { ptr, len })
     }
 
@@ -60,9 +79,10 @@ impl Mapping {
         if end.is_none() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        // SAFETY: the range was checked to lie inside the live mapping; `dst` is a distinct
-        // Rust buffer, so the two cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        let src = self.ptr.as_ptr().wrapping_add(offset);
+        // SAFETY: `src..src+len` was checked above to lie inside the live mapping; `dst` is a
+        // distinct Rust buffer, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -72,9 +92,10 @@ impl Mapping {
         if end.is_none() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        // SAFETY: the range was checked to lie inside the live, writable-by-contract mapping;
-        // `src` is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
+        let dst = self.ptr.as_ptr().wrapping_add(offset);
+        // SAFETY: `dst..dst+len` was checked above to lie inside the live mapping; `src` is a
+        // distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
         Ok(())
     }
 }
@@ -140,13 +161,19 @@ pub fn ioctl_raw(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> io::Result<i32
     // SAFETY: `arg` is a live, exclusively borrowed buffer; callers size it to `_IOC_SIZE(cmd)`
     // so the kernel reads and writes only inside it.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::c_ulong, arg.as_mut_ptr()) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
 }
 
 /// Current `CLOCK_MONOTONIC` time in ns.
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// An absolute `CLOCK_MONOTONIC` deadline `d` from now, in ns.
@@ -168,12 +195,18 @@ pub enum FutexWait {
 /// `FUTEX_WAIT_BITSET` (shared, not private: the word is in memory shared between processes)
 /// on `word` while it equals `expected`, until `deadline_ns` (absolute CLOCK_MONOTONIC) if
 /// given. EINTR is reported as `Woken`: callers loop and re-check.
-pub fn futex_wait(word: &AtomicU32, expected: u32, deadline_ns: Option<u64>) -> io::Result<FutexWait> {
+pub fn futex_wait(
+    word: &AtomicU32,
+    expected: u32,
+    deadline_ns: Option<u64>,
+) -> io::Result<FutexWait> {
     let ts = deadline_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live aligned u32; the timespec outlives the call; FUTEX_WAIT_BITSET
     // only reads both.
     let rc = unsafe {
@@ -204,7 +237,11 @@ pub fn futex_wake(word: &AtomicU32, n: i32) -> io::Result<usize> {
     // SAFETY: `word` is a live aligned u32; FUTEX_WAKE does not access it beyond hashing the
     // address.
     let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
 }
 
 /// `process_vm_readv` of `dst.len()` bytes at `addr` in process `pid`. A short read or a bad
@@ -213,8 +250,14 @@ pub fn process_vm_read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
     if dst.is_empty() {
         return Ok(());
     }
-    let local = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: dst.len() };
-    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: dst.len() };
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: dst.len(),
+    };
     // SAFETY: `local` describes a live exclusively borrowed buffer; `remote` is only
     // dereferenced by the kernel in the other process, which checks it.
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
@@ -230,8 +273,14 @@ pub fn process_vm_write(pid: i32, addr: u64, src: &[u8]) -> io::Result<()> {
     if src.is_empty() {
         return Ok(());
     }
-    let local = libc::iovec { iov_base: src.as_ptr() as *mut libc::c_void, iov_len: src.len() };
-    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: src.len() };
+    let local = libc::iovec {
+        iov_base: src.as_ptr() as *mut libc::c_void,
+        iov_len: src.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: src.len(),
+    };
     // SAFETY: `local` describes a live buffer the kernel only reads; `remote` is checked by the
     // kernel in the other process.
     let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
@@ -283,7 +332,12 @@ pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
     if !cmsg.push(SendAncillaryMessage::ScmRights(&fds)) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let n = rustix::net::sendmsg(sock, &[io::IoSlice::new(b"F")], &mut cmsg, SendFlags::NOSIGNAL)?;
+    let n = rustix::net::sendmsg(
+        sock,
+        &[io::IoSlice::new(b"F")],
+        &mut cmsg,
+        SendFlags::NOSIGNAL,
+    )?;
     if n != 1 {
         return Err(io::Error::from_raw_os_error(libc::EIO));
     }
@@ -296,7 +350,12 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
-    rustix::net::recvmsg(sock, &mut [io::IoSliceMut::new(&mut byte)], &mut cmsg, RecvFlags::CMSG_CLOEXEC)?;
+    rustix::net::recvmsg(
+        sock,
+        &mut [io::IoSliceMut::new(&mut byte)],
+        &mut cmsg,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
     for msg in cmsg.drain() {
         if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
             if let Some(fd) = fds.next() {
@@ -310,4 +369,33 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 /// Borrow helper for tests and callers holding raw fds they know are open.
 pub fn is_open(fd: impl AsFd) -> bool {
     rustix::io::fcntl_getfd(fd).is_ok()
+}
+
+/// `DMA_BUF_IOCTL_SYNC` = `_IOW('b', 0, struct dma_buf_sync { __u64 flags; })`.
+pub const DMA_BUF_IOCTL_SYNC: u32 = crate::ioctl::ioc(crate::ioctl::IOC_WRITE, b'b' as u32, 0, 8);
+/// dma-buf sync: CPU reads.
+pub const DMA_BUF_SYNC_READ: u64 = 1;
+/// dma-buf sync: CPU writes.
+pub const DMA_BUF_SYNC_WRITE: u64 = 2;
+/// dma-buf sync: start of CPU access.
+pub const DMA_BUF_SYNC_START: u64 = 0;
+/// dma-buf sync: end of CPU access.
+pub const DMA_BUF_SYNC_END: u64 = 4;
+
+/// Brackets CPU access to a dma-buf (cache coherency, not synchronisation).
+pub fn dma_buf_sync(fd: BorrowedFd<'_>, flags: u64) -> io::Result<()> {
+    let mut arg = flags.to_ne_bytes();
+    ioctl_raw(fd, DMA_BUF_IOCTL_SYNC, &mut arg).map(|_| ())
+}
+
+/// Size of whatever `fd` refers to, by seeking to its end (works for dma-bufs, whose `fstat`
+/// size is 0, as well as for files and memfds). The file offset is restored.
+pub fn seek_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    use rustix::fs::SeekFrom;
+    let cur = rustix::fs::seek(fd, SeekFrom::Current(0)).ok();
+    let end = rustix::fs::seek(fd, SeekFrom::End(0))?;
+    if let Some(c) = cur {
+        let _ = rustix::fs::seek(fd, SeekFrom::Start(c));
+    }
+    Ok(end)
 }

@@ -1,0 +1,593 @@
+//! Queues and the engine: one worker per queue takes jobs in order (from the shared ring or
+//! from SUBMIT), runs them on the CPU executor, posts completions and answers WAITs.
+//!
+//! Ring workers sleep on the ring's doorbell futex: with io_uring `FUTEX_WAIT` where the kernel
+//! has it (probed once per device), with the futex syscall otherwise.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nnaccel_cpu::{ExecError, InputArg};
+use nnaccel_uapi::abi::*;
+use nnaccel_uapi::ring::RingView;
+use nnaccel_uapi::sys::{
+    self, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE,
+};
+use rustix::io::Errno;
+use zerocopy::IntoBytes;
+
+use crate::config::WaitMode;
+use crate::device::{DeviceCore, FileCtx, ResolvedJob};
+use crate::dispatch::Reply;
+use crate::timers::TimerKey;
+
+/// Completions remembered per queue for WAIT.
+const COMPLETION_RECORDS: usize = 4096;
+/// How long a ring worker polls before sleeping when the client asked for high performance.
+const HIGH_PERFORMANCE_POLL: Duration = Duration::from_micros(50);
+
+/// `FUTEX2_SIZE_U32`: futex2 flag for a 32-bit word (shared: no `FUTEX2_PRIVATE`).
+const FUTEX2_SIZE_U32: u32 = 0x02;
+
+/// Picks the engine's wait mode, probing io_uring for `FUTEX_WAIT`.
+pub fn resolve_wait_mode(asked: WaitMode) -> std::io::Result<WaitMode> {
+    let have = io_uring_futex_supported();
+    match asked {
+        WaitMode::Futex => Ok(WaitMode::Futex),
+        WaitMode::IoUring if have => Ok(WaitMode::IoUring),
+        WaitMode::IoUring => Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "io_uring FUTEX_WAIT is not supported by this kernel (needs Linux 6.7+)",
+        )),
+        WaitMode::Auto if have => Ok(WaitMode::IoUring),
+        WaitMode::Auto => {
+            tracing::info!("io_uring FUTEX_WAIT unavailable; engine workers use the futex syscall");
+            Ok(WaitMode::Futex)
+        }
+    }
+}
+
+/// Whether io_uring exists here and has the `FUTEX_WAIT` opcode.
+pub fn io_uring_futex_supported() -> bool {
+    let Ok(ring) = io_uring::IoUring::new(2) else {
+        return false;
+    };
+    let mut probe = io_uring::Probe::new();
+    if ring.submitter().register_probe(&mut probe).is_err() {
+        return false;
+    }
+    probe.is_supported(io_uring::opcode::FutexWait::CODE)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Waiter {
+    seq: u64,
+    arg: Wait,
+    reply: Box<dyn Reply>,
+    timer: Option<TimerKey>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Default queue: validated jobs not yet taken by the worker.
+    pending: VecDeque<(u64, ResolvedJob)>,
+    /// Default queue: last sequence number handed out.
+    submitted: u64,
+    /// Recent completions by sequence number.
+    records: BTreeMap<u64, Completion>,
+    /// Every seq below this was evicted from `records`.
+    evicted_below: u64,
+    waiters: HashMap<u64, Waiter>,
+    next_waiter: u64,
+    /// Set once the queue stopped: new WAITs fail.
+    dead: Option<Errno>,
+}
+
+struct Ring {
+    view: RingView,
+    _memfd: OwnedFd,
+    poll: Duration,
+}
+
+struct Shared {
+    id: u32,
+    core: Arc<DeviceCore>,
+    file: Weak<FileCtx>,
+    ring: Option<Ring>,
+    state: Mutex<QueueState>,
+    cond: Condvar,
+    stop: AtomicBool,
+}
+
+/// A queue: the file's default queue (SUBMIT) or a ring in shared memory.
+pub struct Queue {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("id", &self.shared.id)
+            .field("ring", &self.shared.ring.is_some())
+            .finish()
+    }
+}
+
+impl Queue {
+    /// The file's default queue (id 0), fed by SUBMIT.
+    pub fn new_default(file: &Arc<FileCtx>) -> Result<Arc<Self>, Errno> {
+        Self::start(file, 0, None)
+    }
+
+    /// A ring queue over a mapped, initialised ring.
+    pub fn new_ring(
+        file: &Arc<FileCtx>,
+        id: u32,
+        view: RingView,
+        memfd: OwnedFd,
+        flags: u32,
+    ) -> Result<Arc<Self>, Errno> {
+        let poll = if flags & QUEUE_FLAG_HIGH_PERFORMANCE != 0 {
+            HIGH_PERFORMANCE_POLL
+        } else {
+            Duration::ZERO
+        };
+        Self::start(
+            file,
+            id,
+            Some(Ring {
+                view,
+                _memfd: memfd,
+                poll,
+            }),
+        )
+    }
+
+    fn start(file: &Arc<FileCtx>, id: u32, ring: Option<Ring>) -> Result<Arc<Self>, Errno> {
+        let shared = Arc::new(Shared {
+            id,
+            core: file.core.clone(),
+            file: Arc::downgrade(file),
+            ring,
+            state: Mutex::default(),
+            cond: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("nnaccel-engine-{}-{id}", file.id))
+            .spawn(move || {
+                if s.ring.is_some() {
+                    ring_worker(&s)
+                } else {
+                    default_worker(&s)
+                }
+            })
+            .map_err(|_| Errno::NOMEM)?;
+        shared.core.stats.live_queues.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(Self {
+            shared,
+            worker: Mutex::new(Some(worker)),
+        }))
+    }
+
+    /// SUBMIT: queue a validated job; returns its sequence number. `EBUSY` when full.
+    pub fn push(&self, job: ResolvedJob) -> Result<u64, Errno> {
+        let mut st = lock(&self.shared.state);
+        if st.dead.is_some() {
+            return Err(Errno::CANCELED);
+        }
+        if st.pending.len() >= self.shared.core.config.max_queue_depth as usize {
+            return Err(Errno::BUSY);
+        }
+        st.submitted += 1;
+        let seq = st.submitted;
+        st.pending.push_back((seq, job));
+        drop(st);
+        self.shared.cond.notify_one();
+        Ok(seq)
+    }
+
+    /// WAIT: answers now if `seq` completed, else when it completes or the deadline passes.
+    pub fn wait(&self, arg: Wait, reply: Box<dyn Reply>) {
+        let s = &self.shared;
+        let mut st = lock(&s.state);
+        if let Some(c) = st.records.get(&arg.seq) {
+            let out = fill_wait(arg, c);
+            drop(st);
+            return reply.send(Ok(out));
+        }
+        let submitted = match &s.ring {
+            Some(r) => r.view.sq_tail().load(Ordering::Acquire),
+            None => st.submitted,
+        };
+        if arg.seq == 0 || arg.seq > submitted || arg.seq < st.evicted_below {
+            drop(st);
+            return reply.send(Err(Errno::INVAL));
+        }
+        if let Some(e) = st.dead {
+            drop(st);
+            return reply.send(Err(e));
+        }
+        if arg.deadline_ns <= sys::monotonic_ns() {
+            drop(st);
+            return reply.send(Err(Errno::TIMEDOUT));
+        }
+        let id = st.next_waiter;
+        st.next_waiter += 1;
+        let weak = Arc::downgrade(s);
+        let timer = s.core.timers.add(arg.deadline_ns, move || {
+            if let Some(s) = weak.upgrade() {
+                let w = lock(&s.state).waiters.remove(&id);
+                if let Some(w) = w {
+                    w.reply.send(Err(Errno::TIMEDOUT));
+                }
+            }
+        });
+        st.waiters.insert(
+            id,
+            Waiter {
+                seq: arg.seq,
+                arg,
+                reply,
+                timer: Some(timer),
+            },
+        );
+    }
+
+    /// Stops the worker (finishing the job in hand), fails waiters and pending jobs with
+    /// `ECANCELED`, and marks a ring dead so its clients stop waiting.
+    pub fn shutdown(&self) {
+        let s = &self.shared;
+        s.stop.store(true, Ordering::SeqCst);
+        {
+            let _st = lock(&s.state);
+            s.cond.notify_all();
+        }
+        if let Some(r) = &s.ring {
+            r.view.sq_doorbell().fetch_add(1, Ordering::SeqCst);
+            let _ = sys::futex_wake(r.view.sq_doorbell(), i32::MAX);
+        }
+        if let Some(w) = lock(&self.worker).take() {
+            let _ = w.join();
+        }
+        let (waiters, pending) = {
+            let mut st = lock(&s.state);
+            st.dead = Some(Errno::CANCELED);
+            (
+                std::mem::take(&mut st.waiters),
+                std::mem::take(&mut st.pending),
+            )
+        };
+        drop(pending);
+        for (_, w) in waiters {
+            if let Some(t) = w.timer {
+                s.core.timers.cancel(t);
+            }
+            w.reply.send(Err(Errno::CANCELED));
+        }
+        if let Some(r) = &s.ring {
+            if r.view.error().load(Ordering::SeqCst) == 0 {
+                r.view.fail(libc::ECANCELED);
+            }
+        }
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if lock(&self.worker).is_some() {
+            self.shutdown();
+        }
+        self.shared
+            .core
+            .stats
+            .live_queues
+            .fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn fill_wait(mut arg: Wait, c: &Completion) -> Vec<u8> {
+    arg.status = c.status;
+    arg.device_time_ns = c.device_time_ns;
+    arg.user_data = c.user_data;
+    arg.as_bytes().to_vec()
+}
+
+fn default_worker(s: &Shared) {
+    loop {
+        let next = {
+            let mut st = lock(&s.state);
+            loop {
+                if s.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Some(j) = st.pending.pop_front() {
+                    break j;
+                }
+                st = s.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        let (seq, job) = next;
+        let (status, time) = run_job(&s.core, &job);
+        complete(s, seq, job.user_data, status, time);
+    }
+}
+
+fn ring_worker(s: &Shared) {
+    let Some(ring) = &s.ring else { return };
+    let view = &ring.view;
+    let entries = u64::from(view.entries());
+    let mut uring = match s.core.wait_mode {
+        WaitMode::IoUring => match io_uring::IoUring::new(2) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                tracing::warn!(
+                    "queue {}: io_uring setup failed ({e}); using the futex syscall",
+                    s.id
+                );
+                None
+            }
+        },
+        _ => None,
+    };
+    let mut head = view.sq_head().load(Ordering::Acquire);
+    loop {
+        if s.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let tail = view.sq_tail().load(Ordering::Acquire);
+        if tail == head {
+            if !ring.poll.is_zero() && poll_for_work(s, view, head, ring.poll) {
+                continue;
+            }
+            sleep_on_doorbell(s, view, head, uring.as_mut());
+            continue;
+        }
+        if tail < head || tail - head > entries {
+            tracing::warn!(
+                "queue {}: client corrupted the ring (head {head}, tail {tail})",
+                s.id
+            );
+            view.fail(libc::EPROTO);
+            let waiters = std::mem::take(&mut lock(&s.state).waiters);
+            for (_, w) in waiters {
+                w.reply.send(Err(Errno::PROTO));
+            }
+            lock(&s.state).dead = Some(Errno::PROTO);
+            return;
+        }
+        // Copy the descriptor out before checking it: the client may rewrite the slot.
+        let job = view.read_job(head);
+        head += 1;
+        view.sq_head().store(head, Ordering::Release);
+        let seq = head;
+        let (user_data, status, time) = match job {
+            Ok(job) => {
+                let resolved = s
+                    .file
+                    .upgrade()
+                    .ok_or(Errno::CANCELED)
+                    .and_then(|f| f.resolve_job(&job));
+                match resolved {
+                    Ok(r) => {
+                        let (st, t) = run_job(&s.core, &r);
+                        (job.user_data, st, t)
+                    }
+                    Err(e) => (job.user_data, -e.raw_os_error(), 0),
+                }
+            }
+            Err(_) => (0, -libc::EFAULT, 0),
+        };
+        complete(s, seq, user_data, status, time);
+    }
+}
+
+fn poll_for_work(s: &Shared, view: &RingView, head: u64, window: Duration) -> bool {
+    let until = Instant::now() + window;
+    while Instant::now() < until {
+        if view.sq_tail().load(Ordering::Acquire) != head || s.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
+fn sleep_on_doorbell(
+    s: &Shared,
+    view: &RingView,
+    head: u64,
+    uring: Option<&mut io_uring::IoUring>,
+) {
+    let seen = view.sq_doorbell().load(Ordering::SeqCst);
+    view.sq_engine_sleeping().store(1, Ordering::SeqCst);
+    if view.sq_tail().load(Ordering::SeqCst) == head && !s.stop.load(Ordering::SeqCst) {
+        match uring {
+            Some(u) => uring_futex_wait(u, view, seen),
+            None => {
+                let _ = sys::futex_wait(view.sq_doorbell(), seen, None);
+            }
+        }
+    }
+    view.sq_engine_sleeping().store(0, Ordering::SeqCst);
+}
+
+fn uring_futex_wait(u: &mut io_uring::IoUring, view: &RingView, seen: u32) {
+    let op = io_uring::opcode::FutexWait::new(
+        view.sq_doorbell().as_ptr().cast_const(),
+        u64::from(seen),
+        u64::from(u32::MAX),
+        FUTEX2_SIZE_U32,
+    )
+    .build()
+    .user_data(1);
+    // SAFETY: the futex word lives in the ring mapping, which `view` keeps alive until after
+    // this function returns; we wait for the operation's completion below before returning,
+    // so the kernel never uses the address after that.
+    if unsafe { u.submission().push(&op) }.is_err() {
+        let _ = sys::futex_wait(view.sq_doorbell(), seen, None);
+        return;
+    }
+    loop {
+        match u.submit_and_wait(1) {
+            Ok(_) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    // Result: 0 (woken), -EAGAIN (value changed): either way the caller re-checks the ring.
+    u.completion().for_each(drop);
+}
+
+/// Runs one job on the CPU executor. Returns (status, device time in ns).
+pub fn run_job(core: &DeviceCore, job: &ResolvedJob) -> (i32, u64) {
+    let delay = core.config.faults.delay_job_ms;
+    let start = Instant::now();
+    if cfg!(feature = "fault-injection") && delay > 0 {
+        std::thread::sleep(Duration::from_millis(delay));
+    }
+    let status = match execute(job) {
+        Ok(()) => 0,
+        Err(e) => -e.raw_os_error(),
+    };
+    (
+        status,
+        u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
+    )
+}
+
+fn execute(job: &ResolvedJob) -> Result<(), Errno> {
+    let p = &job.program;
+    for bo in job.bindings.iter().map(|b| &b.0).chain(&p.bo_refs) {
+        bo.check_backing()?;
+    }
+    let n_in = p.inputs.len();
+    for (i, (bo, _, _)) in job.bindings.iter().enumerate() {
+        bo.sync(
+            DMA_BUF_SYNC_START
+                | if i < n_in {
+                    DMA_BUF_SYNC_READ
+                } else {
+                    DMA_BUF_SYNC_WRITE
+                },
+        );
+    }
+    for bo in &p.bo_refs {
+        bo.sync(DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ);
+    }
+    // SAFETY (all three slice constructions below): every range was checked against its BO's
+    // size when the job was resolved (and program BO ranges at PROGRAM_CREATE); the BOs are
+    // kept alive by `job` for this whole call, and their mappings never move. Outputs overlap
+    // no other binding of the job (checked in `resolve_job`), so the `&mut` slices are unique
+    // within this process. The bytes are shared memory another process may write at any
+    // time: the executor treats tensor bytes as plain data, never as sizes or indexes it
+    // trusts, so a racing writer can change results but not memory safety.
+    let pools: Vec<&[u8]> = p
+        .bo_refs
+        .iter()
+        // SAFETY: see above.
+        .map(|bo| unsafe { std::slice::from_raw_parts(bo.ptr(), bo.size as usize) })
+        .collect();
+    let inputs: Vec<InputArg<'_>> = job.bindings[..n_in]
+        .iter()
+        .zip(&p.inputs)
+        .map(|((bo, off, _), spec)| InputArg::Value {
+            // SAFETY: see above.
+            data: unsafe {
+                std::slice::from_raw_parts(
+                    bo.ptr().wrapping_add(*off as usize),
+                    spec.bytes as usize,
+                )
+            },
+            dimensions: Vec::new(),
+        })
+        .collect();
+    let mut outputs: Vec<&mut [u8]> = job.bindings[n_in..]
+        .iter()
+        // SAFETY: see above.
+        .map(|(bo, off, len)| unsafe {
+            std::slice::from_raw_parts_mut(bo.ptr().wrapping_add(*off as usize), *len as usize)
+        })
+        .collect();
+    let result = p.graph.execute(&pools, &inputs, &mut outputs);
+    for (i, (bo, _, _)) in job.bindings.iter().enumerate() {
+        bo.sync(
+            DMA_BUF_SYNC_END
+                | if i < n_in {
+                    DMA_BUF_SYNC_READ
+                } else {
+                    DMA_BUF_SYNC_WRITE
+                },
+        );
+    }
+    for bo in &p.bo_refs {
+        bo.sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_READ);
+    }
+    match result {
+        Ok(_) => Ok(()),
+        Err(ExecError::InvalidArgument(m)) => {
+            tracing::debug!("job rejected by the executor: {m}");
+            Err(Errno::INVAL)
+        }
+        Err(e) => {
+            tracing::debug!("job failed: {e}");
+            Err(Errno::IO)
+        }
+    }
+}
+
+fn complete(s: &Shared, seq: u64, user_data: u64, status: i32, device_time_ns: u64) {
+    s.core.stats.jobs_completed.fetch_add(1, Ordering::SeqCst);
+    let (_, drop_it) = s.core.job_fault();
+    if drop_it {
+        tracing::warn!(
+            "fault injection: dropping the completion of seq {seq} on queue {}",
+            s.id
+        );
+        return;
+    }
+    let c = Completion {
+        seq,
+        user_data,
+        status,
+        pad: 0,
+        device_time_ns,
+    };
+    if let Some(r) = &s.ring {
+        let _ = r.view.write_completion(seq - 1, &c);
+        r.view.publish_completion(seq);
+    }
+    let ready: Vec<Waiter> = {
+        let mut st = lock(&s.state);
+        st.records.insert(seq, c);
+        while st.records.len() > COMPLETION_RECORDS {
+            if let Some((old, _)) = st.records.pop_first() {
+                st.evicted_below = old + 1;
+            }
+        }
+        let ids: Vec<u64> = st
+            .waiters
+            .iter()
+            .filter(|(_, w)| w.seq == seq)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| st.waiters.remove(&id))
+            .collect()
+    };
+    for w in ready {
+        if let Some(t) = w.timer {
+            s.core.timers.cancel(t);
+        }
+        w.reply.send(Ok(fill_wait(w.arg, &c)));
+    }
+}

@@ -82,7 +82,7 @@ impl PreparedGraph {
                     })?;
                 consts[i] = Some(Tensor::new(
                     operand.dimensions.clone(),
-                    Data::decode(kind_of(operand.ty), bytes),
+                    Data::decode(operand.ty, bytes),
                 ));
             }
         }
@@ -166,7 +166,7 @@ impl PreparedGraph {
                         })?;
                     Some(Cow::Owned(Tensor::new(
                         operand.dimensions.clone(),
-                        Data::decode(kind_of(operand.ty), bytes),
+                        Data::decode(operand.ty, bytes),
                     )))
                 }
                 _ => None,
@@ -194,7 +194,7 @@ impl PreparedGraph {
                     }
                     values[idx] = Some(Cow::Owned(Tensor::new(
                         dims,
-                        Data::decode(kind_of(operand.ty), data),
+                        Data::decode(operand.ty, data),
                     )));
                 }
             }
@@ -254,7 +254,8 @@ impl PreparedGraph {
             let t = values[oi as usize].as_deref().ok_or_else(|| {
                 ExecError::Failed(format!("output {k} (operand {oi}) was not computed"))
             })?;
-            let ok = outputs[k].len() >= t.data.byte_len();
+            let ty = g.operands[oi as usize].ty;
+            let ok = outputs[k].len() >= t.data.len() * ty.element_size();
             all_ok &= ok;
             shapes.push(OutputShape {
                 dimensions: t.dims.clone(),
@@ -266,7 +267,8 @@ impl PreparedGraph {
         }
         for (k, &oi) in g.output_indexes.iter().enumerate() {
             if let Some(t) = values[oi as usize].as_deref() {
-                t.data.encode(&mut outputs[k][..]);
+                t.data
+                    .encode(g.operands[oi as usize].ty, &mut outputs[k][..]);
             }
         }
         Ok(shapes)
@@ -278,11 +280,7 @@ pub(crate) fn dims_compatible(declared: &[u32], actual: &[u32]) -> bool {
     if declared.is_empty() {
         return true;
     }
-    declared.len() == actual.len()
-        && declared
-            .iter()
-            .zip(actual)
-            .all(|(&d, &a)| d == 0 || d == a)
+    declared.len() == actual.len() && declared.iter().zip(actual).all(|(&d, &a)| d == 0 || d == a)
 }
 
 fn resolve_input_dims(

@@ -1,1 +1,37 @@
-//! placeholder, being written
+//! nnaccel CPU executor: NN HAL (1.0–1.3) operation kernels and a graph interpreter.
+//!
+//! A [`Graph`] is validated ([`Graph::validate`]) and prepared ([`PreparedGraph::new`]) once,
+//! then executed many times ([`PreparedGraph::execute`]) on little-endian byte buffers. The
+//! executor performs no I/O and never panics on bad request data: it returns
+//! [`ExecError::InvalidArgument`] instead.
+//!
+//! Implemented operations and types are listed by [`supported_operation_types`];
+//! [`Graph::is_operation_supported`] answers for one operation as written and
+//! [`Graph::unsupported_reason`] says why not.
+//!
+//! Notes on semantics:
+//! - TENSOR_FLOAT16 / FLOAT16 values are widened to f32 on input and rounded back (nearest
+//!   even) on output; intermediate results are computed in f32.
+//! - 8-bit quantized CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, SUB, MUL, pooling use the
+//!   HAL's integer requantization (gemmlowp fixed-point multiplier, rounding and saturation);
+//!   LOGISTIC, TANH, SOFTMAX, L2_NORMALIZATION, MEAN and RESIZE_BILINEAR on 8-bit tensors are
+//!   computed in float and quantized with round-half-away-from-zero (may differ from the
+//!   reference fixed-point kernels by one step).
+//! - Layout NCHW (the trailing layout BOOL) is handled by transposing to NHWC and back.
+
+mod error;
+mod exec;
+mod model;
+mod ops;
+mod tensor;
+mod validate;
+
+pub use error::GraphError;
+pub use exec::{ExecError, InputArg, OutputShape, PreparedGraph};
+pub use model::{
+    ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType,
+    supported_operation_types,
+};
+
+#[cfg(test)]
+mod tests;

@@ -80,8 +80,12 @@ impl OperandType {
         use OperandType::*;
         match self {
             Float32 | Int32 | Uint32 | TensorFloat32 | TensorInt32 => 4,
-            TensorQuant8Asymm | Bool | TensorBool8 | TensorQuant8SymmPerChannel
-            | TensorQuant8Symm | TensorQuant8AsymmSigned => 1,
+            TensorQuant8Asymm
+            | Bool
+            | TensorBool8
+            | TensorQuant8SymmPerChannel
+            | TensorQuant8Symm
+            | TensorQuant8AsymmSigned => 1,
             TensorQuant16Symm | TensorFloat16 | Float16 | TensorQuant16Asymm => 2,
         }
     }
@@ -344,7 +348,11 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Structural and per-operation validation. See [`crate::validate`].
+    /// Structural and per-operation validation: operand types and quantization parameters,
+    /// constant locations and lengths, graph input/output lists against lifetimes, operand
+    /// indexes in range, every temporary/output written exactly once, no cycles, and the
+    /// argument count, types and fixed quantization of every operation this executor knows.
+    /// Operations without a kernel are only checked structurally.
     pub fn validate(&self) -> Result<(), GraphError> {
         crate::validate::validate_graph(self).map(|_| ())
     }
@@ -354,6 +362,19 @@ impl Graph {
         match self.operations.get(index) {
             Some(_) => crate::validate::check_operation(self, index).is_ok(),
             None => false,
+        }
+    }
+
+    /// Why operation `index` cannot run on this executor, or None when it can.
+    pub fn unsupported_reason(&self, index: usize) -> Option<String> {
+        if index >= self.operations.len() {
+            return Some(format!("operation {index} does not exist"));
+        }
+        match crate::validate::check_operation(self, index) {
+            Ok(()) => None,
+            Err(crate::validate::Issue::Invalid(r) | crate::validate::Issue::Unsupported(r)) => {
+                Some(r)
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ pub(crate) const MAX_ELEMENTS: usize = 1 << 28;
 /// Typed element storage. Several operand types share one storage kind (see [`kind_of`]).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Data {
-    /// FLOAT32, TENSOR_FLOAT32.
+    /// FLOAT32, TENSOR_FLOAT32; also FLOAT16, TENSOR_FLOAT16 (widened on decode).
     F32(Vec<f32>),
     /// INT32, UINT32 (bit pattern), TENSOR_INT32.
     I32(Vec<i32>),
@@ -18,7 +18,7 @@ pub(crate) enum Data {
     I8(Vec<i8>),
     /// TENSOR_QUANT16_SYMM.
     I16(Vec<i16>),
-    /// TENSOR_QUANT16_ASYMM, FLOAT16 and TENSOR_FLOAT16 (raw bits).
+    /// TENSOR_QUANT16_ASYMM.
     U16(Vec<u16>),
 }
 
@@ -36,12 +36,12 @@ pub(crate) enum Kind {
 pub(crate) fn kind_of(ty: OperandType) -> Kind {
     use OperandType::*;
     match ty {
-        Float32 | TensorFloat32 => Kind::F32,
+        Float32 | TensorFloat32 | Float16 | TensorFloat16 => Kind::F32,
         Int32 | Uint32 | TensorInt32 => Kind::I32,
         TensorQuant8Asymm | Bool | TensorBool8 => Kind::U8,
         TensorQuant8Symm | TensorQuant8SymmPerChannel | TensorQuant8AsymmSigned => Kind::I8,
         TensorQuant16Symm => Kind::I16,
-        TensorQuant16Asymm | Float16 | TensorFloat16 => Kind::U16,
+        TensorQuant16Asymm => Kind::U16,
     }
 }
 
@@ -68,20 +68,17 @@ impl Data {
         }
     }
 
-    pub(crate) fn byte_len(&self) -> usize {
-        match self {
-            Data::F32(v) => v.len() * 4,
-            Data::I32(v) => v.len() * 4,
-            Data::U8(v) => v.len(),
-            Data::I8(v) => v.len(),
-            Data::I16(v) => v.len() * 2,
-            Data::U16(v) => v.len() * 2,
+    /// Decodes little-endian `bytes` holding elements of operand type `ty`.
+    pub(crate) fn decode(ty: OperandType, bytes: &[u8]) -> Data {
+        if matches!(ty, OperandType::Float16 | OperandType::TensorFloat16) {
+            return Data::F32(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                    .collect(),
+            );
         }
-    }
-
-    /// Decodes `bytes` (exact length) as elements of `kind`.
-    pub(crate) fn decode(kind: Kind, bytes: &[u8]) -> Data {
-        match kind {
+        match kind_of(ty) {
             Kind::F32 => Data::F32(
                 bytes
                     .chunks_exact(4)
@@ -111,8 +108,14 @@ impl Data {
         }
     }
 
-    /// Encodes into `out`, which must be at least `byte_len()` long.
-    pub(crate) fn encode(&self, out: &mut [u8]) {
+    /// Encodes as elements of operand type `ty` into `out` (at least `len() * element_size`).
+    pub(crate) fn encode(&self, ty: OperandType, out: &mut [u8]) {
+        if let (Data::F32(v), OperandType::Float16 | OperandType::TensorFloat16) = (self, ty) {
+            for (o, x) in out.chunks_exact_mut(2).zip(v) {
+                o.copy_from_slice(&f32_to_f16(*x).to_le_bytes());
+            }
+            return;
+        }
         match self {
             Data::F32(v) => {
                 for (o, x) in out.chunks_exact_mut(4).zip(v) {
@@ -187,27 +190,91 @@ pub(crate) fn num_elements(dims: &[u32]) -> Option<usize> {
 
 /// Converts an IEEE half-precision bit pattern to f32.
 pub(crate) fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) & 1) as u32;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let frac = (h & 0x3ff) as u32;
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let frac = u32::from(h & 0x3ff);
     let bits = if exp == 0 {
         if frac == 0 {
-            sign << 31
+            sign
         } else {
-            // subnormal: normalise
-            let mut e: i32 = -14;
-            let mut f = frac;
-            while f & 0x400 == 0 {
-                f <<= 1;
-                e -= 1;
-            }
-            f &= 0x3ff;
-            (sign << 31) | (((e + 127) as u32) << 23) | (f << 13)
+            // subnormal: value = frac * 2^-24
+            return if sign != 0 { -1.0 } else { 1.0 } * frac as f32 * 2f32.powi(-24);
         }
     } else if exp == 0x1f {
-        (sign << 31) | (0xff << 23) | (frac << 13)
+        sign | (0xff << 23) | (frac << 13)
     } else {
-        (sign << 31) | ((exp + 127 - 15) << 23) | (frac << 13)
+        sign | ((exp + 127 - 15) << 23) | (frac << 13)
     };
     f32::from_bits(bits)
+}
+
+/// Converts f32 to IEEE half precision, rounding to nearest even.
+pub(crate) fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let mant = b & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if mant != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = mant | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = m >> shift;
+        let rem = m & ((1 << shift) - 1);
+        let halfway = 1 << (shift - 1);
+        let r = if rem > halfway || (rem == halfway && half & 1 == 1) {
+            half + 1
+        } else {
+            half
+        };
+        return sign | r as u16;
+    }
+    let mut r = ((e as u32) << 10) | (mant >> 13);
+    let rem = mant & 0x1fff;
+    if rem > 0x1000 || (rem == 0x1000 && r & 1 == 1) {
+        r += 1;
+    }
+    sign | r as u16
+}
+
+/// Whether `ty` is a floating-point tensor type (FLOAT32 or FLOAT16 storage widened to f32).
+pub(crate) fn is_float(ty: OperandType) -> bool {
+    matches!(ty, OperandType::TensorFloat32 | OperandType::TensorFloat16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_precision_conversions_round_trip() {
+        for v in [
+            0.0f32,
+            1.0,
+            -2.5,
+            65504.0,
+            0.000_061_035_156,
+            5.960_464_5e-8,
+            0.1,
+        ] {
+            let h = f32_to_f16(v);
+            let back = f16_to_f32(h);
+            assert!(
+                (back - v).abs() <= v.abs() * 1e-3 + 1e-7,
+                "{v} -> {h:#x} -> {back}"
+            );
+        }
+        assert_eq!(f32_to_f16(1.0), 0x3c00);
+        assert_eq!(f32_to_f16(-2.0), 0xc000);
+        assert_eq!(f32_to_f16(1e6), 0x7c00);
+        assert_eq!(f16_to_f32(0x3555), 0.333_251_95);
+    }
 }

@@ -10,8 +10,16 @@ pub(crate) fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
     let r = a.len().max(b.len());
     let mut out = vec![0u32; r];
     for i in 0..r {
-        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+        let da = if i + a.len() >= r {
+            a[i + a.len() - r]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= r {
+            b[i + b.len() - r]
+        } else {
+            1
+        };
         out[i] = if da == db {
             da
         } else if da == 1 {
@@ -105,7 +113,7 @@ pub(crate) fn binary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let op = ctx.op.op;
     let ty = ctx.ty(0)?;
     match ty {
-        OperandType::TensorFloat32 => {
+        OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
             let (ad, a) = ctx.f32s(0)?;
             let (bd, b) = ctx.f32s(1)?;
             let (lo, hi) = ctx.act_f32(2)?;
@@ -191,8 +199,9 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
             let twice_max = 2.0 * f64::from(o1.scale.max(o2.scale));
             let (m1, s1) = quantize_multiplier(f64::from(o1.scale) / twice_max);
             let (mut m2, s2) = quantize_multiplier(f64::from(o2.scale) / twice_max);
-            let (mo, so) =
-                quantize_multiplier(twice_max / (f64::from(1 << left_shift) * f64::from(out.scale)));
+            let (mo, so) = quantize_multiplier(
+                twice_max / (f64::from(1 << left_shift) * f64::from(out.scale)),
+            );
             if ctx.op.op == OperationType::Sub {
                 m2 = -m2;
             }
@@ -233,7 +242,7 @@ pub(crate) fn unary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let op = ctx.op.op;
     let ty = ctx.ty(0)?;
     match ty {
-        OperandType::TensorFloat32 => {
+        OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
             let (d, x) = ctx.f32s(0)?;
             let f: fn(f32) -> f32 = match op {
                 O::Relu => |v| v.max(0.0),
@@ -241,9 +250,21 @@ pub(crate) fn unary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                 O::Relu6 => |v| v.clamp(0.0, 6.0),
                 O::Logistic => |v| 1.0 / (1.0 + (-v).exp()),
                 O::Tanh => f32::tanh,
-                _ => f32::floor,
+                O::Abs => f32::abs,
+                O::Exp => f32::exp,
+                O::Log => f32::ln,
+                O::Neg => |v| -v,
+                O::Rsqrt => |v| 1.0 / v.sqrt(),
+                O::Sin => f32::sin,
+                O::Sqrt => f32::sqrt,
+                O::HardSwish => |v| v * (v + 3.0).clamp(0.0, 6.0) / 6.0,
+                O::Floor => f32::floor,
+                _ => return Err(ctx.err("no float kernel")),
             };
-            Ok(Tensor::new(d.to_vec(), Data::F32(x.iter().map(|&v| f(v)).collect())))
+            Ok(Tensor::new(
+                d.to_vec(),
+                Data::F32(x.iter().map(|&v| f(v)).collect()),
+            ))
         }
         OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned => {
             let (d, x) = q8_values(ctx, 0)?;
@@ -312,12 +333,22 @@ pub(crate) fn dequantize(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                 .map(|(i, &q)| f32::from(q) * cq.scales[(i / s) % n])
                 .collect()
         }
-        (Data::U8(x), _) => x.iter().map(|&q| (i32::from(q) - zp) as f32 * scale).collect(),
-        (Data::I8(x), None) => x.iter().map(|&q| (i32::from(q) - zp) as f32 * scale).collect(),
-        (Data::I16(x), _) => x.iter().map(|&q| (i32::from(q) - zp) as f32 * scale).collect(),
-        (Data::U16(x), _) if inp.ty == OperandType::TensorQuant16Asymm => {
-            x.iter().map(|&q| (i32::from(q) - zp) as f32 * scale).collect()
-        }
+        (Data::U8(x), _) => x
+            .iter()
+            .map(|&q| (i32::from(q) - zp) as f32 * scale)
+            .collect(),
+        (Data::I8(x), None) => x
+            .iter()
+            .map(|&q| (i32::from(q) - zp) as f32 * scale)
+            .collect(),
+        (Data::I16(x), _) => x
+            .iter()
+            .map(|&q| (i32::from(q) - zp) as f32 * scale)
+            .collect(),
+        (Data::U16(x), _) if inp.ty == OperandType::TensorQuant16Asymm => x
+            .iter()
+            .map(|&q| (i32::from(q) - zp) as f32 * scale)
+            .collect(),
         _ => return Err(ctx.err(format!("unsupported input type {}", inp.ty.name()))),
     };
     Ok(Tensor::new(t.dims.clone(), Data::F32(v)))
@@ -366,7 +397,9 @@ fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
 fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KResult<Tensor> {
     let out = ctx.out(0)?;
     match out.ty {
-        OperandType::TensorFloat32 => Ok(Tensor::new(dims, Data::F32(v))),
+        OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
+            Ok(Tensor::new(dims, Data::F32(v)))
+        }
         OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned => {
             let (qmin, qmax) = q8_range(out.ty);
             let q = v
@@ -436,4 +469,45 @@ pub(crate) fn l2_normalization(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         }
     }
     float_result(ctx, d, out)
+}
+
+/// MAXIMUM, MINIMUM (broadcasting, no activation) and PRELU(input, alpha).
+pub(crate) fn binary_extra(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+    let op = ctx.op.op;
+    match ctx.ty(0)? {
+        OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
+            let (ad, a) = ctx.f32s(0)?;
+            let (bd, b) = ctx.f32s(1)?;
+            let f: fn(f32, f32) -> f32 = match op {
+                OperationType::Maximum => f32::max,
+                OperationType::Minimum => f32::min,
+                _ => |x, alpha| if x < 0.0 { alpha * x } else { x },
+            };
+            let (od, v) = broadcast(ctx, ad, a, bd, b, f)?;
+            Ok(Tensor::new(od, Data::F32(v)))
+        }
+        OperandType::TensorInt32 if op != OperationType::Prelu => {
+            let (ad, a) = ctx.i32s(0)?;
+            let (bd, b) = ctx.i32s(1)?;
+            let f: fn(i32, i32) -> i32 = if op == OperationType::Maximum {
+                i32::max
+            } else {
+                i32::min
+            };
+            let (od, v) = broadcast(ctx, ad, a, bd, b, f)?;
+            Ok(Tensor::new(od, Data::I32(v)))
+        }
+        t => Err(ctx.err(format!("unsupported type {}", t.name()))),
+    }
+}
+
+/// ELU(input, alpha).
+pub(crate) fn elu(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+    let (d, x) = ctx.f32s(0)?;
+    let alpha = ctx.scalar_f32(1)?;
+    let v = x
+        .iter()
+        .map(|&v| if v < 0.0 { alpha * (v.exp() - 1.0) } else { v })
+        .collect();
+    Ok(Tensor::new(d.to_vec(), Data::F32(v)))
 }

@@ -106,22 +106,6 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    pub fn u8s(&self, i: usize) -> KResult<(&'a [u32], &'a [u8])> {
-        let t = self.t(i)?;
-        match &t.data {
-            Data::U8(v) => Ok((&t.dims, v)),
-            _ => Err(self.err(format!("input {i} is not 8-bit unsigned"))),
-        }
-    }
-
-    pub fn i8s(&self, i: usize) -> KResult<(&'a [u32], &'a [i8])> {
-        let t = self.t(i)?;
-        match &t.data {
-            Data::I8(v) => Ok((&t.dims, v)),
-            _ => Err(self.err(format!("input {i} is not 8-bit signed"))),
-        }
-    }
-
     pub fn scalar_i32(&self, i: usize) -> KResult<i32> {
         match &self.t(i)?.data {
             Data::I32(v) if v.len() == 1 => Ok(v[0]),
@@ -190,9 +174,22 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     use OperationType as O;
     let t = match ctx.op.op {
         O::Add | O::Sub | O::Mul | O::Div => elementwise::binary(ctx)?,
-        O::Relu | O::Relu1 | O::Relu6 | O::Logistic | O::Tanh | O::Floor => {
-            elementwise::unary(ctx)?
-        }
+        O::Relu
+        | O::Relu1
+        | O::Relu6
+        | O::Logistic
+        | O::Tanh
+        | O::Floor
+        | O::Abs
+        | O::Exp
+        | O::Log
+        | O::Neg
+        | O::Rsqrt
+        | O::Sin
+        | O::Sqrt
+        | O::HardSwish => elementwise::unary(ctx)?,
+        O::Maximum | O::Minimum | O::Prelu => elementwise::binary_extra(ctx)?,
+        O::Elu => elementwise::elu(ctx)?,
         O::Dequantize => elementwise::dequantize(ctx)?,
         O::Quantize => elementwise::quantize(ctx)?,
         O::Reshape => shape::reshape(ctx)?,

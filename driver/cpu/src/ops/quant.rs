@@ -105,10 +105,12 @@ mod tests {
     }
 
     #[test]
-    fn multiply_by_quantized_multiplier_rounds_half_away_from_zero() {
+    fn multiply_by_quantized_multiplier_matches_gemmlowp_rounding() {
         let (m, s) = quantize_multiplier(0.5);
         assert_eq!(mbqm(3, m, s), 2);
-        assert_eq!(mbqm(-3, m, s), -2);
+        // gemmlowp's doubling high multiply rounds a negative tie towards zero
+        assert_eq!(mbqm(-3, m, s), -1);
+        assert_eq!(mbqm(-5, m, s), -2);
         assert_eq!(mbqm(4, m, s), 2);
         let (m, s) = quantize_multiplier(3.0);
         assert_eq!(mbqm(5, m, s), 15);

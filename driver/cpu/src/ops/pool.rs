@@ -1,0 +1,287 @@
+//! AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D and RESIZE_BILINEAR.
+
+use super::conv::{Geometry, Padding};
+use super::{KResult, OpCtx, check4, count, nchw_to_nhwc, nhwc_to_nchw, to_u32};
+use crate::model::{OperandType, OperationType};
+use crate::tensor::{Data, Tensor};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PoolKind {
+    Avg,
+    Max,
+    L2,
+}
+
+/// The three 2-D pooling operations in their implicit and explicit padding forms.
+pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+    let kind = match ctx.op.op {
+        OperationType::AveragePool2d => PoolKind::Avg,
+        OperationType::MaxPool2d => PoolKind::Max,
+        _ => PoolKind::L2,
+    };
+    let n_in = ctx.n_inputs();
+    let implicit = n_in == 7 || n_in == 8;
+    let (padding, first) = if implicit {
+        (Padding::Implicit(ctx.scalar_i32(1)?), 2)
+    } else {
+        (
+            Padding::Explicit {
+                l: ctx.scalar_usize(1, "padding")?,
+                r: ctx.scalar_usize(2, "padding")?,
+                t: ctx.scalar_usize(3, "padding")?,
+                b: ctx.scalar_usize(4, "padding")?,
+            },
+            5,
+        )
+    };
+    let sw = ctx.scalar_pos(first, "stride_w")?;
+    let sh = ctx.scalar_pos(first + 1, "stride_h")?;
+    let fw = ctx.scalar_pos(first + 2, "filter_width")?;
+    let fh = ctx.scalar_pos(first + 3, "filter_height")?;
+    let act = first + 4;
+    let nchw = ctx.opt_bool(act + 1, false)?;
+    let it = ctx.t(0)?;
+    check4(ctx, &it.dims, it.data.len(), "input")?;
+    let in_dims = if nchw {
+        vec![it.dims[0], it.dims[2], it.dims[3], it.dims[1]]
+    } else {
+        it.dims.clone()
+    };
+    let [n, h, w, c] = [0, 1, 2, 3].map(|i| in_dims[i] as usize);
+    let (g, oh, ow) = Geometry::resolve(ctx, padding, (sw, sh), (1, 1), (h, w), (fh, fw))?;
+    let od = vec![in_dims[0], to_u32(ctx, oh)?, to_u32(ctx, ow)?, in_dims[3]];
+    count(ctx, &od)?;
+    // Window bounds per output coordinate.
+    let bounds = |o: usize, stride: usize, pad: usize, f: usize, size: usize| {
+        let start = (o * stride) as isize - pad as isize;
+        let lo = start.max(0) as usize;
+        let hi = ((start + f as isize).min(size as isize)).max(0) as usize;
+        (lo, hi.max(lo))
+    };
+    // Runs `f(window values iterator) -> out` for every output element.
+    fn run<T: Copy, R>(
+        x: &[T],
+        dims: (usize, usize, usize, usize),
+        out_hw: (usize, usize),
+        win: impl Fn(usize, usize) -> ((usize, usize), (usize, usize)),
+        mut f: impl FnMut(&mut dyn Iterator<Item = T>, usize) -> R,
+    ) -> Vec<R> {
+        let (n, h, w, c) = dims;
+        let (oh, ow) = out_hw;
+        let _ = h;
+        let mut out = Vec::with_capacity(n * oh * ow * c);
+        for b in 0..n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let ((y0, y1), (x0, x1)) = win(oy, ox);
+                    let cnt = (y1 - y0) * (x1 - x0);
+                    for ch in 0..c {
+                        let mut it = (y0..y1)
+                            .flat_map(|y| (x0..x1).map(move |xx| (y, xx)))
+                            .map(|(y, xx)| x[((b * h + y) * w + xx) * c + ch]);
+                        out.push(f(&mut it, cnt));
+                    }
+                }
+            }
+        }
+        out
+    }
+    let win = |oy: usize, ox: usize| {
+        (
+            bounds(oy, g.stride_h, g.pad_t, fh, h),
+            bounds(ox, g.stride_w, g.pad_l, fw, w),
+        )
+    };
+    let in_ty = ctx.ty(0)?;
+    if crate::tensor::is_float(in_ty) {
+        let x = match &it.data {
+            Data::F32(v) if nchw => nchw_to_nhwc(v, &it.dims).1,
+            Data::F32(v) => v.clone(),
+            _ => return Err(ctx.err("input is not float32")),
+        };
+        let (lo, hi) = ctx.act_f32(act)?;
+        let out = run(&x, (n, h, w, c), (oh, ow), win, |it, cnt| {
+            let v = match kind {
+                PoolKind::Avg => {
+                    let s: f32 = it.sum();
+                    if cnt == 0 { 0.0 } else { s / cnt as f32 }
+                }
+                PoolKind::Max => it.fold(f32::NEG_INFINITY, f32::max),
+                PoolKind::L2 => {
+                    let s: f32 = it.map(|v| v * v).sum();
+                    if cnt == 0 {
+                        0.0
+                    } else {
+                        (s / cnt as f32).sqrt()
+                    }
+                }
+            };
+            v.max(lo).min(hi)
+        });
+        return Ok(if nchw {
+            let (d, v) = nhwc_to_nchw(&out, &od);
+            Tensor::new(d, Data::F32(v))
+        } else {
+            Tensor::new(od, Data::F32(out))
+        });
+    }
+    let signed = match in_ty {
+        OperandType::TensorQuant8Asymm => false,
+        OperandType::TensorQuant8AsymmSigned => true,
+        t => return Err(ctx.err(format!("unsupported type {}", t.name()))),
+    };
+    if kind == PoolKind::L2 {
+        return Err(ctx.err("L2_POOL_2D is not implemented for quantized tensors"));
+    }
+    let mut x: Vec<i32> = match &it.data {
+        Data::U8(v) => v.iter().map(|&q| i32::from(q)).collect(),
+        Data::I8(v) => v.iter().map(|&q| i32::from(q)).collect(),
+        _ => return Err(ctx.err("input is not 8-bit")),
+    };
+    if nchw {
+        x = nchw_to_nhwc(&x, &it.dims).1;
+    }
+    let (qmin, qmax) = if signed { (-128, 127) } else { (0, 255) };
+    let (lo, hi) = ctx.act_q(act, qmin, qmax)?;
+    let out = run(&x, (n, h, w, c), (oh, ow), win, |it, cnt| {
+        let v = match kind {
+            PoolKind::Max => it.fold(qmin, i32::max),
+            _ => {
+                let s: i64 = it.map(i64::from).sum();
+                let cnt = cnt as i64;
+                let v = if cnt == 0 {
+                    0
+                } else if s >= 0 {
+                    (s + cnt / 2) / cnt
+                } else {
+                    (s - cnt / 2) / cnt
+                };
+                v as i32
+            }
+        };
+        v.clamp(lo, hi)
+    });
+    let (d, out) = if nchw {
+        nhwc_to_nchw(&out, &od)
+    } else {
+        (od, out)
+    };
+    Ok(if signed {
+        Tensor::new(d, Data::I8(out.into_iter().map(|v| v as i8).collect()))
+    } else {
+        Tensor::new(d, Data::U8(out.into_iter().map(|v| v as u8).collect()))
+    })
+}
+
+/// Source coordinate, lower and upper neighbour for output coordinate `o`.
+fn interp(o: usize, scale: f32, half_pixel: bool, in_size: usize) -> (f32, usize, usize) {
+    let v = if half_pixel {
+        (o as f32 + 0.5) * scale - 0.5
+    } else {
+        o as f32 * scale
+    };
+    let last = in_size.saturating_sub(1);
+    let lo = (v.floor().max(0.0) as usize).min(last);
+    let hi = if half_pixel {
+        (v.ceil().max(0.0) as usize).min(last)
+    } else {
+        (lo + 1).min(last)
+    };
+    (v, lo, hi)
+}
+
+/// RESIZE_BILINEAR(input, width|scale, height|scale, [layout], [align_corners], [half_pixel]).
+pub(crate) fn resize_bilinear(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+    let nchw = ctx.opt_bool(3, false)?;
+    let align = ctx.opt_bool(4, false)?;
+    let half = ctx.opt_bool(5, false)?;
+    let it = ctx.t(0)?;
+    check4(ctx, &it.dims, it.data.len(), "input")?;
+    let in_dims = if nchw {
+        vec![it.dims[0], it.dims[2], it.dims[3], it.dims[1]]
+    } else {
+        it.dims.clone()
+    };
+    let [n, h, w, c] = [0, 1, 2, 3].map(|i| in_dims[i] as usize);
+    let (ow, oh) = if matches!(ctx.ty(1)?, OperandType::Float32 | OperandType::Float16) {
+        let sw = ctx.scalar_f32(1)?;
+        let sh = ctx.scalar_f32(2)?;
+        let f = |s: f32, size: usize| -> KResult<usize> {
+            let v = (size as f32 * s).floor();
+            if !(v >= 1.0 && v < u32::MAX as f32) {
+                return Err(ctx.err(format!("invalid scale {s}")));
+            }
+            Ok(v as usize)
+        };
+        (f(sw, w)?, f(sh, h)?)
+    } else {
+        (
+            ctx.scalar_pos(1, "output width")?,
+            ctx.scalar_pos(2, "output height")?,
+        )
+    };
+    let od = vec![in_dims[0], to_u32(ctx, oh)?, to_u32(ctx, ow)?, in_dims[3]];
+    count(ctx, &od)?;
+    let scale = |i: usize, o: usize| {
+        if align && o > 1 {
+            (i as f32 - 1.0) / (o as f32 - 1.0)
+        } else {
+            i as f32 / o as f32
+        }
+    };
+    let (hs, ws) = (scale(h, oh), scale(w, ow));
+    let x: Vec<f32> = match &it.data {
+        Data::F32(v) => v.clone(),
+        Data::U8(v) => v.iter().map(|&q| f32::from(q)).collect(),
+        Data::I8(v) => v.iter().map(|&q| f32::from(q)).collect(),
+        _ => return Err(ctx.err("unsupported input type")),
+    };
+    let x = if nchw {
+        nchw_to_nhwc(&x, &it.dims).1
+    } else {
+        x
+    };
+    let mut out = Vec::with_capacity(n * oh * ow * c);
+    let xs: Vec<(f32, usize, usize)> = (0..ow).map(|o| interp(o, ws, half, w)).collect();
+    for b in 0..n {
+        for oy in 0..oh {
+            let (iy, y0, y1) = interp(oy, hs, half, h);
+            let dy = iy - y0 as f32;
+            for &(ix, x0, x1) in &xs {
+                let dx = ix - x0 as f32;
+                let at = |y: usize, xx: usize, ch: usize| x[((b * h + y) * w + xx) * c + ch];
+                for ch in 0..c {
+                    let v = at(y0, x0, ch) * (1.0 - dy) * (1.0 - dx)
+                        + at(y1, x0, ch) * dy * (1.0 - dx)
+                        + at(y0, x1, ch) * (1.0 - dy) * dx
+                        + at(y1, x1, ch) * dy * dx;
+                    out.push(v);
+                }
+            }
+        }
+    }
+    let (d, out) = if nchw {
+        nhwc_to_nchw(&out, &od)
+    } else {
+        (od, out)
+    };
+    Ok(match &it.data {
+        Data::U8(_) => Tensor::new(
+            d,
+            Data::U8(
+                out.iter()
+                    .map(|v| v.round().clamp(0.0, 255.0) as u8)
+                    .collect(),
+            ),
+        ),
+        Data::I8(_) => Tensor::new(
+            d,
+            Data::I8(
+                out.iter()
+                    .map(|v| v.round().clamp(-128.0, 127.0) as i8)
+                    .collect(),
+            ),
+        ),
+        _ => Tensor::new(d, Data::F32(out)),
+    })
+}

@@ -1,1 +1,6 @@
-//! The HAL (being written).
+//! `nnaccel`: the HAL side of the stack. It reaches the device only through
+//! [`nnaccel_uapi::Device`] — a device node, or an in-process device behind the same trait.
+
+pub mod device;
+
+pub use device::{DeviceInfo, LiveObjects, open_node};

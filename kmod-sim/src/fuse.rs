@@ -76,6 +76,18 @@ impl Filesystem for FuseDevice {
         }
     }
 
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &std::ffi::OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // A device node has no extended attributes (LSMs ask for security.*).
+        reply.error(fuser::Errno::from_i32(libc::ENODATA));
+    }
+
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let id = self.dev.open();
         reply.opened(

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what the build and tests need on a Debian machine. Idempotent and quiet when
+# everything is already there. Runs apt-get only as root; otherwise says what is missing.
+set -euo pipefail
+
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v cargo >/dev/null 2>&1 || { echo "setup.sh: cargo is required (rustup)" >&2; exit 1; }
+[ -e /dev/fuse ] || missing+=(fuse3)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup.sh: installing ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        echo "setup.sh: missing packages: ${missing[*]} (run as root to install them)" >&2
+    fi
+fi
+
+# The FUSE module (a no-op where it is built in or already loaded).
+if [ ! -e /dev/fuse ] && [ "$(id -u)" = 0 ]; then
+    modprobe fuse 2>/dev/null || true
+fi
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true

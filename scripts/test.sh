@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting and lints, unit tests, and the integration
+# tests that run the simulated device on FUSE (they need root and /dev/fuse; with CI=true they
+# fail rather than skip when those are missing).
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh --quick    unit tests only (no FUSE, no root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=1 ;;
+        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+        *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
+    esac
+done
+
+scripts/setup.sh
+
+step() { printf '\n==> %s\n' "$*"; }
+started=$SECONDS
+
+step "formatting"
+cargo fmt --all -- --check
+
+step "lints (clippy, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+if [ "$quick" = 1 ]; then
+    step "unit tests"
+    cargo test --workspace --locked --lib --bins
+    exit 0
+fi
+
+step "build"
+cargo build --workspace --all-targets --locked
+
+step "tests (unit and integration)"
+if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
+    echo "note: integration tests need root and /dev/fuse; they will report SKIPPED here" \
+         "(and fail under CI=true)" >&2
+fi
+cargo test --workspace --locked --no-fail-fast
+
+step "done in $((SECONDS - started)) s"

@@ -12,6 +12,10 @@ pub enum WaitMode {
     IoUring,
 }
 
+/// Whether fault injection is compiled in: debug builds (tests), or release builds with the
+/// `fault-injection` feature. Release packages leave it out.
+pub const FAULT_INJECTION: bool = cfg!(any(debug_assertions, feature = "fault-injection"));
+
 /// Fault injection for reliability tests. All zero = off. Counted across the whole device,
 /// 1-based.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

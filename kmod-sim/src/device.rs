@@ -49,7 +49,7 @@ impl DeviceCore {
     /// Fault injection: counts an ioctl; returns the fault to apply to it, if any.
     pub fn ioctl_fault(&self) -> Option<Errno> {
         let faults = self.config.faults;
-        if !cfg!(feature = "fault-injection") || !faults.any() {
+        if !crate::config::FAULT_INJECTION || !faults.any() {
             return None;
         }
         let n = self.ioctl_count.fetch_add(1, Ordering::SeqCst) + 1;
@@ -65,7 +65,7 @@ impl DeviceCore {
     /// Fault injection: counts a job; returns (delay, drop its completion).
     pub fn job_fault(&self) -> (u64, bool) {
         let faults = self.config.faults;
-        if !cfg!(feature = "fault-injection") || !faults.any() {
+        if !crate::config::FAULT_INJECTION || !faults.any() {
             return (0, false);
         }
         let n = self.job_count.fetch_add(1, Ordering::SeqCst) + 1;
@@ -159,7 +159,7 @@ impl SimDevice {
             | CAP_BO_IMPORT_DMABUF
             | CAP_BO_EXPORT
             | CAP_QUEUE_RING
-            | if cfg!(feature = "fault-injection") {
+            | if crate::config::FAULT_INJECTION {
                 CAP_FAULT_INJECTION
             } else {
                 0

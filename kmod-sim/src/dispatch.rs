@@ -185,7 +185,7 @@ impl SimDevice {
                 let file_size = sys::file_size(memfd.as_fd()).map_err(|_| Errno::INVAL)?;
                 zero(
                     a.offset
-                        .checked_add(need)
+                        .checked_add(a.size)
                         .is_some_and(|end| end <= file_size),
                 )?;
                 let map = Mapping::map_shared(memfd.as_fd(), a.offset, need as usize, true)

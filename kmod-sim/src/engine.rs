@@ -276,6 +276,7 @@ impl Queue {
         }
         if let Some(r) = &s.ring {
             if r.view.error().load(Ordering::SeqCst) == 0 {
+                cancel_unstarted(&r.view);
                 r.view.fail(libc::ECANCELED);
             }
         }
@@ -293,6 +294,23 @@ impl Drop for Queue {
             .live_queues
             .fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Completes every job the client published but the engine never took with `-ECANCELED`, so
+/// a client waiting on one gets an answer rather than only the ring's error.
+fn cancel_unstarted(view: &RingView) {
+    let head = view.sq_head().load(Ordering::Acquire);
+    let tail = view.sq_tail().load(Ordering::Acquire);
+    if tail <= head || tail - head > u64::from(view.entries()) {
+        return;
+    }
+    for pos in head..tail {
+        let user_data = view.read_job(pos).map(|j| j.user_data).unwrap_or(0);
+        let c = Completion { seq: pos + 1, user_data, status: -libc::ECANCELED, pad: 0, device_time_ns: 0 };
+        let _ = view.write_completion(pos, &c);
+    }
+    view.sq_head().store(tail, Ordering::Release);
+    view.publish_completion(tail);
 }
 
 fn fill_wait(mut arg: Wait, c: &Completion) -> Vec<u8> {
@@ -452,7 +470,7 @@ fn uring_futex_wait(u: &mut io_uring::IoUring, view: &RingView, seen: u32) {
 pub fn run_job(core: &DeviceCore, job: &ResolvedJob) -> (i32, u64) {
     let delay = core.config.faults.delay_job_ms;
     let start = Instant::now();
-    if cfg!(feature = "fault-injection") && delay > 0 {
+    if crate::config::FAULT_INJECTION && delay > 0 {
         std::thread::sleep(Duration::from_millis(delay));
     }
     let status = match execute(job) {

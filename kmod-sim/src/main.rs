@@ -92,7 +92,7 @@ fn main() -> ExitCode {
         drop_completion: args.fault_drop_completion,
         exit_on_ioctl: args.fault_exit_on_ioctl,
     };
-    if faults.any() && !cfg!(feature = "fault-injection") {
+    if faults.any() && !nnaccel_kmod_sim::config::FAULT_INJECTION {
         eprintln!("nnaccel-sim: fault injection is not compiled into this build");
         return ExitCode::from(2);
     }

@@ -105,7 +105,7 @@ pub const BO_KIND_DMABUF: u32 = 3;
 /// Imported from another mappable file.
 pub const BO_KIND_FILE: u32 = 4;
 
-/// Import offsets and sizes are multiples of this (the page size the device maps with).
+/// Import offsets are multiples of this (the page size the device maps with); sizes are not.
 pub const BO_IMPORT_ALIGN: u64 = 4096;
 
 /// `NNACCEL_IOCTL_BO_CREATE` argument.

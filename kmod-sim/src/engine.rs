@@ -306,7 +306,13 @@ fn cancel_unstarted(view: &RingView) {
     }
     for pos in head..tail {
         let user_data = view.read_job(pos).map(|j| j.user_data).unwrap_or(0);
-        let c = Completion { seq: pos + 1, user_data, status: -libc::ECANCELED, pad: 0, device_time_ns: 0 };
+        let c = Completion {
+            seq: pos + 1,
+            user_data,
+            status: -libc::ECANCELED,
+            pad: 0,
+            device_time_ns: 0,
+        };
         let _ = view.write_completion(pos, &c);
     }
     view.sq_head().store(tail, Ordering::Release);

@@ -2,5 +2,7 @@
 //! [`nnaccel_uapi::Device`] — a device node, or an in-process device behind the same trait.
 
 pub mod device;
+pub mod hal;
+pub mod modelfile;
 
 pub use device::{DeviceInfo, LiveObjects, open_node};

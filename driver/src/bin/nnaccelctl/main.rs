@@ -1,0 +1,154 @@
+//! `nnaccelctl`: run, inspect and benchmark models on an nnaccel device (or the CPU executor).
+//!
+//! Exit status: 0 on success; 1 when the driver answers an ErrorStatus other than NONE
+//! (preparing or executing); 2 when nothing could be run: bad arguments, an unreadable or
+//! malformed model or inputs file, a device that cannot be opened.
+
+mod backend;
+mod bench;
+mod exec;
+mod info;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// A failure before anything ran: printed on stderr, exit status 2.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+/// What a command achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything succeeded (exit 0).
+    Ok,
+    /// The driver answered an ErrorStatus other than NONE (exit 1).
+    Failed,
+}
+
+const AFTER_HELP: &str = "\
+Device choice: --device PATH opens that device node; --cpu runs on the CPU executor only;
+otherwise /dev/nnaccel is used if it exists, else the embedded default: the simulated device,
+in-process.
+
+Model and inputs files: JSON, see docs/model-format.md.
+
+Exit status: 0 success; 1 the driver answered an ErrorStatus other than NONE (the status is
+printed); 2 nothing ran: bad arguments, an unreadable or malformed model or inputs file, or a
+device node that cannot be opened.";
+
+/// Run, inspect and benchmark NN HAL models on an nnaccel device.
+#[derive(Debug, Parser)]
+#[command(name = "nnaccelctl", version, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Which backend executes.
+#[derive(Debug, Args, Clone)]
+struct DeviceArgs {
+    /// Use the device node at PATH (e.g. /dev/nnaccel, or a file served by nnaccel-sim).
+    #[arg(long, value_name = "PATH", conflicts_with = "cpu")]
+    device: Option<PathBuf>,
+    /// Use the CPU executor only, no device.
+    #[arg(long)]
+    cpu: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Prepare a model, execute it once on the given inputs and print its outputs.
+    #[command(after_help = run::AFTER_HELP)]
+    Run {
+        /// The model file (JSON, model format version 1).
+        model: PathBuf,
+        /// The inputs file (JSON: {"inputs": [[...], ...], "inputDimensions": [[...], ...]}).
+        #[arg(long, value_name = "INPUTS.json")]
+        inputs: PathBuf,
+        /// Print one JSON object (status, outputs, timing) instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Measure timing (time on device, time in driver) and print it in the table; the
+        /// --json object always carries measured timing.
+        #[arg(long)]
+        measure: bool,
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
+    /// Show the device, its parameters and capabilities, the operations the driver runs, and,
+    /// given a model, where each of its operations would run.
+    Info {
+        /// A model file to show per-operation placement for (device / cpu / unsupported).
+        model: Option<PathBuf>,
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
+    /// Prepare a model once and execute it repeatedly: executions per second and latency
+    /// percentiles (p50/p90/p99), with a progress bar on a terminal.
+    Bench {
+        /// The model file.
+        model: PathBuf,
+        /// The inputs file; without it every input is zero-filled (which needs the model's
+        /// input dimensions fully specified).
+        #[arg(long, value_name = "INPUTS.json")]
+        inputs: Option<PathBuf>,
+        /// Timed executions (after a few untimed warm-up runs).
+        #[arg(long, short = 'n', default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+        iterations: u32,
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
+}
+
+fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
+    match cli.command {
+        Command::Run {
+            model,
+            inputs,
+            json,
+            measure,
+            device,
+        } => run::run(&run::RunArgs {
+            model,
+            inputs,
+            json,
+            measure,
+            device: device.device,
+            cpu: device.cpu,
+        }),
+        Command::Info { model, device } => info::info(model.as_deref(), device.device, device.cpu),
+        Command::Bench {
+            model,
+            inputs,
+            iterations,
+            device,
+        } => bench::bench(
+            &model,
+            inputs.as_deref(),
+            iterations,
+            device.device,
+            device.cpu,
+        ),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::from(1),
+        Err(CliError(msg)) => {
+            eprintln!("nnaccelctl: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! The NN HAL: types, validation, and the device interface.
+
+pub mod convert;
+pub mod driver;
+pub mod memory;
+pub mod types;
+pub mod validate;
+
+pub use driver::{Backend, Driver, ExecutionHandle, Placement, PreparedModel};
+pub use memory::MappedPool;
+pub use types::*;
+
+#[cfg(test)]
+mod driver_tests;

@@ -1,0 +1,674 @@
+//! End-to-end runs of the `nnaccelctl` binary: every example in-process (the embedded default),
+//! on the CPU executor, and through the FUSE-backed simulated device; the `--json` object
+//! checked against independently computed outputs; malformed files (exit 2, a message, no
+//! panic) and failing models (exit 1 with the status).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nnaccel_tests::{Sim, require_privileges};
+use serde_json::Value;
+
+/// No single nnaccelctl invocation may take longer.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where `nnaccelctl` is: `$NNACCEL_CTL_BIN`, else `target/<profile>/nnaccelctl` next to the
+/// directory of the running test binary (`target/<profile>/deps/`).
+fn ctl_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("NNACCEL_CTL_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "NNACCEL_CTL_BIN={} is not a file", p.display());
+        return p;
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let exe_dir = exe.parent().expect("test binary has a directory");
+    let profile_dir = if exe_dir.file_name().is_some_and(|n| n == "deps") {
+        exe_dir.parent().expect("deps has a parent")
+    } else {
+        exe_dir
+    };
+    let bin = profile_dir.join("nnaccelctl");
+    assert!(
+        bin.is_file(),
+        "nnaccelctl is missing: {} does not exist.\nBuild it first: `cargo build -p nnaccel \
+         --bin nnaccelctl` (with the same CARGO_TARGET_DIR and profile), or set NNACCEL_CTL_BIN.",
+        bin.display()
+    );
+    bin
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn example(name: &str) -> String {
+    examples().join(name).display().to_string()
+}
+
+/// What one invocation did.
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one JSON object ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    #[track_caller]
+    fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code, code,
+            "exit status {} (wanted {code})\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        assert!(
+            !self.stderr.contains("panicked"),
+            "nnaccelctl panicked:\n{}",
+            self.stderr
+        );
+        self
+    }
+}
+
+/// Runs nnaccelctl with `args`; fails the test if it runs longer than [`RUN_TIMEOUT`] or dies
+/// of a signal.
+fn ctl(args: &[&str]) -> Out {
+    let bin = ctl_binary();
+    let mut child = Command::new(&bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).map(|_| s)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        stderr.read_to_string(&mut s).map(|_| s)
+    });
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nnaccelctl {args:?} did not finish within {RUN_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = out_reader.join().unwrap().unwrap();
+    let stderr = err_reader.join().unwrap().unwrap();
+    let code = status
+        .code()
+        .unwrap_or_else(|| panic!("nnaccelctl {args:?} died of a signal ({status}):\n{stderr}"));
+    Out {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+/// An example, its expected output (computed independently with numpy, see
+/// examples/README.md) and the tolerance.
+struct Case {
+    name: &'static str,
+    dims: &'static [u64],
+    data: &'static [f64],
+    tolerance: f64,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "add",
+        dims: &[1, 2, 2, 1],
+        data: &[2.0, 4.0, 6.0, 8.0],
+        tolerance: 0.0,
+    },
+    Case {
+        name: "mlp",
+        dims: &[1, 4],
+        data: &[0.24435444, 0.3044832, 0.11780773, 0.33335462],
+        tolerance: 1e-5,
+    },
+    Case {
+        name: "cnn",
+        dims: &[1, 3],
+        data: &[0.17782596, 0.239202, -0.42347595],
+        tolerance: 1e-4,
+    },
+    Case {
+        name: "quant",
+        dims: &[1, 4],
+        data: &[146.0, 128.0, 128.0, 147.0],
+        tolerance: 0.0,
+    },
+];
+
+/// Checks a `run --json` object against `case`.
+#[track_caller]
+fn check_json(case: &Case, v: &Value) {
+    let name = case.name;
+    let obj = v.as_object().expect("an object");
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["outputs", "status", "timing"], "{name}: {v}");
+    assert_eq!(v["status"], "NONE", "{name}: {v}");
+    let outputs = v["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 1, "{name}: {v}");
+    let out = &outputs[0];
+    let mut keys: Vec<&str> = out
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["data", "dimensions", "isSufficient"], "{name}: {v}");
+    let dims: Vec<u64> = out["dimensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect();
+    assert_eq!(dims, case.dims, "{name}: {v}");
+    assert_eq!(out["isSufficient"], true, "{name}: {v}");
+    let data: Vec<f64> = out["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_f64().unwrap())
+        .collect();
+    assert_eq!(data.len(), case.data.len(), "{name}: {v}");
+    for (i, (got, want)) in data.iter().zip(case.data).enumerate() {
+        assert!(
+            (got - want).abs() <= case.tolerance,
+            "{name}: data[{i}] = {got}, expected {want} (±{})",
+            case.tolerance
+        );
+    }
+    let timing = v["timing"].as_object().unwrap();
+    let mut keys: Vec<&str> = timing.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["timeInDriverUs", "timeOnDeviceUs"], "{name}: {v}");
+    let in_driver = timing["timeInDriverUs"].as_u64().unwrap();
+    let on_device = timing["timeOnDeviceUs"].as_u64().unwrap();
+    assert!(in_driver < u64::MAX, "{name}: timing not measured: {v}");
+    assert!(on_device <= in_driver, "{name}: {v}");
+}
+
+fn run_json(case: &Case, extra: &[&str]) -> Value {
+    let model = example(&format!("{}.json", case.name));
+    let inputs = example(&format!("{}.inputs.json", case.name));
+    let mut args = vec!["run", model.as_str(), "--inputs", inputs.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let out = ctl(&args);
+    out.expect_code(0);
+    out.json()
+}
+
+fn default_node_exists() -> bool {
+    Path::new("/dev/nnaccel").exists()
+}
+
+#[test]
+fn every_example_runs_in_process_by_default() {
+    for case in CASES {
+        check_json(case, &run_json(case, &[]));
+    }
+    // The human output says which backend ran.
+    let out = ctl(&[
+        "run",
+        &example("mlp.json"),
+        "--inputs",
+        &example("mlp.inputs.json"),
+    ]);
+    out.expect_code(0);
+    if !default_node_exists() {
+        assert!(
+            out.stdout
+                .contains("backend: embedded simulated device, in-process"),
+            "{}",
+            out.stdout
+        );
+        assert!(out.stdout.contains("runs on the device"), "{}", out.stdout);
+    }
+    assert!(out.stdout.contains("status: NONE"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("output 0: TENSOR_FLOAT32 [1, 4]"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("timing:"), "{}", out.stdout);
+}
+
+#[test]
+fn every_example_runs_on_the_cpu_executor() {
+    for case in CASES {
+        check_json(case, &run_json(case, &["--cpu"]));
+    }
+    let out = ctl(&[
+        "run",
+        &example("quant.json"),
+        "--inputs",
+        &example("quant.inputs.json"),
+        "--cpu",
+        "--measure",
+    ]);
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains("backend: CPU executor (--cpu)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("runs on the CPU executor"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("TENSOR_QUANT8_ASYMM [1, 4] scale 0.1 zeroPoint 128"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("146  128  128  147"), "{}", out.stdout);
+    assert!(out.stdout.contains("timing: on device"), "{}", out.stdout);
+}
+
+#[test]
+fn every_example_runs_through_the_fuse_device() {
+    if !require_privileges() {
+        return;
+    }
+    let sim = Sim::new();
+    let path = sim.path().display().to_string();
+    for case in CASES {
+        check_json(case, &run_json(case, &["--device", &path]));
+    }
+    let out = ctl(&[
+        "run",
+        &example("cnn.json"),
+        "--inputs",
+        &example("cnn.inputs.json"),
+        "--device",
+        &path,
+    ]);
+    out.expect_code(0);
+    assert!(
+        out.stdout
+            .contains(&format!("backend: {path} (nnaccel device")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("runs on the device"), "{}", out.stdout);
+    let out = ctl(&["info", "--device", &path, &example("cnn.json")]);
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains(&format!("device: {path}")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("API version:"), "{}", out.stdout);
+    for op in ["CONV_2D", "MAX_POOL_2D", "RESHAPE", "FULLY_CONNECTED"] {
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.contains(op) && l.trim_end().ends_with("device")),
+            "{op} not placed on the device:\n{}",
+            out.stdout
+        );
+    }
+    let out = ctl(&["bench", &example("mlp.json"), "-n", "50", "--device", &path]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("executions/s"), "{}", out.stdout);
+    assert!(
+        !sim.has_exited(),
+        "the simulator died; its log:\n{}",
+        sim.log()
+    );
+}
+
+/// Writes `text` to a temp file and returns (dir guard, path).
+fn temp_file(name: &str, text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    (dir, p.display().to_string())
+}
+
+fn add_model_text() -> String {
+    std::fs::read_to_string(examples().join("add.json")).unwrap()
+}
+
+#[test]
+fn malformed_model_files_exit_2_with_a_message() {
+    let add = add_model_text();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "truncated JSON",
+            "{\"version\": 1,".to_string(),
+            "malformed JSON at line",
+        ),
+        (
+            "not JSON",
+            "version = 1".to_string(),
+            "malformed JSON at line 1",
+        ),
+        ("empty", String::new(), "malformed JSON"),
+        (
+            "bad version",
+            add.replace("\"version\": 1", "\"version\": 2"),
+            "version: unsupported model format version 2",
+        ),
+        (
+            "unknown field",
+            add.replace("\"version\": 1,", "\"version\": 1, \"name\": \"add\","),
+            "name: unknown field \"name\"",
+        ),
+        (
+            "unknown operand type",
+            add.replace("\"INT32\"", "\"INT64\""),
+            "operands[2].type: unknown operand type \"INT64\"",
+        ),
+        (
+            "unknown operation type",
+            add.replace("\"ADD\"", "\"PLUS\""),
+            "operations[0].type: unknown operation type \"PLUS\"",
+        ),
+        (
+            "value count",
+            add.replace("[1.0, 2.0, 3.0, 4.0]", "[1.0, 2.0]"),
+            "operands[1].value: 2 values given",
+        ),
+        (
+            "out of range",
+            add.replace("\"value\": [0]", "\"value\": [4294967296]"),
+            "operands[2].value[0]: 4294967296 is out of range",
+        ),
+        (
+            "wrong JSON type",
+            add.replace("\"inputIndexes\": [0]", "\"inputIndexes\": \"0\""),
+            "inputIndexes: expected an array, found a string",
+        ),
+    ];
+    let inputs = example("add.inputs.json");
+    for (what, text, message) in &cases {
+        let (_dir, path) = temp_file("model.json", text);
+        for json in [false, true] {
+            let mut args = vec!["run", path.as_str(), "--inputs", inputs.as_str()];
+            if json {
+                args.push("--json");
+            }
+            let out = ctl(&args);
+            out.expect_code(2);
+            assert!(
+                out.stderr.contains(&path) && out.stderr.contains(message),
+                "{what}: stderr does not name the file and say {message:?}:\n{}",
+                out.stderr
+            );
+            assert!(out.stdout.is_empty(), "{what}: stdout: {}", out.stdout);
+        }
+        let out = ctl(&["info", "--cpu", &path]);
+        out.expect_code(2);
+        assert!(out.stderr.contains(message), "{what}: {}", out.stderr);
+        let out = ctl(&["bench", &path, "--cpu", "-n", "1"]);
+        out.expect_code(2);
+        assert!(out.stderr.contains(message), "{what}: {}", out.stderr);
+    }
+    // A missing model file.
+    let out = ctl(&["run", "/nonexistent/model.json", "--inputs", &inputs]);
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("/nonexistent/model.json: cannot read"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn malformed_inputs_files_exit_2_with_a_message() {
+    let model = example("quant.json");
+    for (text, message) in [
+        ("{\"inputs\": [[1, 2]", "malformed JSON"),
+        ("{\"input\": [[1]]}", "input: unknown field \"input\""),
+        ("{}", "missing required field \"inputs\""),
+        (
+            "{\"inputs\": [[1, 2, 3, 4, 5, 6, 7, 256]]}",
+            "inputs[0][7]: 256 is out of range",
+        ),
+        (
+            "{\"inputs\": [[\"a\"]]}",
+            "inputs[0][0]: expected an integer",
+        ),
+        (
+            "{\"inputs\": [[1]], \"inputDimensions\": [[1], [2]]}",
+            "inputDimensions: 2 entries, but there are 1 inputs",
+        ),
+    ] {
+        let (_dir, path) = temp_file("inputs.json", text);
+        let out = ctl(&["run", &model, "--inputs", &path, "--json"]);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains(&path) && out.stderr.contains(message),
+            "{text}: stderr does not say {message:?}:\n{}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty(), "{text}: {}", out.stdout);
+    }
+}
+
+#[test]
+fn failing_models_and_requests_exit_1_with_the_status() {
+    let model = example("add.json");
+    // Two inputs for a one-input model: the request is invalid.
+    let (_d1, two) = temp_file("two.json", "{\"inputs\": [[1, 2, 3, 4], [5]]}");
+    // Three values for a [1, 2, 2, 1] input.
+    let (_d2, short) = temp_file("short.json", "{\"inputs\": [[1, 2, 3]]}");
+    // No input at all.
+    let (_d3, none) = temp_file("none.json", "{\"inputs\": []}");
+    for inputs in [&two, &short, &none] {
+        for backend in [&[][..], &["--cpu"][..]] {
+            let mut args = vec!["run", model.as_str(), "--inputs", inputs.as_str(), "--json"];
+            args.extend_from_slice(backend);
+            let out = ctl(&args);
+            out.expect_code(1);
+            let v = out.json();
+            assert_eq!(v["status"], "INVALID_ARGUMENT", "{v}");
+            assert!(v["timing"]["timeInDriverUs"].is_u64(), "{v}");
+            for o in v["outputs"].as_array().unwrap() {
+                assert!(o.get("data").is_none(), "{v}");
+            }
+            assert!(
+                out.stderr
+                    .contains("the execution failed with INVALID_ARGUMENT"),
+                "{}",
+                out.stderr
+            );
+        }
+    }
+    let out = ctl(&["run", &model, "--inputs", &two]);
+    out.expect_code(1);
+    assert!(
+        out.stdout.contains("status: INVALID_ARGUMENT (executing)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr
+            .contains("request has 2 inputs but the model has 1"),
+        "{}",
+        out.stderr
+    );
+
+    // The format's own example, verbatim: operand 3 is a temporary nothing writes, which the
+    // HAL's validation rejects when the model is prepared.
+    let issue_example = add_model_text()
+        .replace(
+            "{\"type\": \"TENSOR_FLOAT32\", \"dimensions\": [1, 2, 2, 1], \"lifetime\": \"MODEL_OUTPUT\"}",
+            "{\"type\": \"TENSOR_QUANT8_ASYMM\", \"dimensions\": [4], \"scale\": 0.5, \"zeroPoint\": 128, \
+             \"lifetime\": \"TEMPORARY_VARIABLE\"},\n    \
+             {\"type\": \"TENSOR_FLOAT32\", \"dimensions\": [1, 2, 2, 1], \"lifetime\": \"MODEL_OUTPUT\"}",
+        )
+        .replace("\"outputs\": [3]", "\"outputs\": [4]")
+        .replace("\"outputIndexes\": [3]", "\"outputIndexes\": [4]");
+    let (_d4, path) = temp_file("issue.json", &issue_example);
+    let out = ctl(&[
+        "run",
+        &path,
+        "--inputs",
+        &example("add.inputs.json"),
+        "--json",
+    ]);
+    out.expect_code(1);
+    let v = out.json();
+    assert_eq!(v["status"], "INVALID_ARGUMENT", "{v}");
+    assert_eq!(v["outputs"], serde_json::json!([]), "{v}");
+    assert!(
+        out.stderr
+            .contains("preparing the model failed with INVALID_ARGUMENT")
+            && out.stderr.contains("operand 3"),
+        "{}",
+        out.stderr
+    );
+    // `info` says the same about it.
+    let out = ctl(&["info", "--cpu", &path]);
+    out.expect_code(1);
+    assert!(out.stdout.contains("INVALID_ARGUMENT"), "{}", out.stdout);
+}
+
+#[test]
+fn info_shows_the_device_capabilities_and_placement() {
+    let out = ctl(&["info"]);
+    out.expect_code(0);
+    if !default_node_exists() {
+        assert!(
+            out.stdout
+                .contains("device: embedded (the simulated device, in-process)"),
+            "{}",
+            out.stdout
+        );
+    }
+    for want in [
+        "API version:",
+        "capabilities:",
+        "TENSOR_FLOAT32",
+        "operations the driver runs",
+        "CONV_2D",
+    ] {
+        assert!(out.stdout.contains(want), "no {want:?}:\n{}", out.stdout);
+    }
+    let out = ctl(&["info", "--cpu", &example("mlp.json")]);
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains("device: none (--cpu)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("driver: CPU executor"),
+        "{}",
+        out.stdout
+    );
+    let placed: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_end().ends_with("cpu fallback"))
+        .collect();
+    assert_eq!(placed.len(), 4, "{}", out.stdout);
+    let out = ctl(&["info", &example("quant.json")]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("placement of"), "{}", out.stdout);
+}
+
+#[test]
+fn bench_reports_throughput_and_percentiles() {
+    for backend in [&[][..], &["--cpu"][..]] {
+        let model = example("cnn.json");
+        let inputs = example("cnn.inputs.json");
+        let mut args = vec![
+            "bench",
+            model.as_str(),
+            "--inputs",
+            inputs.as_str(),
+            "-n",
+            "100",
+        ];
+        args.extend_from_slice(backend);
+        let out = ctl(&args);
+        out.expect_code(0);
+        assert!(out.stdout.contains("100 iterations"), "{}", out.stdout);
+        assert!(out.stdout.contains("executions/s"), "{}", out.stdout);
+        assert!(
+            out.stdout.contains("latency: p50 ") && out.stdout.contains("p99 "),
+            "{}",
+            out.stdout
+        );
+        // No progress bar off a terminal.
+        assert!(!out.stderr.contains("executions ("), "{}", out.stderr);
+    }
+    // Zero-filled inputs when none are given.
+    let out = ctl(&["bench", &example("quant.json"), "--iterations", "10"]);
+    out.expect_code(0);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = ctl(&["--help"]);
+    out.expect_code(0);
+    for want in ["run", "info", "bench", "Exit status"] {
+        assert!(out.stdout.contains(want), "{}", out.stdout);
+    }
+    let out = ctl(&["run", "--help"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("--inputs"), "{}", out.stdout);
+    assert!(out.stdout.contains("--json"), "{}", out.stdout);
+    let model = example("add.json");
+    let inputs = example("add.inputs.json");
+    ctl(&["run", &model]).expect_code(2);
+    ctl(&["frobnicate"]).expect_code(2);
+    ctl(&[
+        "run",
+        &model,
+        "--inputs",
+        &inputs,
+        "--cpu",
+        "--device",
+        "/dev/null",
+    ])
+    .expect_code(2);
+    let out = ctl(&[
+        "run",
+        &model,
+        "--inputs",
+        &inputs,
+        "--device",
+        "/nonexistent/nnaccel",
+    ]);
+    out.expect_code(2);
+    assert!(
+        out.stderr
+            .contains("cannot open the device /nonexistent/nnaccel"),
+        "{}",
+        out.stderr
+    );
+    ctl(&["bench", &model, "--iterations", "0"]).expect_code(2);
+}

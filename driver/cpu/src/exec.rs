@@ -55,6 +55,9 @@ pub struct PreparedGraph {
     consts: Vec<Option<Tensor>>,
     /// For each operand, the position in `order` of its last reader (usize::MAX if none).
     last_use: Vec<usize>,
+    /// For each operation, its constant float weights transposed to `[k][n]` (FULLY_CONNECTED,
+    /// CONV_2D), so the GEMM streams them instead of gathering them on every execution.
+    weights_t: Vec<Option<Vec<f32>>>,
 }
 
 impl PreparedGraph {
@@ -92,11 +95,17 @@ impl PreparedGraph {
                 last_use[inp as usize] = pos;
             }
         }
+        let weights_t = graph
+            .operations
+            .iter()
+            .map(|op| ops::transposed_weights(&graph, op, &consts))
+            .collect();
         Ok(PreparedGraph {
             graph,
             order,
             consts,
             last_use,
+            weights_t,
         })
     }
 
@@ -208,6 +217,7 @@ impl PreparedGraph {
                     op,
                     index: opi,
                     values: &values,
+                    weights_t: self.weights_t.get(opi).and_then(|w| w.as_deref()),
                 };
                 ops::run(&ctx)?
             };

@@ -17,12 +17,18 @@
 //!   LOGISTIC, TANH, SOFTMAX, L2_NORMALIZATION, MEAN and RESIZE_BILINEAR on 8-bit tensors are
 //!   computed in float and quantized with round-half-away-from-zero (may differ from the
 //!   reference fixed-point kernels by one step).
+//! - FULLY_CONNECTED and CONV_2D run on a packed SIMD GEMM (1×1 stride-1 unpadded convolutions
+//!   directly, others through im2col in cache-sized blocks; constant float weights are
+//!   transposed once when the graph is prepared; batches of at most 4 rows use dot products);
+//!   DEPTHWISE_CONV_2D vectorizes over channels. Large layers use up to [`max_threads`] threads ([`set_max_threads`], or the
+//!   `NNACCEL_CPU_THREADS` environment variable); small ones stay on the calling thread.
 //! - Layout NCHW (the trailing layout BOOL) is handled by transposing to NHWC and back.
 
 mod error;
 mod exec;
 mod model;
 mod ops;
+mod par;
 mod tensor;
 mod validate;
 
@@ -32,6 +38,7 @@ pub use model::{
     ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType,
     supported_operation_types,
 };
+pub use par::{max_threads, set_max_threads};
 
 #[cfg(test)]
 mod tests;

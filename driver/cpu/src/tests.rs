@@ -1753,3 +1753,203 @@ fn float16_add_and_conv_compute_in_half_precision_io() {
     let (out, _) = run_bytes(b.g, &[(h(&[1.0, 1.0, 1.0, 1.0]), vec![])]);
     assert_eq!(out, h(&[10.5]));
 }
+
+/// Naive NHWC depthwise convolution (filter [1, fh, fw, c*mult]).
+#[allow(clippy::too_many_arguments)]
+fn naive_depthwise(
+    x: &[f32],
+    [n, h, w, c]: [usize; 4],
+    f: &[f32],
+    (fh, fw, mult): (usize, usize, usize),
+    bias: &[f32],
+    (pl, pr, pt, pb): (usize, usize, usize, usize),
+    (sw, sh): (usize, usize),
+    (dw, dh): (usize, usize),
+) -> Vec<f32> {
+    let oc = c * mult;
+    let oh = (h + pt + pb - ((fh - 1) * dh + 1)) / sh + 1;
+    let ow = (w + pl + pr - ((fw - 1) * dw + 1)) / sw + 1;
+    let mut out = vec![];
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for o in 0..oc {
+                    let mut acc = bias[o];
+                    for ky in 0..fh {
+                        for kx in 0..fw {
+                            let iy = (oy * sh + ky * dh) as isize - pt as isize;
+                            let ix = (ox * sw + kx * dw) as isize - pl as isize;
+                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                continue;
+                            }
+                            acc += x[((b * h + iy as usize) * w + ix as usize) * c + o / mult]
+                                * f[(ky * fw + kx) * oc + o];
+                        }
+                    }
+                    out.push(acc);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_depthwise(
+    rng: &mut XorShift,
+    [n, h, w, c]: [u32; 4],
+    (fh, fw, mult): (u32, u32, u32),
+    (pl, pr, pt, pb): (u32, u32, u32, u32),
+    (sw, sh): (u32, u32),
+    (dw, dh): (u32, u32),
+    act: i32,
+) {
+    let oc = c * mult;
+    let x = rng.vec((n * h * w * c) as usize);
+    let f = rng.vec((fh * fw * oc) as usize);
+    let bias = rng.vec(oc as usize);
+    let mut b = B::new();
+    let xi = b.input(T::TensorFloat32, &[n, h, w, c]);
+    let fi = b.f32c(&[1, fh, fw, oc], &f);
+    let bi = b.f32c(&[oc], &bias);
+    let mut ins = vec![xi, fi, bi];
+    for v in [pl, pr, pt, pb, sw, sh, mult] {
+        ins.push(b.int(v as i32));
+    }
+    ins.push(b.int(act));
+    ins.push(b.boolean(false));
+    ins.push(b.int(dw as i32));
+    ins.push(b.int(dh as i32));
+    let o = b.output(T::TensorFloat32, &[]);
+    b.op(O::DepthwiseConv2d, &ins, &[o]);
+    let (out, _) = run_f32(b.g, &[&x]);
+    let u = |v: u32| v as usize;
+    let mut want = naive_depthwise(
+        &x,
+        [u(n), u(h), u(w), u(c)],
+        &f,
+        (u(fh), u(fw), u(mult)),
+        &bias,
+        (u(pl), u(pr), u(pt), u(pb)),
+        (u(sw), u(sh)),
+        (u(dw), u(dh)),
+    );
+    if act == 3 {
+        for v in &mut want {
+            *v = v.clamp(0.0, 6.0);
+        }
+    }
+    close(&out, &want);
+}
+
+#[test]
+fn depthwise_matches_naive_reference_on_random_shapes() {
+    let mut rng = XorShift(0xD1B5_4A32_D192_ED03);
+    for i in 0..60 {
+        let (n, h, w) = (rng.range(1, 2), rng.range(1, 9), rng.range(1, 9));
+        // Channel counts below, at and above the 32-wide register block.
+        let c = if i % 3 == 0 {
+            rng.range(30, 70)
+        } else {
+            rng.range(1, 5)
+        };
+        let mult = if i % 2 == 0 { 1 } else { rng.range(1, 3) };
+        let (fh, fw) = (rng.range(1, 4), rng.range(1, 4));
+        let (sw, sh, dw, dh) = (
+            rng.range(1, 3),
+            rng.range(1, 3),
+            rng.range(1, 2),
+            rng.range(1, 2),
+        );
+        let pads = (
+            rng.range(0, 2),
+            rng.range(0, 2),
+            rng.range(0, 2),
+            rng.range(0, 2),
+        );
+        if h + pads.2 + pads.3 < (fh - 1) * dh + 1 || w + pads.0 + pads.1 < (fw - 1) * dw + 1 {
+            continue;
+        }
+        let act = if i % 4 == 1 { 3 } else { 0 };
+        check_depthwise(
+            &mut rng,
+            [n, h, w, c],
+            (fh, fw, mult),
+            pads,
+            (sw, sh),
+            (dw, dh),
+            act,
+        );
+    }
+}
+
+#[test]
+fn large_layers_split_across_threads_match_naive() {
+    crate::set_max_threads(2);
+    let mut rng = XorShift(0x5851_F42D_4C95_7F2D);
+    // Depthwise: rows split across threads (4.5 Mflop), 40 channels = block + remainder.
+    check_depthwise(
+        &mut rng,
+        [2, 56, 56, 40],
+        (3, 3, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        (1, 1),
+        3,
+    );
+    // CONV_2D 3x3 SAME on 64x64x16 -> 16: several im2col blocks, pixel runs per thread.
+    // CONV_2D 1x1 on 64x64x32 -> 40: direct GEMM split by pixel runs.
+    // CONV_2D 3x3 on 6x6x64 -> 96, stride 2: one block, the GEMM split by columns.
+    for (dims, fdims, pad, stride) in [
+        ([1u32, 64, 64, 16], [16u32, 3, 3, 16], 1u32, 1u32),
+        ([1, 64, 64, 32], [40, 1, 1, 32], 0, 1),
+        ([2, 12, 12, 64], [160, 3, 3, 64], 1, 2),
+    ] {
+        let [n, h, w, c] = dims;
+        let [oc, fh, fw, _] = fdims;
+        let x = rng.vec((n * h * w * c) as usize);
+        let f = rng.vec((oc * fh * fw * c) as usize);
+        let bias = rng.vec(oc as usize);
+        let args: Vec<ConvArg> = [pad, pad, pad, pad, stride, stride, 0]
+            .iter()
+            .map(|&v| I(v as i32))
+            .collect();
+        let g = conv_graph(&dims, &fdims, &f, &bias, &args);
+        let (out, _) = run_f32(g, &[&x]);
+        let u = |v: u32| v as usize;
+        let p = u(pad);
+        let want = naive_conv(
+            &x,
+            dims.map(u),
+            &f,
+            fdims.map(u),
+            &bias,
+            (p, p, p, p),
+            (u(stride), u(stride)),
+            (1, 1),
+        );
+        close(&out, &want);
+    }
+    // FULLY_CONNECTED 8x512 · (1024x512)^T: the GEMM split by output units.
+    let (batch, isz, units) = (8u32, 512u32, 1024u32);
+    let x = rng.vec((batch * isz) as usize);
+    let wv = rng.vec((units * isz) as usize);
+    let bias = rng.vec(units as usize);
+    let mut b = B::new();
+    let xi = b.input(T::TensorFloat32, &[batch, isz]);
+    let wi = b.f32c(&[units, isz], &wv);
+    let bi = b.f32c(&[units], &bias);
+    let a = b.int(1);
+    let o = b.output(T::TensorFloat32, &[batch, units]);
+    b.op(O::FullyConnected, &[xi, wi, bi, a], &[o]);
+    let (out, _) = run_f32(b.g, &[&x]);
+    let (is, us) = (isz as usize, units as usize);
+    let mut want = vec![];
+    for r in 0..batch as usize {
+        for u in 0..us {
+            let v = bias[u] + (0..is).map(|k| x[r * is + k] * wv[u * is + k]).sum::<f32>();
+            want.push(v.max(0.0));
+        }
+    }
+    close(&out, &want);
+}

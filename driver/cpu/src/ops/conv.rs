@@ -1,67 +1,13 @@
 //! FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D (float via GEMM, 8-bit via integer kernels).
 
+use std::borrow::Cow;
+
+use super::gemm::{GEMV_MAX_ROWS, gemv_rows, sgemm, sgemm_st};
 use super::quant::{mbqm, quantize_multiplier};
 use super::{KResult, OpCtx, check4, count, nchw_to_nhwc, nhwc_to_nchw, to_u32};
 use crate::model::OperandType;
+use crate::par;
 use crate::tensor::{Data, Tensor};
-
-/// `c[m×n] = a[m×k] · B` where `B[kk][j] = b[kk*rsb + j*csb]`; `a` and `c` are row-major.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn sgemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    b: &[f32],
-    rsb: usize,
-    csb: usize,
-    c: &mut [f32],
-) -> Result<(), String> {
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    let c_need = m.checked_mul(n).ok_or("gemm size overflow")?;
-    if c.len() < c_need {
-        return Err("gemm output too small".into());
-    }
-    if k == 0 {
-        c[..c_need].fill(0.0);
-        return Ok(());
-    }
-    let a_need = m.checked_mul(k).ok_or("gemm size overflow")?;
-    let b_last = (k - 1)
-        .checked_mul(rsb)
-        .and_then(|x| (n - 1).checked_mul(csb).and_then(|y| x.checked_add(y)))
-        .ok_or("gemm size overflow")?;
-    if a.len() < a_need || b.len() <= b_last {
-        return Err("gemm operand too small".into());
-    }
-    let to_isize = |v: usize| isize::try_from(v).map_err(|_| "gemm stride overflow".to_string());
-    let (ks, ns, rsb, csb) = (to_isize(k)?, to_isize(n)?, to_isize(rsb)?, to_isize(csb)?);
-    // SAFETY: `a` holds at least m*k elements addressed as a[i*k + kk] (i < m, kk < k);
-    // `b` holds more than (k-1)*rsb + (n-1)*csb elements, the largest offset sgemm reads;
-    // `c` holds at least m*n elements addressed as c[i*n + j] and is exclusively borrowed, so it
-    // does not alias `a` or `b`. All strides fit in isize (checked above).
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            ks,
-            1,
-            b.as_ptr(),
-            rsb,
-            csb,
-            0.0,
-            c.as_mut_ptr(),
-            ns,
-            1,
-        );
-    }
-    Ok(())
-}
 
 /// Convolution window geometry.
 #[derive(Clone, Copy, Debug, Default)]
@@ -359,12 +305,13 @@ pub(crate) fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         let (_, bias) = ctx.f32s(2)?;
         let (lo, hi) = ctx.act_f32(3)?;
         let mut out = vec![0f32; batch * units];
-        sgemm(batch, isz, units, x, w, 1, isz, &mut out).map_err(|e| ctx.err(e))?;
-        for row in out.chunks_exact_mut(units.max(1)) {
-            for (v, &b) in row.iter_mut().zip(bias) {
-                *v = (*v + b).max(lo).min(hi);
-            }
+        if batch <= GEMV_MAX_ROWS {
+            gemv_rows(batch, isz, units, x, w, &mut out).map_err(|e| ctx.err(e))?;
+        } else {
+            let (b, rsb, csb) = weights_operand(ctx, w, units, isz);
+            sgemm(batch, isz, units, x, b, rsb, csb, &mut out).map_err(|e| ctx.err(e))?;
         }
+        bias_act(&mut out, bias, lo, hi);
         return Ok(Tensor::new(od, Data::F32(out)));
     }
     if !is_quant8(in_ty) {
@@ -419,62 +366,30 @@ pub(crate) fn conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let k = fh * fw * c;
     let in_ty = ctx.ty(0)?;
     if crate::tensor::is_float(in_ty) {
-        let x = match &it.data {
-            Data::F32(v) if a.nchw => nchw_to_nhwc(v, &it.dims).1,
-            Data::F32(v) => v.clone(),
-            _ => return Err(ctx.err("input is not float32")),
-        };
+        let x = nhwc_f32(ctx, it, a.nchw)?;
         let (_, f) = ctx.f32s(1)?;
         let (_, bias) = ctx.f32s(2)?;
         let (lo, hi) = ctx.act_f32(a.act)?;
         let mut out = vec![0f32; n * oh * ow * oc];
-        let pointwise = fh == 1
-            && fw == 1
-            && g.stride_h == 1
-            && g.stride_w == 1
-            && g.pad_l + g.pad_r + g.pad_t + g.pad_b == 0;
-        if pointwise {
-            sgemm(n * h * w, c, oc, &x, f, 1, c, &mut out).map_err(|e| ctx.err(e))?;
-        } else {
-            let pixels = oh * ow;
-            let chunk = (1usize << 20)
-                .checked_div(k.max(1))
-                .unwrap_or(1)
-                .clamp(1, pixels.max(1));
-            let mut patch = vec![0f32; chunk * k];
-            for b in 0..n {
-                let mut p0 = 0;
-                while p0 < pixels {
-                    let rows = chunk.min(pixels - p0);
-                    for r in 0..rows {
-                        let p = p0 + r;
-                        let (oy, ox) = (p / ow, p % ow);
-                        let dst = &mut patch[r * k..(r + 1) * k];
-                        for ky in 0..fh {
-                            for kx in 0..fw {
-                                let d = &mut dst[(ky * fw + kx) * c..(ky * fw + kx + 1) * c];
-                                match (g.in_y(oy, ky, h), g.in_x(ox, kx, w)) {
-                                    (Some(iy), Some(ix)) => {
-                                        let s = ((b * h + iy) * w + ix) * c;
-                                        d.copy_from_slice(&x[s..s + c]);
-                                    }
-                                    _ => d.fill(0.0),
-                                }
-                            }
-                        }
-                    }
-                    let o0 = (b * pixels + p0) * oc;
-                    sgemm(rows, k, oc, &patch, f, 1, k, &mut out[o0..o0 + rows * oc])
-                        .map_err(|e| ctx.err(e))?;
-                    p0 += rows;
-                }
-            }
-        }
-        for px in out.chunks_exact_mut(oc.max(1)) {
-            for (v, &bv) in px.iter_mut().zip(bias) {
-                *v = (*v + bv).max(lo).min(hi);
-            }
-        }
+        let w_rows = f;
+        let (f, rsf, csf) = weights_operand(ctx, f, oc, k);
+        let conv = ConvF32 {
+            x: &x,
+            w_rows,
+            f,
+            rsf,
+            csf,
+            bias,
+            lo,
+            hi,
+            g,
+            in_hw: (h, w),
+            c,
+            out_hw: (oh, ow),
+            filter_hw: (fh, fw),
+            oc,
+        };
+        conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
         return Ok(finish_f32(od, out, a.nchw));
     }
     if !is_quant8(in_ty) {
@@ -569,45 +484,25 @@ pub(crate) fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     count(ctx, &od)?;
     let in_ty = ctx.ty(0)?;
     if crate::tensor::is_float(in_ty) {
-        let x = match &it.data {
-            Data::F32(v) if a.nchw => nchw_to_nhwc(v, &it.dims).1,
-            Data::F32(v) => v.clone(),
-            _ => return Err(ctx.err("input is not float32")),
-        };
+        let x = nhwc_f32(ctx, it, a.nchw)?;
         let (_, f) = ctx.f32s(1)?;
         let (_, bias) = ctx.f32s(2)?;
         let (lo, hi) = ctx.act_f32(a.act)?;
         let mut out = vec![0f32; n * oh * ow * oc];
-        for b in 0..n {
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let o0 = ((b * oh + oy) * ow + ox) * oc;
-                    let acc = &mut out[o0..o0 + oc];
-                    acc.copy_from_slice(bias);
-                    for ky in 0..fh {
-                        let Some(iy) = g.in_y(oy, ky, h) else {
-                            continue;
-                        };
-                        for kx in 0..fw {
-                            let Some(ix) = g.in_x(ox, kx, w) else {
-                                continue;
-                            };
-                            let xs = &x[((b * h + iy) * w + ix) * c..][..c];
-                            let fs = &f[(ky * fw + kx) * oc..][..oc];
-                            for (ic, &xv) in xs.iter().enumerate() {
-                                for m in 0..mult {
-                                    let o = ic * mult + m;
-                                    acc[o] += xv * fs[o];
-                                }
-                            }
-                        }
-                    }
-                    for v in acc.iter_mut() {
-                        *v = v.max(lo).min(hi);
-                    }
-                }
-            }
-        }
+        let dw = DepthwiseF32 {
+            x: &x,
+            f,
+            bias,
+            lo,
+            hi,
+            g,
+            in_hw: (h, w),
+            c,
+            mult,
+            out_hw: (oh, ow),
+            filter_hw: (fh, fw),
+        };
+        dw.run(&mut out);
         return Ok(finish_f32(od, out, a.nchw));
     }
     if !is_quant8(in_ty) {
@@ -655,4 +550,389 @@ pub(crate) fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         }
     }
     Ok(finish_q(&rq, od, out, a.nchw))
+}
+
+/// The weights `w[n][k]` as a GEMM B operand `(data, row stride, column stride)`: the
+/// prepared `[k][n]` copy when there is one (contiguous packing), else `w` itself.
+fn weights_operand<'a>(
+    ctx: &OpCtx<'a>,
+    w: &'a [f32],
+    n: usize,
+    k: usize,
+) -> (&'a [f32], usize, usize) {
+    match ctx.weights_t {
+        Some(t) if t.len() == w.len() && t.len() == n * k => (t, n, 1),
+        _ => (w, 1, k),
+    }
+}
+
+/// `v = clamp(v + bias[j], lo, hi)` for every row of `bias.len()` elements of `out`.
+fn bias_act(out: &mut [f32], bias: &[f32], lo: f32, hi: f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            unsafe { bias_act_avx2(out, bias, lo, hi) };
+            return;
+        }
+    }
+    bias_act_generic(out, bias, lo, hi);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn bias_act_avx2(out: &mut [f32], bias: &[f32], lo: f32, hi: f32) {
+    bias_act_generic(out, bias, lo, hi);
+}
+
+#[inline(always)]
+fn bias_act_generic(out: &mut [f32], bias: &[f32], lo: f32, hi: f32) {
+    if bias.is_empty() {
+        return;
+    }
+    if lo == f32::NEG_INFINITY && hi == f32::INFINITY {
+        for px in out.chunks_exact_mut(bias.len()) {
+            for (v, &b) in px.iter_mut().zip(bias) {
+                *v += b;
+            }
+        }
+    } else {
+        for px in out.chunks_exact_mut(bias.len()) {
+            for (v, &b) in px.iter_mut().zip(bias) {
+                *v = (*v + b).max(lo).min(hi);
+            }
+        }
+    }
+}
+
+/// The float input in NHWC order, borrowed when it already is.
+fn nhwc_f32<'a>(ctx: &OpCtx<'_>, t: &'a Tensor, nchw: bool) -> KResult<Cow<'a, [f32]>> {
+    match &t.data {
+        Data::F32(v) if nchw => Ok(Cow::Owned(nchw_to_nhwc(v, &t.dims).1)),
+        Data::F32(v) => Ok(Cow::Borrowed(v)),
+        _ => Err(ctx.err("input is not float32")),
+    }
+}
+
+/// Floats per im2col block (512 KiB: the block and its output stay in L2 while the GEMM runs).
+const PATCH_FLOATS: usize = 128 * 1024;
+
+/// A float CONV_2D on NHWC data: GEMM of (pixels × fh·fw·c) patches by the (oc × fh·fw·c)
+/// filter, with bias and activation applied to each block while it is in cache.
+struct ConvF32<'a> {
+    x: &'a [f32],
+    /// The filter as declared, `[oc][fh·fw·c]`.
+    w_rows: &'a [f32],
+    /// The filter as GEMM operand B (k × oc) with its row and column strides.
+    f: &'a [f32],
+    rsf: usize,
+    csf: usize,
+    bias: &'a [f32],
+    lo: f32,
+    hi: f32,
+    g: Geometry,
+    in_hw: (usize, usize),
+    c: usize,
+    out_hw: (usize, usize),
+    filter_hw: (usize, usize),
+    oc: usize,
+}
+
+impl ConvF32<'_> {
+    /// Whether the input itself is the patch matrix (1×1 filter, stride 1, no padding).
+    fn pointwise(&self) -> bool {
+        let g = &self.g;
+        self.filter_hw == (1, 1)
+            && g.stride_h == 1
+            && g.stride_w == 1
+            && g.pad_l + g.pad_r + g.pad_t + g.pad_b == 0
+    }
+
+    fn run(&self, n: usize, out: &mut [f32]) -> Result<(), String> {
+        let oc = self.oc;
+        if oc == 0 || out.is_empty() {
+            return Ok(());
+        }
+        let (oh, ow) = self.out_hw;
+        let (fh, fw) = self.filter_hw;
+        let k = fh * fw * self.c;
+        let m = n * oh * ow;
+        if self.pointwise() && m <= GEMV_MAX_ROWS {
+            gemv_rows(m, k, oc, self.x, self.w_rows, out)?;
+            bias_act(out, self.bias, self.lo, self.hi);
+            return Ok(());
+        }
+        let block = (PATCH_FLOATS / k.max(1)).max(256).min(m.max(1));
+        let blocks = m.div_ceil(block);
+        let flops = 2usize
+            .saturating_mul(m)
+            .saturating_mul(k)
+            .saturating_mul(oc);
+        let threads = par::threads_for(flops, blocks);
+        if threads > 1 && blocks >= 2 * threads {
+            // Many blocks: each thread takes a run of output pixels, one GEMM per block.
+            par::for_row_ranges(out, oc, threads, |p0, part| {
+                self.blocks(p0, part, block, false)
+            })
+        } else {
+            // Few blocks (small spatial extent, deep channels): the GEMM itself is split.
+            self.blocks(0, out, block, true)
+        }
+    }
+
+    /// Computes output pixels `p0..` (all of `out`) in blocks of `block` pixels.
+    fn blocks(&self, p0: usize, out: &mut [f32], block: usize, split: bool) -> Result<(), String> {
+        let (fh, fw) = self.filter_hw;
+        let (c, oc) = (self.c, self.oc);
+        let k = fh * fw * c;
+        let pointwise = self.pointwise();
+        let rows_total = out.len() / oc;
+        let mut patch = if pointwise {
+            Vec::new()
+        } else {
+            vec![0f32; block.min(rows_total) * k]
+        };
+        for (bi, chunk) in out.chunks_mut(block * oc).enumerate() {
+            let rows = chunk.len() / oc;
+            let start = p0 + bi * block;
+            let a: &[f32] = if pointwise {
+                self.x
+                    .get(start * c..(start + rows) * c)
+                    .ok_or("input smaller than its dimensions")?
+            } else {
+                let p = &mut patch[..rows * k];
+                self.im2col(start, p);
+                p
+            };
+            if split {
+                sgemm(rows, k, oc, a, self.f, self.rsf, self.csf, chunk)?;
+            } else {
+                sgemm_st(rows, k, oc, a, self.f, self.rsf, self.csf, chunk)?;
+            }
+            bias_act(chunk, self.bias, self.lo, self.hi);
+        }
+        Ok(())
+    }
+
+    /// Fills `patch` (whole rows of fh·fw·c) with the windows of output pixels `p0..`.
+    fn im2col(&self, p0: usize, patch: &mut [f32]) {
+        let g = &self.g;
+        let (h, w) = self.in_hw;
+        let (oh, ow) = self.out_hw;
+        let (fh, fw) = self.filter_hw;
+        let c = self.c;
+        let k = fh * fw * c;
+        let per_img = oh * ow;
+        for (r, dst) in patch.chunks_exact_mut(k.max(1)).enumerate() {
+            let p = p0 + r;
+            let (b, q) = (p / per_img, p % per_img);
+            let (oy, ox) = (q / ow, q % ow);
+            for ky in 0..fh {
+                let drow = &mut dst[ky * fw * c..(ky + 1) * fw * c];
+                let Some(iy) = g.in_y(oy, ky, h) else {
+                    drow.fill(0.0);
+                    continue;
+                };
+                let src = &self.x[(b * h + iy) * w * c..][..w * c];
+                if g.dil_w == 1 {
+                    // Input column of tap kx is base + kx - pad_l: the valid taps are one run.
+                    let base = ox * g.stride_w;
+                    let lo = g.pad_l.saturating_sub(base).min(fw);
+                    let hi = (w + g.pad_l).saturating_sub(base).clamp(lo, fw);
+                    drow[..lo * c].fill(0.0);
+                    if hi > lo {
+                        let ix0 = base + lo - g.pad_l;
+                        drow[lo * c..hi * c].copy_from_slice(&src[ix0 * c..(ix0 + hi - lo) * c]);
+                    }
+                    drow[hi * c..].fill(0.0);
+                } else {
+                    for (kx, d) in drow.chunks_exact_mut(c.max(1)).enumerate() {
+                        match g.in_x(ox, kx, w) {
+                            Some(ix) => d.copy_from_slice(&src[ix * c..(ix + 1) * c]),
+                            None => d.fill(0.0),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A float DEPTHWISE_CONV_2D on NHWC data, vectorized over channels.
+struct DepthwiseF32<'a> {
+    x: &'a [f32],
+    f: &'a [f32],
+    bias: &'a [f32],
+    lo: f32,
+    hi: f32,
+    g: Geometry,
+    in_hw: (usize, usize),
+    c: usize,
+    mult: usize,
+    out_hw: (usize, usize),
+    filter_hw: (usize, usize),
+}
+
+/// Channels accumulated in registers at once (two AVX-512 / four AVX registers).
+const DW_BLOCK: usize = 32;
+
+#[inline(always)]
+fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
+    if FMA { x.mul_add(y, acc) } else { acc + x * y }
+}
+
+impl DepthwiseF32<'_> {
+    fn run(&self, out: &mut [f32]) {
+        let oc = self.c * self.mult;
+        let (_, ow) = self.out_hw;
+        let (fh, fw) = self.filter_hw;
+        let row_len = ow * oc;
+        if row_len == 0 || out.is_empty() {
+            return;
+        }
+        let rows = out.len() / row_len;
+        let flops = out.len().saturating_mul(2 * fh * fw);
+        let threads = par::threads_for(flops, rows);
+        let _ = par::for_row_ranges(out, row_len, threads, |r0, part| {
+            self.rows(r0, part);
+            Ok::<(), ()>(())
+        });
+    }
+
+    /// Output rows `r0..` (row = one (batch, y) pair), picking the widest SIMD available.
+    fn rows(&self, r0: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+                unsafe { self.rows_avx2_fma(r0, out) };
+                return;
+            }
+        }
+        self.rows_generic::<false>(r0, out);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_avx2_fma(&self, r0: usize, out: &mut [f32]) {
+        self.rows_generic::<true>(r0, out);
+    }
+
+    #[inline(always)]
+    fn rows_generic<const FMA: bool>(&self, r0: usize, out: &mut [f32]) {
+        let g = &self.g;
+        let (h, w) = self.in_hw;
+        let (oh, ow) = self.out_hw;
+        let (fh, fw) = self.filter_hw;
+        let (c, oc) = (self.c, self.c * self.mult);
+        // Output columns whose whole window lies inside the input horizontally.
+        let ox_lo = g.pad_l.div_ceil(g.stride_w).min(ow);
+        let span = (fw - 1) * g.dil_w;
+        let ox_hi = if w + g.pad_l > span {
+            ((w + g.pad_l - span - 1) / g.stride_w + 1).clamp(ox_lo, ow)
+        } else {
+            ox_lo
+        };
+        // Interior taps of the current row: (input offset at input column 0, filter offset).
+        let mut row_taps: Vec<(usize, usize)> = Vec::with_capacity(fh * fw);
+        // Taps of one border pixel: (input offset, filter offset).
+        let mut taps: Vec<(usize, usize)> = Vec::with_capacity(fh * fw);
+        for (ri, orow) in out.chunks_exact_mut(ow * oc).enumerate() {
+            let r = r0 + ri;
+            let (b, oy) = (r / oh, r % oh);
+            row_taps.clear();
+            for ky in 0..fh {
+                if let Some(iy) = g.in_y(oy, ky, h) {
+                    for kx in 0..fw {
+                        row_taps.push((((b * h + iy) * w + kx * g.dil_w) * c, (ky * fw + kx) * oc));
+                    }
+                }
+            }
+            for (ox, acc) in orow.chunks_exact_mut(oc).enumerate() {
+                if (ox_lo..ox_hi).contains(&ox) {
+                    let shift = (ox * g.stride_w - g.pad_l) * c;
+                    self.pixel::<FMA>(acc, &row_taps, shift);
+                } else {
+                    taps.clear();
+                    for ky in 0..fh {
+                        let Some(iy) = g.in_y(oy, ky, h) else {
+                            continue;
+                        };
+                        for kx in 0..fw {
+                            if let Some(ix) = g.in_x(ox, kx, w) {
+                                taps.push((((b * h + iy) * w + ix) * c, (ky * fw + kx) * oc));
+                            }
+                        }
+                    }
+                    self.pixel::<FMA>(acc, &taps, 0);
+                }
+            }
+        }
+    }
+
+    /// One output pixel: `acc = clamp(bias + Σ taps x[xo + shift ..] * f[fo ..])`.
+    #[inline(always)]
+    fn pixel<const FMA: bool>(&self, acc: &mut [f32], taps: &[(usize, usize)], shift: usize) {
+        let (x, f, bias, lo, hi) = (self.x, self.f, self.bias, self.lo, self.hi);
+        let (c, mult) = (self.c, self.mult);
+        let oc = c * mult;
+        if mult == 1 {
+            let mut c0 = 0;
+            while c0 + DW_BLOCK <= c {
+                let mut a = [0f32; DW_BLOCK];
+                if let Some(bv) = bias[c0..].first_chunk::<DW_BLOCK>() {
+                    a = *bv;
+                }
+                for &(xo, fo) in taps {
+                    if let (Some(xs), Some(fs)) = (
+                        x[xo + shift + c0..].first_chunk::<DW_BLOCK>(),
+                        f[fo + c0..].first_chunk::<DW_BLOCK>(),
+                    ) {
+                        for i in 0..DW_BLOCK {
+                            a[i] = madd::<FMA>(xs[i], fs[i], a[i]);
+                        }
+                    }
+                }
+                for (o, v) in acc[c0..c0 + DW_BLOCK].iter_mut().zip(a) {
+                    *o = v.max(lo).min(hi);
+                }
+                c0 += DW_BLOCK;
+            }
+            if c0 < c {
+                let acc = &mut acc[c0..];
+                acc.copy_from_slice(&bias[c0..oc]);
+                for &(xo, fo) in taps {
+                    let xo = xo + shift;
+                    for ((a, &xv), &fv) in acc
+                        .iter_mut()
+                        .zip(&x[xo + c0..xo + c])
+                        .zip(&f[fo + c0..fo + c])
+                    {
+                        *a = madd::<FMA>(xv, fv, *a);
+                    }
+                }
+                for v in acc.iter_mut() {
+                    *v = v.max(lo).min(hi);
+                }
+            }
+        } else {
+            acc.copy_from_slice(&bias[..oc]);
+            for &(xo, fo) in taps {
+                let xo = xo + shift;
+                let fs = &f[fo..fo + oc];
+                for ((ar, fr), &xv) in acc
+                    .chunks_exact_mut(mult)
+                    .zip(fs.chunks_exact(mult))
+                    .zip(&x[xo..xo + c])
+                {
+                    for (a, &fv) in ar.iter_mut().zip(fr) {
+                        *a = madd::<FMA>(xv, fv, *a);
+                    }
+                }
+            }
+            for v in acc.iter_mut() {
+                *v = v.max(lo).min(hi);
+            }
+        }
+    }
 }

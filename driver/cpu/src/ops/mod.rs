@@ -8,6 +8,7 @@ use crate::tensor::{Data, Tensor};
 
 pub(crate) mod conv;
 pub(crate) mod elementwise;
+pub(crate) mod gemm;
 pub(crate) mod pool;
 pub(crate) mod quant;
 pub(crate) mod shape;
@@ -18,6 +19,9 @@ pub(crate) struct OpCtx<'a> {
     pub op: &'a Operation,
     pub index: usize,
     pub values: &'a [Option<Cow<'a, Tensor>>],
+    /// The operation's constant float weights as `[k][n]`, when prepared (see
+    /// [`transposed_weights`]).
+    pub weights_t: Option<&'a [f32]>,
 }
 
 pub(crate) type KResult<T> = Result<T, ExecError>;
@@ -216,6 +220,44 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         }
     };
     Ok(vec![t])
+}
+
+/// For a FULLY_CONNECTED or CONV_2D with float input and CONSTANT_COPY float weights `[n][k]`
+/// (filters `[n, fh, fw, c]` with k = fh·fw·c), the weights transposed to `[k][n]`.
+pub(crate) fn transposed_weights(
+    graph: &Graph,
+    op: &Operation,
+    consts: &[Option<Tensor>],
+) -> Option<Vec<f32>> {
+    if !matches!(op.op, OperationType::FullyConnected | OperationType::Conv2d) {
+        return None;
+    }
+    let input = graph.operands.get(*op.inputs.first()? as usize)?;
+    if !crate::tensor::is_float(input.ty) {
+        return None;
+    }
+    let w = consts.get(*op.inputs.get(1)? as usize)?.as_ref()?;
+    let Data::F32(v) = &w.data else {
+        return None;
+    };
+    let n = *w.dims.first()? as usize;
+    if n == 0 || v.is_empty() || v.len() % n != 0 {
+        return None;
+    }
+    let k = v.len() / n;
+    let mut t = vec![0f32; v.len()];
+    // Blocked so both sides stay in cache.
+    const BLK: usize = 32;
+    for j0 in (0..n).step_by(BLK) {
+        for k0 in (0..k).step_by(BLK) {
+            for j in j0..(j0 + BLK).min(n) {
+                for kk in k0..(k0 + BLK).min(k) {
+                    t[kk * n + j] = v[j * k + kk];
+                }
+            }
+        }
+    }
+    Some(t)
 }
 
 /// Row-major strides of `dims`.

@@ -39,6 +39,7 @@ pub use model::{
     supported_operation_types,
 };
 pub use par::{max_threads, set_max_threads};
+pub use tensor::{f16_to_f32, f32_to_f16};
 
 #[cfg(test)]
 mod tests;

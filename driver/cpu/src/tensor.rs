@@ -189,7 +189,7 @@ pub(crate) fn num_elements(dims: &[u32]) -> Option<usize> {
 }
 
 /// Converts an IEEE half-precision bit pattern to f32.
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
+pub fn f16_to_f32(h: u16) -> f32 {
     let sign = u32::from(h >> 15) << 31;
     let exp = u32::from((h >> 10) & 0x1f);
     let frac = u32::from(h & 0x3ff);
@@ -209,7 +209,7 @@ pub(crate) fn f16_to_f32(h: u16) -> f32 {
 }
 
 /// Converts f32 to IEEE half precision, rounding to nearest even.
-pub(crate) fn f32_to_f16(x: f32) -> u16 {
+pub fn f32_to_f16(x: f32) -> u16 {
     let b = x.to_bits();
     let sign = ((b >> 16) & 0x8000) as u16;
     let exp = ((b >> 23) & 0xff) as i32;

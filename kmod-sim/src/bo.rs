@@ -83,7 +83,7 @@ impl Bo {
             // Pipes, sockets, ttys, directories: nothing to map.
             return Err(Errno::NODEV);
         };
-        let file_size = sys::seek_size(fd.as_fd()).map_err(|_| Errno::NODEV)?;
+        let file_size = sys::fd_size(fd.as_fd()).map_err(|_| Errno::NODEV)?;
         match offset.checked_add(size) {
             Some(end) if end <= file_size => {}
             _ => return Err(Errno::INVAL),
@@ -127,18 +127,26 @@ impl Bo {
         self.map.as_ptr()
     }
 
-    /// For files that could not be sealed: fails a job whose BO's file shrank under the
-    /// mapping, instead of faulting on it.
-    pub fn check_backing(&self) -> Result<(), Errno> {
-        if self.size_pinned {
-            return Ok(());
-        }
-        let size = sys::seek_size(self.fd.as_fd()).map_err(|_| Errno::FAULT)?;
-        if self.file_offset.saturating_add(self.size) > size {
-            Err(Errno::FAULT)
-        } else {
-            Ok(())
-        }
+    /// Whether the backing cannot shrink under the mapping (device memory, sealed memfds,
+    /// dma-bufs). Jobs touch other BOs only through [`Bo::read`] and [`Bo::write`], the
+    /// simulator's stand-in for the pages a kernel driver would pin: a file truncated under a
+    /// mapping would fault (SIGBUS) and take the whole device down.
+    pub fn size_pinned(&self) -> bool {
+        self.size_pinned
+    }
+
+    /// Copies `len` bytes at `offset` (relative to the BO) out of an unpinned BO's file; a file
+    /// that shrank is `EFAULT` for the job.
+    pub fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        let mut buf = vec![0u8; len];
+        sys::pread_exact(self.fd.as_fd(), self.file_offset + offset, &mut buf)
+            .map_err(|_| Errno::FAULT)?;
+        Ok(buf)
+    }
+
+    /// Copies `data` into an unpinned BO's file at `offset` (relative to the BO).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        sys::pwrite_all(self.fd.as_fd(), self.file_offset + offset, data).map_err(|_| Errno::FAULT)
     }
 
     /// Brackets CPU access for dma-bufs (no-op for other kinds).

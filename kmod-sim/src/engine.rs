@@ -20,6 +20,7 @@ use nnaccel_uapi::sys::{
 use rustix::io::Errno;
 use zerocopy::IntoBytes;
 
+use crate::bo::Bo;
 use crate::config::WaitMode;
 use crate::device::{DeviceCore, FileCtx, ResolvedJob};
 use crate::dispatch::Reply;
@@ -491,10 +492,22 @@ pub fn run_job(core: &DeviceCore, job: &ResolvedJob) -> (i32, u64) {
 
 fn execute(job: &ResolvedJob) -> Result<(), Errno> {
     let p = &job.program;
-    for bo in job.bindings.iter().map(|b| &b.0).chain(&p.bo_refs) {
-        bo.check_backing()?;
-    }
     let n_in = p.inputs.len();
+    // Unpinned BOs (files that could not be sealed) are copied in and out; see `Bo::read`.
+    let copied_refs = p
+        .bo_refs
+        .iter()
+        .map(|bo| copy_in(bo, 0, bo.size as usize))
+        .collect::<Result<Vec<_>, _>>()?;
+    let copied_inputs = job.bindings[..n_in]
+        .iter()
+        .zip(&p.inputs)
+        .map(|((bo, off, _), spec)| copy_in(bo, *off, spec.bytes as usize))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut copied_outputs: Vec<Option<Vec<u8>>> = job.bindings[n_in..]
+        .iter()
+        .map(|(bo, _, len)| (!bo.size_pinned()).then(|| vec![0u8; *len as usize]))
+        .collect();
     for (i, (bo, _, _)) in job.bindings.iter().enumerate() {
         bo.sync(
             DMA_BUF_SYNC_START
@@ -508,7 +521,8 @@ fn execute(job: &ResolvedJob) -> Result<(), Errno> {
     for bo in &p.bo_refs {
         bo.sync(DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ);
     }
-    // SAFETY (all three slice constructions below): every range was checked against its BO's
+    // SAFETY (all three slice constructions below): they are made only for size-pinned BOs,
+    // whose backing cannot shrink under the mapping; every range was checked against its BO's
     // size when the job was resolved (and program BO ranges at PROGRAM_CREATE); the BOs are
     // kept alive by `job` for this whole call, and their mappings never move. Outputs overlap
     // no other binding of the job (checked in `resolve_job`), so the `&mut` slices are unique
@@ -518,31 +532,52 @@ fn execute(job: &ResolvedJob) -> Result<(), Errno> {
     let pools: Vec<&[u8]> = p
         .bo_refs
         .iter()
-        // SAFETY: see above.
-        .map(|bo| unsafe { std::slice::from_raw_parts(bo.ptr(), bo.size as usize) })
+        .zip(&copied_refs)
+        .map(|(bo, copy)| match copy {
+            Some(c) => c.as_slice(),
+            // SAFETY: see above.
+            None => unsafe { std::slice::from_raw_parts(bo.ptr(), bo.size as usize) },
+        })
         .collect();
     let inputs: Vec<InputArg<'_>> = job.bindings[..n_in]
         .iter()
         .zip(&p.inputs)
-        .map(|((bo, off, _), spec)| InputArg::Value {
-            // SAFETY: see above.
-            data: unsafe {
-                std::slice::from_raw_parts(
-                    bo.ptr().wrapping_add(*off as usize),
-                    spec.bytes as usize,
-                )
+        .zip(&copied_inputs)
+        .map(|(((bo, off, _), spec), copy)| InputArg::Value {
+            data: match copy {
+                Some(c) => c.as_slice(),
+                // SAFETY: see above.
+                None => unsafe {
+                    std::slice::from_raw_parts(
+                        bo.ptr().wrapping_add(*off as usize),
+                        spec.bytes as usize,
+                    )
+                },
             },
             dimensions: Vec::new(),
         })
         .collect();
     let mut outputs: Vec<&mut [u8]> = job.bindings[n_in..]
         .iter()
-        // SAFETY: see above.
-        .map(|(bo, off, len)| unsafe {
-            std::slice::from_raw_parts_mut(bo.ptr().wrapping_add(*off as usize), *len as usize)
+        .zip(copied_outputs.iter_mut())
+        .map(|((bo, off, len), copy)| match copy {
+            Some(c) => c.as_mut_slice(),
+            // SAFETY: see above.
+            None => unsafe {
+                std::slice::from_raw_parts_mut(bo.ptr().wrapping_add(*off as usize), *len as usize)
+            },
         })
         .collect();
     let result = p.graph.execute(&pools, &inputs, &mut outputs);
+    drop(outputs);
+    let mut write_back = Ok(());
+    if result.is_ok() {
+        for ((bo, off, _), copy) in job.bindings[n_in..].iter().zip(&copied_outputs) {
+            if let Some(c) = copy {
+                write_back = write_back.and(bo.write(*off, c));
+            }
+        }
+    }
     for (i, (bo, _, _)) in job.bindings.iter().enumerate() {
         bo.sync(
             DMA_BUF_SYNC_END
@@ -557,7 +592,7 @@ fn execute(job: &ResolvedJob) -> Result<(), Errno> {
         bo.sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_READ);
     }
     match result {
-        Ok(_) => Ok(()),
+        Ok(_) => write_back,
         Err(ExecError::InvalidArgument(m)) => {
             tracing::debug!("job rejected by the executor: {m}");
             Err(Errno::INVAL)
@@ -566,6 +601,15 @@ fn execute(job: &ResolvedJob) -> Result<(), Errno> {
             tracing::debug!("job failed: {e}");
             Err(Errno::IO)
         }
+    }
+}
+
+/// A private copy of an unpinned BO's bytes, or `None` for a pinned BO read in place.
+fn copy_in(bo: &Bo, offset: u64, len: usize) -> Result<Option<Vec<u8>>, Errno> {
+    if bo.size_pinned() {
+        Ok(None)
+    } else {
+        bo.read(offset, len).map(Some)
     }
 }
 

@@ -388,14 +388,46 @@ pub fn dma_buf_sync(fd: BorrowedFd<'_>, flags: u64) -> io::Result<()> {
     ioctl_raw(fd, DMA_BUF_IOCTL_SYNC, &mut arg).map(|_| ())
 }
 
-/// Size of whatever `fd` refers to, by seeking to its end (works for dma-bufs, whose `fstat`
-/// size is 0, as well as for files and memfds). The file offset is restored.
-pub fn seek_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    use rustix::fs::SeekFrom;
-    let cur = rustix::fs::seek(fd, SeekFrom::Current(0)).ok();
-    let end = rustix::fs::seek(fd, SeekFrom::End(0))?;
-    if let Some(c) = cur {
-        let _ = rustix::fs::seek(fd, SeekFrom::Start(c));
+/// Reads exactly `buf.len()` bytes at `offset` without touching the file offset. A file
+/// shorter than that is `UnexpectedEof`: the way to read a file that may shrink at any time,
+/// where a mapping would fault (SIGBUS).
+pub fn pread_exact(fd: BorrowedFd<'_>, mut offset: u64, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::io::pread(fd, &mut *buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
-    Ok(end)
+    Ok(())
+}
+
+/// Writes all of `data` at `offset` without touching the file offset.
+pub fn pwrite_all(fd: BorrowedFd<'_>, mut offset: u64, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        match rustix::io::pwrite(fd, data, offset) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                data = &data[n..];
+                offset += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Size of whatever `fd` refers to. `fstat` for files and memfds (seeking would move a file
+/// offset the client shares with us); `lseek(SEEK_END)` for dma-bufs, whose `fstat` size is 0
+/// and whose seek moves nothing.
+pub fn fd_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    if is_dmabuf(fd) {
+        return Ok(rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0))?);
+    }
+    Ok(rustix::fs::fstat(fd)?.st_size as u64)
 }

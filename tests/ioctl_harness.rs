@@ -96,11 +96,17 @@ fn disk_file(size: u64) -> Option<std::fs::File> {
         ".".into(),
     ];
     for d in dirs {
-        if let Ok(f) = tempfile::tempfile_in(&d) {
-            if !sys::is_shmem(f.as_fd()) {
-                f.set_len(size).unwrap();
-                return Some(f);
-            }
+        // Try the next directory when this one fails: e.g. a 9p share (the QEMU guest's
+        // target dir) cannot truncate a file that is already unlinked.
+        let Ok(f) = tempfile::tempfile_in(&d) else {
+            continue;
+        };
+        if sys::is_shmem(f.as_fd()) {
+            continue;
+        }
+        match f.set_len(size) {
+            Ok(()) => return Some(f),
+            Err(e) => eprintln!("disk_file: cannot size a temp file in {d}: {e}"),
         }
     }
     eprintln!("SKIPPED: no non-shmem filesystem for a regular file");

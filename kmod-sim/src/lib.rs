@@ -4,13 +4,15 @@
 //! - [`bo`], [`program`]: buffer objects and validated programs;
 //! - [`engine`]: queues and their workers, running jobs on the CPU executor;
 //! - [`dispatch`]: the one ioctl dispatch function;
-//! - frontends: [`fuse`] (a FUSE file that behaves as the char device) and [`inproc`] (the
-//!   device inside the calling process);
+//! - frontends: [`cuse`] (a real character device through `/dev/cuse`), [`fuse`] (a FUSE
+//!   file that behaves as the char device, where CUSE is missing) and [`inproc`] (the device
+//!   inside the calling process);
 //! - [`caller`]: reaching caller memory and fds as a kernel driver would.
 
 pub mod bo;
 pub mod caller;
 pub mod config;
+pub mod cuse;
 pub mod device;
 pub mod dispatch;
 pub mod engine;

@@ -1,5 +1,5 @@
-//! `nnaccel-sim`: serves the simulated nnaccel device on a FUSE file, or runs an in-process
-//! demonstration.
+//! `nnaccel-sim`: serves the simulated nnaccel device as a CUSE character device or on a FUSE
+//! file, or runs an in-process demonstration.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use nnaccel_kmod_sim::cuse::{self, CuseServer};
 use nnaccel_kmod_sim::fuse::FuseServer;
 use nnaccel_kmod_sim::{Config, Faults, InprocFile, SimDevice, WaitMode};
 
@@ -22,17 +23,34 @@ enum WaitModeArg {
     IoUring,
 }
 
-/// The simulated nnaccel device: a character-device stand-in served on a FUSE file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FrontendArg {
+    /// CUSE when /dev/cuse exists and --path is /dev/<name>, FUSE otherwise.
+    Auto,
+    /// A FUSE file that behaves as the char device (any path).
+    Fuse,
+    /// A real character device node /dev/<name> through /dev/cuse.
+    Cuse,
+}
+
+/// The simulated nnaccel device: a character device served through CUSE, or a stand-in
+/// served on a FUSE file.
 ///
-/// With --path, mounts the device on that file (created if missing; as root
-/// `--path /dev/nnaccel` works) and serves ioctls until SIGTERM or SIGINT, then unmounts.
-/// With --demo, runs the device in-process and pushes a few jobs through it.
+/// With --path, serves the device there until SIGTERM or SIGINT: as a CUSE char device when
+/// the path is /dev/<name> and /dev/cuse exists (or with --frontend cuse), else by mounting
+/// FUSE on that file (created if missing; as root `--path /dev/nnaccel` works), unmounted at
+/// the end. With --demo, runs the device in-process and pushes a few jobs through it.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
-    /// File to serve the device on (FUSE mount point).
+    /// Where to serve the device: /dev/<name> (CUSE node or FUSE mount point) or any file
+    /// (FUSE mount point).
     #[arg(long, required_unless_present = "demo", conflicts_with = "demo")]
     path: Option<PathBuf>,
+
+    /// Which frontend serves --path.
+    #[arg(long, value_enum, default_value_t = FrontendArg::Auto)]
+    frontend: FrontendArg,
 
     /// Run the device in-process, submit a few jobs through its queue and print what happened.
     #[arg(long)]
@@ -54,7 +72,7 @@ struct Args {
     #[arg(long, value_enum, default_value_t = WaitModeArg::Auto)]
     wait_mode: WaitModeArg,
 
-    /// FUSE worker threads.
+    /// FUSE/CUSE worker threads.
     #[arg(long, default_value_t = 4)]
     threads: usize,
 
@@ -128,7 +146,74 @@ fn main() -> ExitCode {
     let Some(path) = args.path else {
         return ExitCode::from(2);
     };
-    serve(dev, &path, args.threads)
+    let use_cuse = match args.frontend {
+        FrontendArg::Cuse => true,
+        FrontendArg::Fuse => false,
+        FrontendArg::Auto => cuse::can_serve(&path),
+    };
+    if use_cuse {
+        serve_cuse(dev, &path, args.threads)
+    } else {
+        serve(dev, &path, args.threads)
+    }
+}
+
+/// SIGTERM/SIGINT handling: `on_signal` runs on a thread of its own at the first signal.
+fn on_signals(
+    on_signal: impl FnOnce(i32) + Send + 'static,
+) -> Result<signal_hook::iterator::Handle, ExitCode> {
+    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("nnaccel-sim: cannot install signal handlers: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            on_signal(sig);
+        }
+    });
+    Ok(handle)
+}
+
+fn serve_cuse(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> ExitCode {
+    let server = match CuseServer::start(dev.clone(), path, threads) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "nnaccel-sim: cannot serve {} through CUSE: {e}",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let stopper = server.stopper();
+    let path_shown = path.display().to_string();
+    let handle = match on_signals(move |sig| {
+        tracing::info!("signal {sig}: removing {path_shown}");
+        stopper.stop();
+    }) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    tracing::info!(
+        "serving {} (cuse), engine waits with {:?}",
+        path.display(),
+        dev.core().wait_mode
+    );
+    let result = server.run();
+    handle.close();
+    dev.release_all();
+    std::thread::sleep(Duration::from_millis(10));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nnaccel-sim: CUSE session ended with an error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn serve(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> ExitCode {
@@ -140,24 +225,17 @@ fn serve(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> ExitCod
         }
     };
     let mut unmounter = server.unmounter();
-    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("nnaccel-sim: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let handle = signals.handle();
     let path_shown = path.display().to_string();
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            tracing::info!("signal {sig}: unmounting {path_shown}");
-            if let Err(e) = unmounter.unmount() {
-                tracing::error!("unmount failed: {e}");
-                std::process::exit(1);
-            }
+    let handle = match on_signals(move |sig| {
+        tracing::info!("signal {sig}: unmounting {path_shown}");
+        if let Err(e) = unmounter.unmount() {
+            tracing::error!("unmount failed: {e}");
+            std::process::exit(1);
         }
-    });
+    }) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
     tracing::info!(
         "serving {} (fuse), engine waits with {:?}",
         path.display(),

@@ -1,9 +1,13 @@
-//! Integration test support: the simulated device on a FUSE file in a temp dir, and the small
+//! Integration test support: the simulated device on a FUSE file in a temp dir (or, with
+//! `NNACCEL_TEST_FRONTEND=cuse`, a CUSE char device `/dev/nnaccel-t<unique>`), and the small
 //! helpers every test of the ioctl harness, the lifetime tests and the bench share.
 //!
-//! - [`Sim`]: spawns `nnaccel-sim` on a fresh path, waits for its FUSE mount, tears it down;
-//! - [`require_privileges`]: root and `/dev/fuse`, or a visible skip (never in CI);
-//! - [`with_timeout`] / [`run_with_sim`]: no test may hang;
+//! - [`Sim`]: spawns `nnaccel-sim` on a fresh path, waits for its FUSE mount (or CUSE node),
+//!   tears it down;
+//! - [`require_privileges`]: root and `/dev/fuse` (`/dev/cuse`), or a visible skip (never in
+//!   CI);
+//! - [`with_timeout`] / [`run_with_sim`]: no test may hang; [`scaled`] stretches the limits by
+//!   `NNACCEL_TEST_TIMEOUT_SCALE` (emulated guests are slow);
 //! - programs ([`add_program`], ...), shared memory ([`SharedBuf`]), jobs ([`job`]), errnos
 //!   ([`errno`]) and the device's live-object counters ([`LiveCounts`]).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -13,11 +17,13 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use nnaccel_uapi as uapi;
+pub mod service;
 use uapi::abi::{
     BO_ACCESS_MASK, Binding, Job, PARAM_LIVE_BOS, PARAM_LIVE_FILES, PARAM_LIVE_PROGRAMS,
     PARAM_LIVE_QUEUES,
@@ -29,37 +35,76 @@ use uapi::sys::{self, Mapping};
 /// `FUSE_SUPER_MAGIC`: the statfs type of a live FUSE mount.
 pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
-/// How long the simulator may take to mount.
+/// How long the simulator may take to mount (times [`timeout_scale`]).
 pub const MOUNT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Default time limit of one test body in [`run_with_sim`].
+/// Default time limit of one test body in [`run_with_sim`] (times [`timeout_scale`]).
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `NNACCEL_TEST_TIMEOUT_SCALE` (a positive float, default 1): the factor applied to the
+/// mount/ready timeouts and the per-test watchdog, for slow (emulated) machines.
+pub fn timeout_scale() -> f64 {
+    std::env::var("NNACCEL_TEST_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|f| f.is_finite() && *f > 0.0)
+        .unwrap_or(1.0)
+}
+
+/// `d` times [`timeout_scale`].
+pub fn scaled(d: Duration) -> Duration {
+    d.mul_f64(timeout_scale())
+}
+
+/// Which frontend of the simulator the integration tests drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frontend {
+    /// A FUSE file in a temp dir (the default).
+    Fuse,
+    /// A CUSE character device `/dev/nnaccel-t<unique>` (`NNACCEL_TEST_FRONTEND=cuse`).
+    Cuse,
+}
+
+/// The frontend chosen by `NNACCEL_TEST_FRONTEND` (`fuse`, the default, or `cuse`).
+pub fn frontend() -> Frontend {
+    match std::env::var("NNACCEL_TEST_FRONTEND").as_deref() {
+        Ok("cuse") => Frontend::Cuse,
+        Ok("fuse") | Ok("") | Err(_) => Frontend::Fuse,
+        Ok(other) => panic!("NNACCEL_TEST_FRONTEND={other}: expected fuse or cuse"),
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Privileges
 
-/// Whether this process may run FUSE tests (root and an openable `/dev/fuse`).
+/// Whether this process may run device tests: root and an openable `/dev/fuse` (or
+/// `/dev/cuse` with `NNACCEL_TEST_FRONTEND=cuse`).
 ///
 /// If not: with `CI=true` it panics (the integration tier must not be skipped in CI);
 /// otherwise it prints `SKIPPED: <reason>` to stderr and returns `false`, and the caller
 /// returns early.
 pub fn require_privileges() -> bool {
+    let control = match frontend() {
+        Frontend::Fuse => "/dev/fuse",
+        Frontend::Cuse => "/dev/cuse",
+    };
     let reason = if !rustix::process::geteuid().is_root() {
-        Some("FUSE tests need root (run as root or in the QEMU image)".to_string())
+        Some("device tests need root (run as root or in the QEMU image)".to_string())
     } else {
         match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open("/dev/fuse")
+            .open(control)
         {
+            // Opening /dev/cuse starts a CUSE handshake the kernel drops on close: harmless.
             Ok(_) => None,
-            Err(e) => Some(format!("cannot open /dev/fuse: {e}")),
+            Err(e) => Some(format!("cannot open {control}: {e}")),
         }
     };
     match reason {
         None => true,
         Some(r) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("FUSE integration tests must not be skipped in CI: {r}")
+            panic!("device integration tests must not be skipped in CI: {r}")
         }
         Some(r) => {
             // Straight to fd 2: libtest captures `eprintln!`, and a skip must be visible.
@@ -73,12 +118,13 @@ pub fn require_privileges() -> bool {
 // ---------------------------------------------------------------------------------------------
 // The simulator
 
-/// Where the `nnaccel-sim` binary is: `$NNACCEL_SIM_BIN`, else `target/<profile>/nnaccel-sim`
-/// next to the directory of the running test binary (`target/<profile>/deps/`).
-pub fn sim_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("NNACCEL_SIM_BIN") {
+/// Where a workspace binary is: `$<env_var>`, else `target/<profile>/<name>` next to the
+/// directory of the running test binary (`target/<profile>/deps/`). Panics with the command
+/// that builds it (`cargo build -p <package> --bin <name>`) when it is missing.
+pub fn workspace_binary(env_var: &str, name: &str, package: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env_var) {
         let p = PathBuf::from(p);
-        assert!(p.is_file(), "NNACCEL_SIM_BIN={} is not a file", p.display());
+        assert!(p.is_file(), "{env_var}={} is not a file", p.display());
         return p;
     }
     let exe = std::env::current_exe().expect("current_exe");
@@ -89,18 +135,24 @@ pub fn sim_binary() -> PathBuf {
     } else {
         exe_dir
     };
-    let bin = profile_dir.join("nnaccel-sim");
-    if bin.is_file() {
-        warn_if_stale(&bin);
-    } else {
+    let bin = profile_dir.join(name);
+    if !bin.is_file() {
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         panic!(
-            "the simulated device binary is missing: {} does not exist.\nBuild it first: \
-             `cargo build{} -p nnaccel-kmod-sim` (with the same CARGO_TARGET_DIR), or set \
-             NNACCEL_SIM_BIN to its path.",
+            "{name} is missing: {} does not exist.\nBuild it first: `cargo build{} -p {package} \
+             --bin {name}` (with the same CARGO_TARGET_DIR), or set {env_var} to its path.",
             bin.display(),
             if release { " --release" } else { "" }
         );
+    }
+    bin
+}
+
+/// Where the `nnaccel-sim` binary is (`$NNACCEL_SIM_BIN` overrides); see [`workspace_binary`].
+pub fn sim_binary() -> PathBuf {
+    let bin = workspace_binary("NNACCEL_SIM_BIN", "nnaccel-sim", "nnaccel-kmod-sim");
+    if std::env::var_os("NNACCEL_SIM_BIN").is_none() {
+        warn_if_stale(&bin);
     }
     bin
 }
@@ -134,6 +186,21 @@ pub fn is_fuse_mounted(path: &Path) -> bool {
     rustix::fs::statfs(path).is_ok_and(|st| st.f_type as i64 == FUSE_SUPER_MAGIC)
 }
 
+/// Whether `path` is a character device node (a CUSE device).
+pub fn is_char_device(path: &Path) -> bool {
+    rustix::fs::stat(path).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::CharacterDevice
+    })
+}
+
+/// Whether the simulator's device at `path` is up: a live FUSE mount, or the CUSE node.
+fn device_ready(frontend: Frontend, path: &Path) -> bool {
+    match frontend {
+        Frontend::Fuse => is_fuse_mounted(path),
+        Frontend::Cuse => is_char_device(path),
+    }
+}
+
 /// `umount2(path, MNT_DETACH)`, errors ignored (not mounted is fine).
 pub fn lazy_unmount(path: &Path) {
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
@@ -143,7 +210,8 @@ pub fn lazy_unmount(path: &Path) {
     let _ = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
 }
 
-/// A running `nnaccel-sim` serving a FUSE file in its own temp dir.
+/// A running `nnaccel-sim` serving a FUSE file in its own temp dir, or (with
+/// `NNACCEL_TEST_FRONTEND=cuse`) a CUSE node `/dev/nnaccel-t<pid>-<n>`, its log in a temp dir.
 ///
 /// Dropping it sends SIGTERM, waits up to 5 s (then SIGKILL), and lazily unmounts the file if
 /// it is still mounted. If the thread is panicking, the simulator's log is printed.
@@ -164,18 +232,32 @@ impl Sim {
     }
 
     /// Starts the simulator with `extra` arguments (`--max-bos 4`, ...) and waits for its
-    /// mount (at most [`MOUNT_TIMEOUT`]).
+    /// mount or node (at most [`MOUNT_TIMEOUT`], scaled).
     pub fn start(extra: &[&str]) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
         let bin = sim_binary();
         let dir = tempfile::Builder::new()
             .prefix("nnaccel-sim-")
             .tempdir()
             .expect("tempdir");
-        let path = dir.path().join("nnaccel");
+        let frontend = frontend();
+        let (path, frontend_arg) = match frontend {
+            Frontend::Fuse => (dir.path().join("nnaccel"), "fuse"),
+            Frontend::Cuse => (
+                PathBuf::from(format!(
+                    "/dev/nnaccel-t{}-{}",
+                    std::process::id(),
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                )),
+                "cuse",
+            ),
+        };
         let log_path = dir.path().join("sim.log");
         let log = File::create(&log_path).expect("create sim log");
         let log2 = log.try_clone().expect("dup sim log");
         let mut child = Command::new(&bin)
+            .arg("--frontend")
+            .arg(frontend_arg)
             .arg("--path")
             .arg(&path)
             .args(extra)
@@ -185,9 +267,10 @@ impl Sim {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin.display()));
         let pid = child.id();
-        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        let limit = scaled(MOUNT_TIMEOUT);
+        let deadline = Instant::now() + limit;
         loop {
-            if is_fuse_mounted(&path) {
+            if device_ready(frontend, &path) {
                 break;
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -202,7 +285,7 @@ impl Sim {
                 let _ = child.wait();
                 lazy_unmount(&path);
                 panic!(
-                    "nnaccel-sim {extra:?} did not mount {} within {MOUNT_TIMEOUT:?}; its log:\n{}",
+                    "nnaccel-sim {extra:?} did not serve {} within {limit:?}; its log:\n{}",
                     path.display(),
                     std::fs::read_to_string(&log_path).unwrap_or_default()
                 );
@@ -218,7 +301,7 @@ impl Sim {
         }
     }
 
-    /// The mounted device file.
+    /// The device file (FUSE mount) or node (CUSE).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -272,24 +355,31 @@ impl Sim {
 
     fn terminate(&self) {
         let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(mut c) = guard.take() else { return };
-        if matches!(c.try_wait(), Ok(None)) {
-            if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        if let Some(c) = guard.take() {
+            terminate_child(c, "nnaccel-sim");
+        }
+    }
+}
+
+/// Stops `child` with SIGTERM, and SIGKILL when it has not exited 5 s (scaled) later.
+pub fn terminate_child(mut child: std::process::Child, name: &str) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    let deadline = Instant::now() + scaled(Duration::from_secs(5));
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if Instant::now() >= deadline => {
+                eprintln!("{name} {} ignored SIGTERM for 5 s: SIGKILL", child.id());
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
             }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
-                match c.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() >= deadline => {
-                        eprintln!("nnaccel-sim {} ignored SIGTERM for 5 s: SIGKILL", self.pid);
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
 }
@@ -397,7 +487,12 @@ pub fn run_with_sim_for(args: &[&str], limit: Duration, body: impl FnOnce(Ctx) +
         sim: sim.clone(),
         dev,
     };
-    with_timeout_or(limit, "test body", || sim.kill_hard(), move || body(ctx));
+    with_timeout_or(
+        scaled(limit),
+        "test body",
+        || sim.kill_hard(),
+        move || body(ctx),
+    );
 }
 
 /// [`run_with_sim_for`] with [`TEST_TIMEOUT`].

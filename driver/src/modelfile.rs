@@ -325,76 +325,6 @@ fn f32_of(v: &Value, path: &str, what: &str) -> Result<f32> {
 // ---------------------------------------------------------------------------------------------
 // Half precision
 
-/// Rounds an f32 to the nearest IEEE 754 binary16 (ties to even); overflow gives ±infinity,
-/// NaN stays NaN.
-pub fn f32_to_f16_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32;
-    let man = b & 0x7f_ffff;
-    if exp == 0xff {
-        // Infinity, or NaN (kept quiet, payload truncated).
-        let nan = if man != 0 {
-            0x200 | (man >> 13) as u16
-        } else {
-            0
-        };
-        return sign | 0x7c00 | nan;
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        // Subnormal half (or zero): value = m * 2^-24 with m = mantissa >> (14 - e).
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let mut half = m >> shift;
-        let rem = m & ((1 << shift) - 1);
-        let halfway = 1 << (shift - 1);
-        if rem > halfway || (rem == halfway && half & 1 == 1) {
-            half += 1;
-        }
-        return sign | half as u16;
-    }
-    let mut half = ((e as u32) << 10) | (man >> 13);
-    let rem = man & 0x1fff;
-    if rem > 0x1000 || (rem == 0x1000 && half & 1 == 1) {
-        // A carry out of the mantissa moves to the next exponent, up to infinity: right.
-        half += 1;
-    }
-    sign | half as u16
-}
-
-/// The f32 value of IEEE 754 binary16 bits (exact).
-pub fn f16_bits_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    let bits = if exp == 0 {
-        if man == 0 {
-            sign
-        } else {
-            // Subnormal: normalise.
-            let mut e: i32 = -14;
-            let mut m = man;
-            while m & 0x400 == 0 {
-                m <<= 1;
-                e -= 1;
-            }
-            sign | (((e + 127) as u32) << 23) | ((m & 0x3ff) << 13)
-        }
-    } else if exp == 0x1f {
-        sign | 0x7f80_0000 | (man << 13)
-    } else {
-        sign | ((exp + 127 - 15) << 23) | (man << 13)
-    };
-    f32::from_bits(bits)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Values
 
@@ -424,7 +354,7 @@ fn encode_value(ty: OperandType, v: &Value, path: &str, out: &mut Vec<u8>) -> Re
         }
         T::Float16 | T::TensorFloat16 => {
             let x = f32_of(v, path, "a number")?;
-            let h = f32_to_f16_bits(x);
+            let h = nnaccel_cpu::f32_to_f16(x);
             if h & 0x7c00 == 0x7c00 {
                 return Err(ModelFileError::invalid(
                     path,
@@ -489,7 +419,7 @@ pub fn output_values(ty: OperandType, bytes: &[u8]) -> Vec<Value> {
                 float_value(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             }
             T::Float16 | T::TensorFloat16 => {
-                float_value(f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                float_value(nnaccel_cpu::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
             }
             T::Int32 | T::TensorInt32 => Value::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
             T::Uint32 => Value::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
@@ -1156,7 +1086,7 @@ mod tests {
 
     #[test]
     fn half_conversion_rounds_to_nearest_even() {
-        let h = f32_to_f16_bits;
+        let h = nnaccel_cpu::f32_to_f16;
         assert_eq!(h(0.0), 0x0000);
         assert_eq!(h(-0.0), 0x8000);
         assert_eq!(h(1.0), 0x3c00);
@@ -1185,7 +1115,7 @@ mod tests {
         assert_eq!(h(1e-10), 0x0000);
         // Every half round-trips.
         for bits in 0..=u16::MAX {
-            let x = f16_bits_to_f32(bits);
+            let x = nnaccel_cpu::f16_to_f32(bits);
             if x.is_nan() {
                 continue;
             }

@@ -5,6 +5,7 @@
 //! (its node closed, the simulator killed) marks itself dead and prepared models carry on with
 //! the CPU plan they were prepared with.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsFd;
@@ -279,7 +280,7 @@ impl Driver {
             let pools = model
                 .pools
                 .iter()
-                .map(MappedPool::map)
+                .map(MappedPool::map_constants)
                 .collect::<Result<Vec<_>, _>>()?;
             let prepared = PreparedGraph::new(graph.clone()).map_err(|e| {
                 tracing::debug!("prepare: {e}");
@@ -360,7 +361,7 @@ fn constant_bytes(model: &Model, lifetime: &Lifetime) -> Option<Vec<u8>> {
         } => {
             let mem = model.pools.get(pool as usize)?;
             let mapped = MappedPool::map(mem).ok()?;
-            mapped.slice(offset, length).ok().map(<[u8]>::to_vec)
+            mapped.read(offset, length).ok().map(Cow::into_owned)
         }
         _ => None,
     }
@@ -601,6 +602,13 @@ pub struct ExecutionHandle {
 }
 
 impl ExecutionHandle {
+    /// Runs `f` on its own thread.
+    pub fn spawn(f: impl FnOnce() -> ExecutionResult + Send + 'static) -> Self {
+        Self {
+            thread: std::thread::spawn(f),
+        }
+    }
+
     /// Waits for the result.
     pub fn wait(self) -> ExecutionResult {
         self.thread
@@ -737,7 +745,7 @@ fn run_on_device(
         .zip(&plan.outputs)
         .zip(shapes.iter_mut())
     {
-        if u64::from(arg.location.length) < *bytes {
+        if argument_length(request, arg) < *bytes {
             shape.is_sufficient = false;
             insufficient = true;
         }
@@ -772,11 +780,7 @@ fn run_on_device(
             ),
             _ => (0, BO_ACCESS_READ | BO_ACCESS_WRITE),
         };
-        let size = if mem.size == 0 {
-            nnaccel_uapi::sys::seek_size(mem.fd.as_fd()).unwrap_or(0)
-        } else {
-            mem.size
-        };
+        let size = pool_size(mem);
         match dev.bo_import(mem.fd.as_fd(), offset, size, access) {
             Ok(h) => handles.push(h),
             Err(e) => {
@@ -810,7 +814,7 @@ fn run_on_device(
     }
     let outcome = {
         let mut q = plan.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        submit_and_wait(&mut q, &job, deadline)
+        submit_and_wait(&plan.device, &mut q, &job, deadline)
     };
     release(&handles);
     match outcome {
@@ -837,23 +841,23 @@ fn run_on_device(
     }
 }
 
+/// How long one futex sleep lasts before the driver checks that the device still answers.
+const LIVENESS_SLICE: Duration = Duration::from_millis(200);
+
+/// Submits `job` and waits for it. The wait sleeps in slices of [`LIVENESS_SLICE`] and asks
+/// the device for a parameter between slices, so a device that dies mid-job (its process
+/// killed, its node closed) is noticed within a slice rather than at [`DEVICE_TIMEOUT`].
 fn submit_and_wait(
+    device: &DeviceHandle,
     q: &mut DeviceQueue,
     job: &Job,
     deadline: Option<Deadline>,
 ) -> Result<nnaccel_uapi::abi::Completion, RingError> {
-    let device_deadline = |d: Option<Deadline>| {
-        let left = d.map_or(DEVICE_TIMEOUT, |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(DEVICE_TIMEOUT)
-        });
-        Some(nnaccel_uapi::sys::deadline_after(left))
-    };
     if let Some(seq) = q.abandoned.take() {
-        q.ring.wait(seq, Duration::ZERO, device_deadline(None))?;
+        wait_watching_device(device, q, seq, None)?;
     }
     let seq = q.ring.submit(job)?;
-    match q.ring.wait(seq, WAIT_SPIN, device_deadline(deadline)) {
+    match wait_watching_device(device, q, seq, deadline) {
         Err(RingError::TimedOut(s)) => {
             // Reap it before the next submission; the ring keeps one window of jobs.
             q.abandoned = Some(s);
@@ -864,6 +868,61 @@ fn submit_and_wait(
             }
         }
         other => other,
+    }
+}
+
+fn wait_watching_device(
+    device: &DeviceHandle,
+    q: &mut DeviceQueue,
+    seq: u64,
+    deadline: Option<Deadline>,
+) -> Result<nnaccel_uapi::abi::Completion, RingError> {
+    let give_up = Instant::now() + DEVICE_TIMEOUT;
+    let end = deadline.map_or(give_up, |d| d.min(give_up));
+    let mut spin = WAIT_SPIN;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let slice = left.min(LIVENESS_SLICE);
+        match q
+            .ring
+            .wait(seq, spin, Some(nnaccel_uapi::sys::deadline_after(slice)))
+        {
+            Err(RingError::TimedOut(s)) if slice < left => {
+                if let Err(e) = device.dev.get_param(nnaccel_uapi::abi::PARAM_API_VERSION) {
+                    device.note_error(&e);
+                    if is_device_gone(&e) {
+                        return Err(RingError::Device(e.raw_os_error().unwrap_or(libc::ENODEV)));
+                    }
+                }
+                tracing::trace!("job {s} still running after a liveness slice");
+                spin = Duration::ZERO;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The byte length of a request argument. In a hardware_buffer pool, offset 0 and length 0
+/// name the whole buffer (REFERENCE.md §3).
+fn argument_length(request: &Request, arg: &RequestArgument) -> u64 {
+    let length = u64::from(arg.location.length);
+    if length != 0 {
+        return length;
+    }
+    match request.pools.get(arg.location.pool_index as usize) {
+        Some(MemoryPool::Memory(mem)) if mem.kind == MemoryKind::HardwareBuffer => {
+            pool_size(mem).saturating_sub(u64::from(arg.location.offset))
+        }
+        _ => 0,
+    }
+}
+
+/// A pool's size; a hardware_buffer sent with size 0 is as large as its fd.
+fn pool_size(mem: &Memory) -> u64 {
+    if mem.size == 0 {
+        nnaccel_uapi::sys::fd_size(mem.fd.as_fd()).unwrap_or(0)
+    } else {
+        mem.size
     }
 }
 
@@ -879,16 +938,37 @@ fn run_on_cpu(plan: &CpuPlan, model: &Model, request: &Request) -> ExecutionResu
             Err(s) => return ExecutionResult::failure(s),
         }
     }
-    for p in pools.iter().chain(&plan.pools) {
-        if let Err(s) = p.check_backing() {
-            return ExecutionResult::failure(s);
+    for p in &pools {
+        p.begin_access(true);
+    }
+    let end_access = |pools: &[MappedPool], wrote: bool| {
+        for p in pools {
+            p.end_access(wrote);
+        }
+    };
+    // Input bytes: borrowed from pinned mappings, copied out of files that may shrink.
+    let mut input_bytes = Vec::with_capacity(request.inputs.len());
+    for arg in &request.inputs {
+        if arg.has_no_value {
+            input_bytes.push(Cow::Borrowed(&[][..]));
+            continue;
+        }
+        let loc = &arg.location;
+        match pools[loc.pool_index as usize].read(loc.offset as usize, loc.length as usize) {
+            Ok(b) => input_bytes.push(b),
+            Err(s) => {
+                end_access(&pools, false);
+                return ExecutionResult::failure(s);
+            }
         }
     }
-    let slice_of = |loc: &DataLocation| {
-        pools[loc.pool_index as usize].slice(loc.offset as usize, loc.length as usize)
-    };
     let mut inputs = Vec::with_capacity(request.inputs.len());
-    for (arg, &k) in request.inputs.iter().zip(&model.input_indexes) {
+    for ((arg, &k), data) in request
+        .inputs
+        .iter()
+        .zip(&model.input_indexes)
+        .zip(&input_bytes)
+    {
         if arg.has_no_value {
             inputs.push(InputArg::NoValue);
             continue;
@@ -896,18 +976,15 @@ fn run_on_cpu(plan: &CpuPlan, model: &Model, request: &Request) -> ExecutionResu
         let dims =
             match combined_dimensions(&model.operands[k as usize].dimensions, &arg.dimensions) {
                 Ok(d) => d,
-                Err(_) => return ExecutionResult::failure(ErrorStatus::InvalidArgument),
+                Err(_) => {
+                    end_access(&pools, false);
+                    return ExecutionResult::failure(ErrorStatus::InvalidArgument);
+                }
             };
-        match slice_of(&arg.location) {
-            Ok(data) => inputs.push(InputArg::Value {
-                data,
-                dimensions: dims,
-            }),
-            Err(s) => return ExecutionResult::failure(s),
-        }
-    }
-    for p in &pools {
-        p.begin_access(true);
+        inputs.push(InputArg::Value {
+            data,
+            dimensions: dims,
+        });
     }
     // Outputs are computed into private buffers, then copied: two outputs (or an output and
     // an input) may share a pool, and the client may touch it concurrently.
@@ -916,11 +993,12 @@ fn run_on_cpu(plan: &CpuPlan, model: &Model, request: &Request) -> ExecutionResu
         .iter()
         .map(|a| vec![0u8; a.location.length as usize])
         .collect();
-    let model_pools: Vec<&[u8]> = plan
+    let model_pools: Vec<Cow<'_, [u8]>> = plan
         .pools
         .iter()
-        .map(|p| p.slice(0, p.len()).unwrap_or(&[]))
+        .map(|p| p.read(0, p.len()).unwrap_or_default())
         .collect();
+    let model_pools: Vec<&[u8]> = model_pools.iter().map(|p| &**p).collect();
     let result = {
         let mut outs: Vec<&mut [u8]> = out_bufs.iter_mut().map(Vec::as_mut_slice).collect();
         plan.graph.execute(&model_pools, &inputs, &mut outs)

@@ -7,10 +7,15 @@
 //! | hardware_buffer_blob | the whole dma-buf; CPU access bracketed with `DMA_BUF_IOCTL_SYNC` |
 //! | hardware_buffer | never mapped by the HAL: device I/O only |
 //!
-//! A pool whose size can change under the mapping would make an access past its end fault
+//! A pool whose size can change under a mapping would make an access past its end fault
 //! (SIGBUS) in this process. memfds are therefore sealed against shrinking when first mapped
-//! (or must already be); other files are re-checked for size before each use.
+//! (or must already be) and dma-bufs never shrink: those are used through a mapping. Any other
+//! file (a regular file behind mmap_fd, a memfd the client sealed against adding seals) is
+//! never accessed through a mapping: its bytes are copied with `pread`/`pwrite`, so a client
+//! truncating it gets a failed execution, not a crashed service. Constants in such a pool are
+//! copied once at preparation.
 
+use std::borrow::Cow;
 use std::os::fd::AsFd;
 
 use nnaccel_uapi::sys::{
@@ -20,14 +25,25 @@ use rustix::fs::SealFlags;
 
 use super::types::{ErrorStatus, Memory, MemoryKind};
 
-/// A pool mapped into this process.
+/// A pool made accessible to this process.
 #[derive(Debug)]
 pub struct MappedPool {
-    map: Mapping,
+    backing: Backing,
     memory: Memory,
     file_offset: u64,
+    len: usize,
     writable: bool,
-    size_pinned: bool,
+}
+
+/// How the bytes of a pool are reached.
+#[derive(Debug)]
+enum Backing {
+    /// A shared mapping of a pool whose size cannot change.
+    Mapped(Mapping),
+    /// `pread`/`pwrite` on a file that may shrink at any time.
+    File,
+    /// A private copy taken at preparation (constants in an unpinned file).
+    Snapshot(Vec<u8>),
 }
 
 fn general(msg: impl std::fmt::Display) -> ErrorStatus {
@@ -62,22 +78,24 @@ impl MappedPool {
             .checked_add(memory.size)
             .ok_or_else(|| general("offset + size overflows"))?;
         let file_size =
-            sys::seek_size(fd).map_err(|e| general(format!("cannot size the pool: {e}")))?;
+            sys::fd_size(fd).map_err(|e| general(format!("cannot size the pool: {e}")))?;
         if end > file_size {
             return Err(general(format!(
                 "pool of {} bytes at {offset} is past the end of its {file_size}-byte file",
                 memory.size
             )));
         }
-        let size_pinned = match memory.kind {
-            MemoryKind::HardwareBufferBlob => true,
-            _ if sys::is_shmem(fd) => {
-                sys::seals(fd).contains(SealFlags::SHRINK)
-                    || rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK).is_ok()
-            }
-            _ => false,
+        let size_pinned = if sys::is_dmabuf(fd) {
+            true
+        } else if sys::is_shmem(fd) {
+            sys::seals(fd).contains(SealFlags::SHRINK)
+                || rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK).is_ok()
+        } else {
+            false
         };
         // A read-only mapping of an ashmem region the client opened read-only still works.
+        // Unpinned pools are mapped too, once, to hold them to the HAL's rule that a pool be
+        // mappable; the mapping is dropped at once.
         let map = Mapping::map_shared(fd, offset, len, writable)
             .or_else(|_| {
                 if writable {
@@ -90,12 +108,41 @@ impl MappedPool {
         let writable = writable
             && rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(rustix::fs::OFlags::RDWR));
         Ok(Self {
-            map,
+            backing: if size_pinned {
+                Backing::Mapped(map)
+            } else {
+                Backing::File
+            },
             memory: memory.clone(),
             file_offset: offset,
+            len,
             writable,
-            size_pinned,
         })
+    }
+
+    /// Maps a model's pool of constants: as [`MappedPool::map`], but the bytes of an unpinned
+    /// file are copied now, so executions never read a file the client may have truncated.
+    /// A hardware_buffer pool is kept unmapped and empty: preparation refuses any model whose
+    /// constants live in one, so such a pool is present but unused.
+    pub fn map_constants(memory: &Memory) -> Result<Self, ErrorStatus> {
+        if memory.kind == MemoryKind::HardwareBuffer {
+            return Ok(Self {
+                backing: Backing::Snapshot(Vec::new()),
+                memory: memory.clone(),
+                file_offset: 0,
+                len: 0,
+                writable: false,
+            });
+        }
+        let mut pool = Self::map(memory)?;
+        if matches!(pool.backing, Backing::File) {
+            let mut copy = vec![0u8; pool.len];
+            sys::pread_exact(pool.memory.fd.as_fd(), pool.file_offset, &mut copy)
+                .map_err(|e| general(format!("cannot read the constants' pool: {e}")))?;
+            pool.backing = Backing::Snapshot(copy);
+            pool.writable = false;
+        }
+        Ok(pool)
     }
 
     /// The pool description.
@@ -105,30 +152,17 @@ impl MappedPool {
 
     /// Size in bytes.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
     /// Whether the pool is empty (never).
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
     }
 
     /// Whether the HAL may write outputs into it.
     pub fn writable(&self) -> bool {
         self.writable
-    }
-
-    /// Checks the backing file still covers the mapping (for files that could not be sealed).
-    pub fn check_backing(&self) -> Result<(), ErrorStatus> {
-        if self.size_pinned {
-            return Ok(());
-        }
-        let size = sys::seek_size(self.memory.fd.as_fd())
-            .map_err(|e| general(format!("pool vanished: {e}")))?;
-        if self.file_offset.saturating_add(self.memory.size) > size {
-            return Err(general("pool file shrank under its mapping"));
-        }
-        Ok(())
     }
 
     /// Starts CPU access (dma-buf sync; no-op for other kinds).
@@ -155,32 +189,50 @@ impl MappedPool {
                 let _ = sys::dma_buf_sync(self.memory.fd.as_fd(), DMA_BUF_SYNC_END | dir);
             }
             MemoryKind::MmapFd { .. } if wrote => {
+                let Backing::Mapped(map) = &self.backing else {
+                    return;
+                };
                 // SAFETY: msync on exactly the range this object mapped and still owns.
                 let _ = unsafe {
-                    rustix::mm::msync(
-                        self.map.as_ptr().cast(),
-                        self.map.len(),
-                        rustix::mm::MsyncFlags::SYNC,
-                    )
+                    rustix::mm::msync(map.as_ptr().cast(), map.len(), rustix::mm::MsyncFlags::SYNC)
                 };
             }
             _ => {}
         }
     }
 
-    /// The bytes at `offset..offset + len`, borrowed from the shared mapping.
+    /// The bytes at `offset..offset + len`: borrowed from the shared mapping, or copied out of
+    /// an unpinned file (a file that shrank under the range is GENERAL_FAILURE).
     ///
-    /// The memory is shared with the client, which may write it at any time; callers treat it
-    /// as plain data (never as sizes or indexes they trust).
-    pub fn slice(&self, offset: usize, len: usize) -> Result<&[u8], ErrorStatus> {
+    /// Mapped memory is shared with the client, which may write it at any time; callers treat
+    /// it as plain data (never as sizes or indexes they trust).
+    pub fn read(&self, offset: usize, len: usize) -> Result<Cow<'_, [u8]>, ErrorStatus> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.map.len() => {}
+            Some(end) if end <= self.len => {}
             _ => return Err(general("range outside the pool")),
         }
-        let ptr = self.map.as_ptr().wrapping_add(offset);
-        // SAFETY: the range lies inside the live mapping (checked above), which outlives the
-        // returned borrow of `self`. See the caveat on shared contents in the doc comment.
-        Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+        match &self.backing {
+            Backing::Mapped(map) => {
+                let ptr = map.as_ptr().wrapping_add(offset);
+                // SAFETY: the range lies inside the live mapping (checked above) of a file
+                // that cannot shrink, and the mapping outlives the returned borrow of `self`.
+                // See the caveat on shared contents in the doc comment.
+                Ok(Cow::Borrowed(unsafe {
+                    std::slice::from_raw_parts(ptr, len)
+                }))
+            }
+            Backing::Snapshot(copy) => Ok(Cow::Borrowed(&copy[offset..offset + len])),
+            Backing::File => {
+                let mut buf = vec![0u8; len];
+                sys::pread_exact(
+                    self.memory.fd.as_fd(),
+                    self.file_offset + offset as u64,
+                    &mut buf,
+                )
+                .map_err(|e| general(format!("cannot read the pool's file: {e}")))?;
+                Ok(Cow::Owned(buf))
+            }
+        }
     }
 
     /// Copies `data` into the pool at `offset`.
@@ -188,9 +240,22 @@ impl MappedPool {
         if !self.writable {
             return Err(general("pool is read-only"));
         }
-        self.map
-            .write_at(offset, data)
-            .map_err(|_| general("range outside the pool"))
+        match offset.checked_add(data.len()) {
+            Some(end) if end <= self.len => {}
+            _ => return Err(general("range outside the pool")),
+        }
+        match &self.backing {
+            Backing::Mapped(map) => map
+                .write_at(offset, data)
+                .map_err(|_| general("range outside the pool")),
+            Backing::File => sys::pwrite_all(
+                self.memory.fd.as_fd(),
+                self.file_offset + offset as u64,
+                data,
+            )
+            .map_err(|e| general(format!("cannot write the pool's file: {e}"))),
+            Backing::Snapshot(_) => Err(general("pool is read-only")),
+        }
     }
 }
 
@@ -213,7 +278,7 @@ mod tests {
         let m = memfd(8192);
         let p = MappedPool::map(&m).unwrap();
         p.write(100, &[1, 2, 3]).unwrap();
-        assert_eq!(p.slice(100, 3).unwrap(), &[1, 2, 3]);
+        assert_eq!(&*p.read(100, 3).unwrap(), &[1, 2, 3]);
         assert!(
             rustix::fs::ftruncate(&*m.fd, 10).is_err(),
             "shrinking a mapped pool must fail"

@@ -2,11 +2,13 @@
 
 pub mod convert;
 pub mod driver;
+pub mod interface;
 pub mod memory;
 pub mod types;
 pub mod validate;
 
 pub use driver::{Backend, Driver, ExecutionHandle, Placement, PreparedModel};
+pub use interface::{HalDevice, HalPreparedModel, execute_async};
 pub use memory::MappedPool;
 pub use types::*;
 

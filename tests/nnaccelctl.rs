@@ -15,29 +15,9 @@ use serde_json::Value;
 /// No single nnaccelctl invocation may take longer.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Where `nnaccelctl` is: `$NNACCEL_CTL_BIN`, else `target/<profile>/nnaccelctl` next to the
-/// directory of the running test binary (`target/<profile>/deps/`).
+/// Where `nnaccelctl` is (`$NNACCEL_CTL_BIN` overrides).
 fn ctl_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("NNACCEL_CTL_BIN") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "NNACCEL_CTL_BIN={} is not a file", p.display());
-        return p;
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let exe_dir = exe.parent().expect("test binary has a directory");
-    let profile_dir = if exe_dir.file_name().is_some_and(|n| n == "deps") {
-        exe_dir.parent().expect("deps has a parent")
-    } else {
-        exe_dir
-    };
-    let bin = profile_dir.join("nnaccelctl");
-    assert!(
-        bin.is_file(),
-        "nnaccelctl is missing: {} does not exist.\nBuild it first: `cargo build -p nnaccel \
-         --bin nnaccelctl` (with the same CARGO_TARGET_DIR and profile), or set NNACCEL_CTL_BIN.",
-        bin.display()
-    );
-    bin
+    nnaccel_tests::workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccel")
 }
 
 fn examples() -> PathBuf {

@@ -1,8 +1,12 @@
 //! `nnaccel`: the HAL side of the stack. It reaches the device only through
 //! [`nnaccel_uapi::Device`] — a device node, or an in-process device behind the same trait.
 
+pub mod client;
 pub mod device;
 pub mod hal;
 pub mod modelfile;
+pub mod pools;
+pub mod protocol;
+pub mod service;
 
 pub use device::{DeviceInfo, LiveObjects, open_node};

@@ -1,17 +1,22 @@
-//! Choosing what executes: a device node, the embedded simulated device, or the CPU executor.
+//! Choosing what executes: the nnaccel-hald service, a device node, the embedded simulated
+//! device, or the CPU executor.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use nnaccel::hal::{Backend, Driver};
+use nnaccel::client::{DEFAULT_SOCKET, ServiceClient};
+use nnaccel::hal::{Backend, Driver, HalDevice};
 
 use crate::CliError;
 
 /// The device node used when it exists and no --device/--cpu is given.
 pub const DEFAULT_NODE: &str = "/dev/nnaccel";
 
-/// Where the driver's backend came from.
+/// Where the backend came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
+    /// The nnaccel-hald service at this socket.
+    Service(PathBuf),
     /// A device node.
     Node(PathBuf),
     /// The simulated device in this process.
@@ -28,6 +33,7 @@ impl Source {
     /// For `info`'s "device:" line.
     pub fn device_label(&self) -> String {
         match self {
+            Source::Service(p) => format!("through the service at {}", p.display()),
             Source::Node(p) => p.display().to_string(),
             Source::Embedded => "embedded (the simulated device, in-process)".to_string(),
             Source::Cpu { why } => format!("none ({why})"),
@@ -35,11 +41,15 @@ impl Source {
     }
 }
 
-/// A driver and where its backend came from.
+/// The HAL to talk to and where it came from.
 #[derive(Debug)]
 pub struct Selected {
-    /// The driver.
-    pub driver: Driver,
+    /// The HAL.
+    pub driver: Arc<dyn HalDevice>,
+    /// The in-process driver, when not going through the service.
+    pub local: Option<Driver>,
+    /// The service connection, when going through the service.
+    pub service: Option<ServiceClient>,
     /// Where the backend came from.
     pub source: Source,
 }
@@ -49,20 +59,56 @@ impl Selected {
     pub fn describe(&self) -> String {
         let what = self.driver.description();
         match &self.source {
+            Source::Service(p) => format!("service at {} ({what})", p.display()),
             Source::Node(p) => format!("{} ({what})", p.display()),
             Source::Embedded => format!("embedded simulated device, in-process ({what})"),
             Source::Cpu { why } => format!("{what} ({why})"),
         }
     }
+
+    fn local(driver: Driver, source: Source) -> Self {
+        Self {
+            driver: Arc::new(driver.clone()),
+            local: Some(driver),
+            service: None,
+            source,
+        }
+    }
 }
 
-/// Opens the backend the options ask for.
-pub fn select(device: Option<PathBuf>, cpu: bool) -> Result<Selected, CliError> {
+fn connect(path: &Path) -> Result<Selected, CliError> {
+    let client = ServiceClient::connect(path).map_err(|e| {
+        CliError(format!(
+            "cannot reach the service at {}: {e} (use --device or --cpu to run in this process)",
+            path.display()
+        ))
+    })?;
+    Ok(Selected {
+        driver: Arc::new(client.clone()),
+        local: None,
+        service: Some(client),
+        source: Source::Service(path.to_path_buf()),
+    })
+}
+
+/// Opens the backend the options ask for: `--service`, `--device`, `--cpu`; otherwise the
+/// service when its default socket exists, then `/dev/nnaccel`, then the embedded default.
+pub fn select(
+    device: Option<PathBuf>,
+    cpu: bool,
+    service: Option<PathBuf>,
+) -> Result<Selected, CliError> {
+    if let Some(path) = service {
+        return connect(&path);
+    }
     if cpu {
-        return Ok(Selected {
-            driver: Driver::new(Backend::CpuOnly),
-            source: Source::Cpu { why: "--cpu" },
-        });
+        return Ok(Selected::local(
+            Driver::new(Backend::CpuOnly),
+            Source::Cpu { why: "--cpu" },
+        ));
+    }
+    if device.is_none() && Path::new(DEFAULT_SOCKET).exists() {
+        return connect(Path::new(DEFAULT_SOCKET));
     }
     let node = match device {
         Some(p) => Some(p),
@@ -75,35 +121,33 @@ pub fn select(device: Option<PathBuf>, cpu: bool) -> Result<Selected, CliError> 
                 path.display()
             ))
         })?;
-        return Ok(Selected {
-            driver: Driver::new(Backend::Device(dev)),
-            source: Source::Node(path),
-        });
+        return Ok(Selected::local(
+            Driver::new(Backend::Device(dev)),
+            Source::Node(path),
+        ));
     }
     embedded()
 }
 
 #[cfg(feature = "embedded")]
 fn embedded() -> Result<Selected, CliError> {
-    use std::sync::Arc;
-
     use nnaccel_kmod_sim::{Config, InprocFile, SimDevice};
 
     let sim = SimDevice::new(Config::default())
         .map_err(|e| CliError(format!("cannot start the embedded simulated device: {e}")))?;
     let file: Arc<dyn nnaccel_uapi::Device> = Arc::new(InprocFile::open(&sim));
-    Ok(Selected {
-        driver: Driver::new(Backend::Device(file)),
-        source: Source::Embedded,
-    })
+    Ok(Selected::local(
+        Driver::new(Backend::Device(file)),
+        Source::Embedded,
+    ))
 }
 
 #[cfg(not(feature = "embedded"))]
 fn embedded() -> Result<Selected, CliError> {
-    Ok(Selected {
-        driver: Driver::new(Backend::CpuOnly),
-        source: Source::Cpu {
+    Ok(Selected::local(
+        Driver::new(Backend::CpuOnly),
+        Source::Cpu {
             why: "no /dev/nnaccel, and built without the embedded simulated device",
         },
-    })
+    ))
 }

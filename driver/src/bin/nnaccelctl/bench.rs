@@ -63,6 +63,7 @@ pub fn bench(
     iterations: u32,
     device: Option<PathBuf>,
     cpu: bool,
+    service: Option<PathBuf>,
 ) -> Result<Outcome, CliError> {
     let loaded = modelfile::load_model(model_path)?;
     let model = &loaded.model;
@@ -70,9 +71,9 @@ pub fn bench(
         Some(p) => modelfile::load_inputs(p, model)?,
         None => zero_inputs(model)?,
     };
-    let selected = backend::select(device, cpu)?;
+    let selected = backend::select(device, cpu, service)?;
     println!("backend: {}", selected.describe());
-    let prepared = match exec::prepare(&selected.driver, model) {
+    let prepared = match exec::prepare(&*selected.driver, model) {
         Ok(p) => p,
         Err(status) => {
             println!("status: {} (preparing the model)", status.name());
@@ -84,7 +85,7 @@ pub fn bench(
         }
     };
     // One run sizes outputs with unknown extents.
-    let first = exec::execute(&prepared, model, &inputs, MeasureTiming::No)?;
+    let first = exec::execute(&*prepared, model, &inputs, MeasureTiming::No)?;
     if first.result.status != ErrorStatus::None {
         println!("status: {} (executing)", first.result.status.name());
         eprintln!(

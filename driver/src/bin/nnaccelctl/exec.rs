@@ -4,8 +4,9 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use nnaccel::hal::{
-    DataLocation, ErrorStatus, ExecutionPreference, ExecutionResult, MeasureTiming, Memory,
-    MemoryKind, MemoryPool, Model, OperandType, PreparedModel, Priority, Request, RequestArgument,
+    DataLocation, ErrorStatus, ExecutionPreference, ExecutionResult, HalDevice, HalPreparedModel,
+    MeasureTiming, Memory, MemoryKind, MemoryPool, Model, OperandType, Priority, Request,
+    RequestArgument,
 };
 use nnaccel::modelfile::InputValue;
 use nnaccel_uapi::sys::{Mapping, memfd_create};
@@ -188,7 +189,10 @@ fn location(offset: usize, len: usize) -> Result<DataLocation, CliError> {
 }
 
 /// Prepares `model` for fast single answers.
-pub fn prepare(driver: &nnaccel::hal::Driver, model: &Model) -> Result<PreparedModel, ErrorStatus> {
+pub fn prepare(
+    driver: &dyn HalDevice,
+    model: &Model,
+) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
     driver.prepare_model(
         model,
         ExecutionPreference::FastSingleAnswer,
@@ -209,7 +213,7 @@ pub struct RunResult {
 /// Executes once; on OUTPUT_INSUFFICIENT_SIZE with known needed shapes, once more with
 /// buffers of those sizes.
 pub fn execute(
-    prepared: &PreparedModel,
+    prepared: &dyn HalPreparedModel,
     model: &Model,
     inputs: &[InputValue],
     measure: MeasureTiming,

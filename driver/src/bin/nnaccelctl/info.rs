@@ -68,14 +68,43 @@ fn print_capabilities(c: &Capabilities) {
 }
 
 /// `nnaccelctl info`.
-pub fn info(model: Option<&Path>, device: Option<PathBuf>, cpu: bool) -> Result<Outcome, CliError> {
+pub fn info(
+    model: Option<&Path>,
+    device: Option<PathBuf>,
+    cpu: bool,
+    service: Option<PathBuf>,
+) -> Result<Outcome, CliError> {
     // A malformed model is reported before any device is opened.
     let loaded = model.map(modelfile::load_model).transpose()?;
-    let selected = backend::select(device, cpu)?;
+    let selected = backend::select(device, cpu, service)?;
     let driver = &selected.driver;
     println!("device: {}", selected.source.device_label());
     println!("driver: {}", driver.description());
-    match driver.device_info() {
+    let blobs = nnaccel::pools::blob_source();
+    println!(
+        "hardware_buffer_blob: {}: {}",
+        blobs.name(),
+        blobs.describe()
+    );
+    if let Some(client) = &selected.service {
+        match client.info() {
+            Ok(i) => {
+                println!("service: {}", client.server());
+                println!("  connections:         {}", i.connections);
+                println!("  prepared models:     {}", i.prepared_models);
+                if let Some([files, bos, programs, queues]) = i.device_live {
+                    println!(
+                        "  device live objects: {files} files, {bos} BOs, {programs} programs, {queues} queues"
+                    );
+                }
+                if let Some(jobs) = i.device_jobs_completed {
+                    println!("  device jobs completed: {jobs}");
+                }
+            }
+            Err(s) => println!("service: {} ({})", client.server(), s.name()),
+        }
+    }
+    match selected.local.as_ref().and_then(|d| d.device_info()) {
         Some(i) => {
             println!("device info:");
             println!(
@@ -114,7 +143,10 @@ pub fn info(model: Option<&Path>, device: Option<PathBuf>, cpu: bool) -> Result<
         }
         None => println!("device info: none (no device in use)"),
     }
-    print_capabilities(&driver.get_capabilities());
+    match driver.get_capabilities() {
+        Ok(c) => print_capabilities(&c),
+        Err(s) => println!("capabilities: {}", s.name()),
+    }
     let Some(loaded) = loaded else {
         println!(
             "operations the driver runs (CPU executor kernels; the device runs a whole model when \

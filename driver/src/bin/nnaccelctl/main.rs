@@ -62,6 +62,10 @@ struct DeviceArgs {
     /// Use the CPU executor only, no device.
     #[arg(long)]
     cpu: bool,
+    /// Use the nnaccel-hald service listening at PATH. Without --service, --device or --cpu,
+    /// the service at /run/nnaccel/hal.sock is used when that socket exists.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["cpu", "device"])]
+    service: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,8 +128,11 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             measure,
             device: device.device,
             cpu: device.cpu,
+            service: device.service,
         }),
-        Command::Info { model, device } => info::info(model.as_deref(), device.device, device.cpu),
+        Command::Info { model, device } => {
+            info::info(model.as_deref(), device.device, device.cpu, device.service)
+        }
         Command::Bench {
             model,
             inputs,
@@ -137,11 +144,16 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             iterations,
             device.device,
             device.cpu,
+            device.service,
         ),
     }
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`nnaccelctl info | head`) instead of failing on EPIPE.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

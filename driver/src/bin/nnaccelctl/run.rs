@@ -33,6 +33,7 @@ pub struct RunArgs {
     pub measure: bool,
     pub device: Option<PathBuf>,
     pub cpu: bool,
+    pub service: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -82,11 +83,11 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
     let loaded = modelfile::load_model(&args.model)?;
     let model = &loaded.model;
     let inputs = modelfile::load_inputs(&args.inputs, model)?;
-    let selected = backend::select(args.device.clone(), args.cpu)?;
+    let selected = backend::select(args.device.clone(), args.cpu, args.service.clone())?;
     if !args.json {
         println!("backend: {}", selected.describe());
     }
-    let prepared = match exec::prepare(&selected.driver, model) {
+    let prepared = match exec::prepare(&*selected.driver, model) {
         Ok(p) => p,
         Err(status) => {
             let why = (status == ErrorStatus::InvalidArgument)
@@ -120,7 +121,7 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
     } else {
         MeasureTiming::No
     };
-    let run = exec::execute(&prepared, model, &inputs, measure)?;
+    let run = exec::execute(&*prepared, model, &inputs, measure)?;
     let status = run.result.status;
     if status != ErrorStatus::None {
         let why = (status == ErrorStatus::InvalidArgument)

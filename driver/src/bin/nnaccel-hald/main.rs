@@ -1,0 +1,200 @@
+//! `nnaccel-hald`: the nnaccel HAL service. It owns the device, validates every model and
+//! request, and serves clients on a Unix socket (fds attached). Meant to run under systemd
+//! (Type=notify, watchdog, socket activation) but runs fine by hand.
+
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use nnaccel::hal::{Backend, Driver};
+use nnaccel::service::{self, Service, ServiceConfig, systemd};
+use serde::Deserialize;
+
+mod log;
+
+/// The nnaccel HAL service.
+///
+/// Serves the NN HAL (capabilities, supported operations, preparation, execution) to clients
+/// on a Unix socket, running models on the accelerator (`/dev/nnaccel`) with the CPU executor
+/// as fallback. Under systemd it takes its socket from socket activation and reports
+/// READY=1, WATCHDOG=1 and STOPPING=1. Settings come from the command line and, if present,
+/// the configuration file; the command line wins.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// Socket to listen on (ignored when socket-activated). [default: /run/nnaccel/hal.sock]
+    #[arg(long)]
+    socket: Option<PathBuf>,
+
+    /// Device node. [default: /dev/nnaccel]
+    #[arg(long, conflicts_with = "cpu")]
+    device: Option<PathBuf>,
+
+    /// Run on the CPU executor only, without opening a device.
+    #[arg(long)]
+    cpu: bool,
+
+    /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection).
+    #[arg(long, default_value = "/etc/nnaccel/hald.toml")]
+    config: PathBuf,
+
+    /// Largest client message in bytes. [default: 67108864]
+    #[arg(long)]
+    max_message_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    socket: Option<PathBuf>,
+    device: Option<PathBuf>,
+    cpu: Option<bool>,
+    max_message_bytes: Option<usize>,
+    max_models_per_connection: Option<usize>,
+}
+
+fn load_config(path: &Path, explicit: bool) -> Result<FileConfig, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+            Ok(FileConfig::default())
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn main() -> ExitCode {
+    log::init();
+    let args = Args::parse();
+    let explicit_config = std::env::args().any(|a| a == "--config" || a.starts_with("--config="));
+    let file = match load_config(&args.config, explicit_config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nnaccel-hald: bad configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cpu = args.cpu || (args.device.is_none() && file.cpu.unwrap_or(false));
+    let device_path = args
+        .device
+        .or(file.device)
+        .unwrap_or_else(|| PathBuf::from("/dev/nnaccel"));
+    let socket_path = args
+        .socket
+        .or(file.socket)
+        .unwrap_or_else(|| PathBuf::from(nnaccel::client::DEFAULT_SOCKET));
+    let mut config = ServiceConfig::default();
+    if let Some(n) = args.max_message_bytes.or(file.max_message_bytes) {
+        config.max_message_bytes = n;
+    }
+    if let Some(n) = file.max_models_per_connection {
+        config.max_models_per_connection = n;
+    }
+
+    // Socket activation first: reading LISTEN_FDS unsets the activation variables, which is
+    // only sound while this process has a single thread (opening the device starts workers).
+    let listener = match listener(&socket_path) {
+        Ok(l) => Arc::new(l),
+        Err(e) => {
+            eprintln!("nnaccel-hald: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (driver, status) = open_driver(cpu, &device_path);
+    tracing::info!("{status}");
+    let service = Service::new(driver, config);
+    // Signal handlers before READY=1: a SIGTERM that follows READY at once must find them.
+    if let Err(e) = spawn_signal_thread(service.clone(), listener.clone()) {
+        eprintln!("nnaccel-hald: cannot install signal handlers: {e}");
+        return ExitCode::FAILURE;
+    }
+    let notifier = systemd::Notifier::from_env();
+    let _watchdog = match systemd::watchdog_from_env(notifier.as_ref()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("nnaccel-hald: cannot start the watchdog: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(n) = &notifier
+        && let Err(e) = n.ready(&status)
+    {
+        tracing::warn!("sd_notify READY=1 failed: {e}");
+    }
+    let result = service.serve(&listener);
+    if let Some(n) = &notifier {
+        let _ = n.stopping();
+    }
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nnaccel-hald: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens the device, or says why the service runs CPU-only.
+fn open_driver(cpu: bool, device: &Path) -> (Driver, String) {
+    if cpu {
+        return (
+            Driver::new(Backend::CpuOnly),
+            "serving on the CPU executor only (--cpu)".into(),
+        );
+    }
+    match nnaccel::open_node(device) {
+        Ok(dev) => {
+            let driver = Driver::new(Backend::Device(dev));
+            let status = format!(
+                "serving with {}: {}",
+                device.display(),
+                driver.description()
+            );
+            (driver, status)
+        }
+        Err(e) => (
+            Driver::new(Backend::CpuOnly),
+            format!(
+                "serving on the CPU executor only: cannot open {}: {e}",
+                device.display()
+            ),
+        ),
+    }
+}
+
+/// The socket from systemd, or one bound at `path`.
+fn listener(path: &Path) -> Result<UnixListener, String> {
+    let inherited = systemd::listen_fds().map_err(|e| format!("socket activation: {e}"))?;
+    if let Some(fd) = inherited.into_iter().next() {
+        if !service::is_unix_listener(&fd) {
+            return Err("the socket systemd passed is not a listening Unix stream socket".into());
+        }
+        tracing::info!("listening on the socket systemd passed");
+        return Ok(UnixListener::from(fd));
+    }
+    let l = service::bind_socket(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    tracing::info!("listening on {}", path.display());
+    Ok(l)
+}
+
+fn spawn_signal_thread(service: Arc<Service>, listener: Arc<UnixListener>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT])?;
+    std::thread::Builder::new()
+        .name("nnaccel-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!("signal {sig}: shutting down");
+                if let Some(n) = systemd::Notifier::from_env() {
+                    let _ = n.stopping();
+                }
+                service.stop(&listener);
+            }
+        })?;
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! The client library for `nnaccel-hald`: the HAL calls over the service socket, memory pools
+//! passed as fds. A service that goes away fails every call with DEVICE_UNAVAILABLE; no call
+//! waits on a dead peer.
+
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use crate::hal::*;
+use crate::protocol::*;
+
+/// The default service socket.
+pub const DEFAULT_SOCKET: &str = "/run/nnaccel/hal.sock";
+
+#[derive(Debug)]
+struct Inner {
+    sock: Mutex<UnixStream>,
+    server: String,
+}
+
+impl Inner {
+    fn call(&self, msg: &ClientMessage, fds: &FdList<'_>) -> Result<ServiceMessage, ErrorStatus> {
+        let body = encode(msg).map_err(|_| ErrorStatus::GeneralFailure)?;
+        let sock = self.sock.lock().unwrap_or_else(PoisonError::into_inner);
+        let unavailable = |e: ProtocolError| {
+            tracing::debug!("service call failed: {e}");
+            ErrorStatus::DeviceUnavailable
+        };
+        send_frame(&sock, &body, fds.fds()).map_err(unavailable)?;
+        let (body, _fds) = recv_frame(&sock, DEFAULT_MAX_MESSAGE_BYTES).map_err(unavailable)?;
+        match decode::<ServiceMessage>(&body).map_err(unavailable)? {
+            ServiceMessage::Error { status, message } => {
+                tracing::debug!("service: {message}");
+                Err(ErrorStatus::from_code(status)
+                    .filter(|s| *s != ErrorStatus::None)
+                    .unwrap_or(ErrorStatus::GeneralFailure))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// A connection to the service.
+#[derive(Debug, Clone)]
+pub struct ServiceClient {
+    inner: Arc<Inner>,
+}
+
+fn unexpected(m: &ServiceMessage) -> ErrorStatus {
+    tracing::debug!("unexpected answer from the service: {m:?}");
+    ErrorStatus::GeneralFailure
+}
+
+fn timeout_ns(deadline: Option<Deadline>) -> Option<u64> {
+    deadline.map(|d| {
+        u64::try_from(d.saturating_duration_since(Instant::now()).as_nanos()).unwrap_or(u64::MAX)
+    })
+}
+
+impl ServiceClient {
+    /// Connects and shakes hands.
+    pub fn connect(path: &Path) -> io::Result<Self> {
+        let sock = UnixStream::connect(path)?;
+        let inner = Inner {
+            sock: Mutex::new(sock),
+            server: String::new(),
+        };
+        let hello = ClientMessage::Hello {
+            version: PROTOCOL_VERSION,
+            client: format!("nnaccel client, pid {}", std::process::id()),
+        };
+        match inner.call(&hello, &FdList::default()) {
+            Ok(ServiceMessage::Hello { version, server }) if version == PROTOCOL_VERSION => {
+                Ok(Self {
+                    inner: Arc::new(Inner { server, ..inner }),
+                })
+            }
+            Ok(_) | Err(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} did not accept protocol version {PROTOCOL_VERSION}",
+                    path.display()
+                ),
+            )),
+        }
+    }
+
+    /// What the service said it is.
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    /// The service's state.
+    pub fn info(&self) -> Result<ServiceInfo, ErrorStatus> {
+        match self.inner.call(&ClientMessage::Info, &FdList::default())? {
+            ServiceMessage::Info(i) => Ok(i),
+            m => Err(unexpected(&m)),
+        }
+    }
+}
+
+impl HalDevice for ServiceClient {
+    fn description(&self) -> String {
+        self.inner.server.clone()
+    }
+
+    fn get_capabilities(&self) -> Result<Capabilities, ErrorStatus> {
+        match self
+            .inner
+            .call(&ClientMessage::GetCapabilities, &FdList::default())?
+        {
+            ServiceMessage::Capabilities {
+                relaxed_scalar,
+                relaxed_tensor,
+                operand_performance,
+                if_performance,
+                while_performance,
+            } => {
+                let p = |(exec_time, power_usage): (f32, f32)| PerformanceInfo {
+                    exec_time,
+                    power_usage,
+                };
+                Ok(Capabilities {
+                    relaxed_float32_to_float16_performance_scalar: p(relaxed_scalar),
+                    relaxed_float32_to_float16_performance_tensor: p(relaxed_tensor),
+                    operand_performance: operand_performance
+                        .into_iter()
+                        .filter_map(|(t, e, w)| OperandType::from_code(t).map(|t| (t, p((e, w)))))
+                        .collect(),
+                    if_performance: p(if_performance),
+                    while_performance: p(while_performance),
+                })
+            }
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    fn get_supported_operations(&self, model: &Model) -> Result<Vec<bool>, ErrorStatus> {
+        Ok(self
+            .operation_placement(model)?
+            .into_iter()
+            .map(|p| p != Placement::Unsupported)
+            .collect())
+    }
+
+    fn operation_placement(&self, model: &Model) -> Result<Vec<Placement>, ErrorStatus> {
+        let mut fds = FdList::default();
+        let wire = model_to_wire(model, &mut fds);
+        match self
+            .inner
+            .call(&ClientMessage::GetSupportedOperations { model: wire }, &fds)?
+        {
+            ServiceMessage::SupportedOperations { placement, .. } => Ok(placement
+                .into_iter()
+                .map(|p| match p {
+                    0 => Placement::Device,
+                    1 => Placement::Cpu,
+                    _ => Placement::Unsupported,
+                })
+                .collect()),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    fn prepare_model(
+        &self,
+        model: &Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: Option<Deadline>,
+    ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
+        let mut fds = FdList::default();
+        let wire = model_to_wire(model, &mut fds);
+        let msg = ClientMessage::PrepareModel {
+            model: wire,
+            preference: preference.code(),
+            priority: priority.code(),
+            timeout_ns: timeout_ns(deadline),
+        };
+        match self.inner.call(&msg, &fds)? {
+            ServiceMessage::Prepared {
+                model_id,
+                on_device,
+            } => Ok(Arc::new(RemotePreparedModel {
+                inner: self.inner.clone(),
+                model_id,
+                on_device,
+            })),
+            m => Err(unexpected(&m)),
+        }
+    }
+}
+
+/// A model prepared by the service; released there when dropped.
+#[derive(Debug)]
+pub struct RemotePreparedModel {
+    inner: Arc<Inner>,
+    model_id: u64,
+    on_device: bool,
+}
+
+impl HalPreparedModel for RemotePreparedModel {
+    fn execute_synchronously(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: Option<Deadline>,
+    ) -> ExecutionResult {
+        let mut fds = FdList::default();
+        let wire = request_to_wire(request, &mut fds);
+        let msg = ClientMessage::Execute {
+            model_id: self.model_id,
+            request: wire,
+            measure: measure == MeasureTiming::Yes,
+            timeout_ns: timeout_ns(deadline),
+        };
+        match self.inner.call(&msg, &fds) {
+            Ok(ServiceMessage::Executed {
+                status,
+                output_shapes,
+                timing,
+            }) => ExecutionResult {
+                status: ErrorStatus::from_code(status).unwrap_or(ErrorStatus::GeneralFailure),
+                output_shapes: output_shapes
+                    .into_iter()
+                    .map(|(dimensions, is_sufficient)| OutputShape {
+                        dimensions,
+                        is_sufficient,
+                    })
+                    .collect(),
+                timing: Timing {
+                    time_on_device_us: timing.0,
+                    time_in_driver_us: timing.1,
+                },
+            },
+            Ok(m) => ExecutionResult::failure(unexpected(&m)),
+            Err(s) => ExecutionResult::failure(s),
+        }
+    }
+
+    fn runs_on_device(&self) -> bool {
+        self.on_device
+    }
+}
+
+impl Drop for RemotePreparedModel {
+    fn drop(&mut self) {
+        let _ = self.inner.call(
+            &ClientMessage::ReleaseModel {
+                model_id: self.model_id,
+            },
+            &FdList::default(),
+        );
+    }
+}

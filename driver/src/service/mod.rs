@@ -1,0 +1,421 @@
+//! `nnaccel-hald`'s core: accepts client connections on a Unix socket and serves the HAL over
+//! the protocol of [`crate::protocol`]. Each connection has its own thread and owns its objects
+//! (prepared models); they go when it disconnects or its process dies. A malformed or oversized
+//! message gets an error reply and closes that connection only.
+
+pub mod systemd;
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::hal::{
+    Driver, ErrorStatus, ExecutionPreference, MeasureTiming, Placement, PreparedModel, Priority,
+};
+use crate::protocol::*;
+
+/// Service limits.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Largest message body accepted.
+    pub max_message_bytes: usize,
+    /// Prepared models one connection may hold.
+    pub max_models_per_connection: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_models_per_connection: 256,
+        }
+    }
+}
+
+/// The credentials of a connected client (`SO_PEERCRED`), recorded with its objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Process id at connect time.
+    pub pid: i32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    connections: AtomicU64,
+    prepared_models: AtomicU64,
+}
+
+/// The service.
+#[derive(Debug)]
+pub struct Service {
+    driver: Driver,
+    config: ServiceConfig,
+    stats: Stats,
+    stop: AtomicBool,
+}
+
+struct Held {
+    model: PreparedModel,
+    owner: Option<PeerCred>,
+}
+
+/// Decrements a counter when a connection's state goes.
+struct CountGuard<'a>(&'a AtomicU64, u64);
+
+impl Drop for CountGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::SeqCst);
+    }
+}
+
+impl Service {
+    /// A service over `driver`.
+    pub fn new(driver: Driver, config: ServiceConfig) -> Arc<Self> {
+        Arc::new(Self {
+            driver,
+            config,
+            stats: Stats::default(),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    /// Asks [`Service::serve`] to return; wakes it by shutting the listener down.
+    pub fn stop(&self, listener: &UnixListener) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = rustix::net::shutdown(listener, rustix::net::Shutdown::Both);
+    }
+
+    /// Accepts connections until [`Service::stop`].
+    pub fn serve(self: &Arc<Self>, listener: &UnixListener) -> io::Result<()> {
+        for conn in listener.incoming() {
+            if self.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            match conn {
+                Ok(stream) => {
+                    let me = self.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("nnaccel-conn".into())
+                        .spawn(move || me.connection(stream));
+                    if let Err(e) = spawned {
+                        tracing::error!("cannot start a connection thread: {e}");
+                    }
+                }
+                Err(e) if self.stop.load(Ordering::SeqCst) => {
+                    tracing::debug!("accept ended: {e}");
+                    break;
+                }
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOBUFS)
+                    ) =>
+                {
+                    tracing::warn!("accept: {e}; backing off");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => tracing::warn!("accept: {e}"),
+            }
+        }
+        Ok(())
+    }
+
+    fn connection(self: Arc<Self>, stream: UnixStream) {
+        let cred = rustix::net::sockopt::socket_peercred(&stream)
+            .ok()
+            .map(|c| PeerCred {
+                pid: c.pid.as_raw_nonzero().get(),
+                uid: c.uid.as_raw(),
+                gid: c.gid.as_raw(),
+            });
+        self.stats.connections.fetch_add(1, Ordering::SeqCst);
+        let _conn = CountGuard(&self.stats.connections, 1);
+        let who = cred.map_or_else(
+            || "unknown peer".to_string(),
+            |c| format!("pid {} uid {}", c.pid, c.uid),
+        );
+        tracing::debug!("connection from {who}");
+        let mut models: HashMap<u64, Held> = HashMap::new();
+        let mut next_id = 1u64;
+        let mut handshaken = false;
+        loop {
+            let (body, fds) = match recv_frame(&stream, self.config.max_message_bytes) {
+                Ok(f) => f,
+                Err(ProtocolError::Closed) => break,
+                Err(ProtocolError::Io(e)) => {
+                    tracing::debug!("{who}: {e}");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!("{who}: {e}; closing the connection");
+                    let _ = reply(&stream, &error(ErrorStatus::InvalidArgument, e.to_string()));
+                    break;
+                }
+            };
+            let msg = match decode::<ClientMessage>(&body) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!("{who}: {e}; closing the connection");
+                    let _ = reply(&stream, &error(ErrorStatus::InvalidArgument, e.to_string()));
+                    break;
+                }
+            };
+            if !handshaken {
+                match msg {
+                    ClientMessage::Hello { version, client } if version == PROTOCOL_VERSION => {
+                        tracing::debug!("{who}: hello from {client:?}");
+                        handshaken = true;
+                        let hello = ServiceMessage::Hello {
+                            version: PROTOCOL_VERSION,
+                            server: format!(
+                                "nnaccel-hald {}: {}",
+                                env!("CARGO_PKG_VERSION"),
+                                self.driver.description()
+                            ),
+                        };
+                        if reply(&stream, &hello).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    ClientMessage::Hello { version, .. } => {
+                        let _ = reply(
+                            &stream,
+                            &error(
+                                ErrorStatus::InvalidArgument,
+                                format!(
+                                    "protocol version {version} is not supported; this service speaks {PROTOCOL_VERSION}"
+                                ),
+                            ),
+                        );
+                        break;
+                    }
+                    _ => {
+                        let _ = reply(
+                            &stream,
+                            &error(
+                                ErrorStatus::InvalidArgument,
+                                "the first message must be Hello".into(),
+                            ),
+                        );
+                        break;
+                    }
+                }
+            }
+            let answer = self.handle(msg, fds, &mut models, &mut next_id, cred);
+            if reply(&stream, &answer).is_err() {
+                break;
+            }
+        }
+        let n = models.len() as u64;
+        drop(models);
+        self.stats.prepared_models.fetch_sub(n, Ordering::SeqCst);
+        tracing::debug!("{who}: disconnected; released {n} prepared models");
+    }
+
+    fn handle(
+        &self,
+        msg: ClientMessage,
+        fds: Vec<std::os::fd::OwnedFd>,
+        models: &mut HashMap<u64, Held>,
+        next_id: &mut u64,
+        cred: Option<PeerCred>,
+    ) -> ServiceMessage {
+        let mut fds = ReceivedFds::new(fds);
+        let deadline = |t: Option<u64>| t.map(|ns| Instant::now() + Duration::from_nanos(ns));
+        match msg {
+            ClientMessage::Hello { .. } => error(
+                ErrorStatus::InvalidArgument,
+                "Hello was already exchanged".into(),
+            ),
+            ClientMessage::GetCapabilities => capabilities_to_wire(&self.driver.get_capabilities()),
+            ClientMessage::GetSupportedOperations { model } => {
+                let model = match model_from_wire(model, &mut fds) {
+                    Ok(m) => m,
+                    Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
+                };
+                match self.driver.operation_placement(&model) {
+                    Ok(p) => ServiceMessage::SupportedOperations {
+                        supported: p.iter().map(|p| *p != Placement::Unsupported).collect(),
+                        placement: p.iter().map(|p| placement_code(*p)).collect(),
+                    },
+                    Err(s) => error(s, "the model is not valid".into()),
+                }
+            }
+            ClientMessage::PrepareModel {
+                model,
+                preference,
+                priority,
+                timeout_ns,
+            } => {
+                if models.len() >= self.config.max_models_per_connection {
+                    return error(
+                        ErrorStatus::ResourceExhaustedTransient,
+                        format!(
+                            "at most {} prepared models per connection",
+                            self.config.max_models_per_connection
+                        ),
+                    );
+                }
+                let model = match model_from_wire(model, &mut fds) {
+                    Ok(m) => m,
+                    Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
+                };
+                let (Some(preference), Some(priority)) = (
+                    ExecutionPreference::from_code(preference),
+                    Priority::from_code(priority),
+                ) else {
+                    return error(
+                        ErrorStatus::InvalidArgument,
+                        "unknown preference or priority".into(),
+                    );
+                };
+                match self
+                    .driver
+                    .prepare_model(&model, preference, priority, deadline(timeout_ns))
+                {
+                    Ok(pm) => {
+                        let id = *next_id;
+                        *next_id += 1;
+                        let on_device = pm.runs_on_device();
+                        models.insert(
+                            id,
+                            Held {
+                                model: pm,
+                                owner: cred,
+                            },
+                        );
+                        self.stats.prepared_models.fetch_add(1, Ordering::SeqCst);
+                        ServiceMessage::Prepared {
+                            model_id: id,
+                            on_device,
+                        }
+                    }
+                    Err(s) => error(s, "preparation failed".into()),
+                }
+            }
+            ClientMessage::ReleaseModel { model_id } => match models.remove(&model_id) {
+                Some(held) => {
+                    tracing::trace!("released model {model_id} of {:?}", held.owner);
+                    self.stats.prepared_models.fetch_sub(1, Ordering::SeqCst);
+                    ServiceMessage::Released
+                }
+                None => error(
+                    ErrorStatus::InvalidArgument,
+                    format!("no prepared model {model_id} on this connection"),
+                ),
+            },
+            ClientMessage::Execute {
+                model_id,
+                request,
+                measure,
+                timeout_ns,
+            } => {
+                let Some(held) = models.get(&model_id) else {
+                    return error(
+                        ErrorStatus::InvalidArgument,
+                        format!("no prepared model {model_id} on this connection"),
+                    );
+                };
+                let request = match request_from_wire(request, &mut fds) {
+                    Ok(r) => r,
+                    Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
+                };
+                let measure = if measure {
+                    MeasureTiming::Yes
+                } else {
+                    MeasureTiming::No
+                };
+                let r = held
+                    .model
+                    .execute_synchronously(&request, measure, deadline(timeout_ns));
+                ServiceMessage::Executed {
+                    status: r.status.code(),
+                    output_shapes: r
+                        .output_shapes
+                        .into_iter()
+                        .map(|s| (s.dimensions, s.is_sufficient))
+                        .collect(),
+                    timing: (r.timing.time_on_device_us, r.timing.time_in_driver_us),
+                }
+            }
+            ClientMessage::Info => {
+                let info = self.driver.device_info();
+                ServiceMessage::Info(ServiceInfo {
+                    driver: self.driver.description(),
+                    connections: self.stats.connections.load(Ordering::SeqCst),
+                    prepared_models: self.stats.prepared_models.load(Ordering::SeqCst),
+                    device_live: info
+                        .as_ref()
+                        .map(|i| [i.live.files, i.live.bos, i.live.programs, i.live.queues]),
+                    device_jobs_completed: info.map(|i| i.jobs_completed),
+                })
+            }
+        }
+    }
+}
+
+/// Placement on the wire.
+pub fn placement_code(p: Placement) -> u8 {
+    match p {
+        Placement::Device => 0,
+        Placement::Cpu => 1,
+        Placement::Unsupported => 2,
+    }
+}
+
+fn error(status: ErrorStatus, message: String) -> ServiceMessage {
+    ServiceMessage::Error {
+        status: status.code(),
+        message,
+    }
+}
+
+fn reply(stream: &UnixStream, msg: &ServiceMessage) -> Result<(), ProtocolError> {
+    let body = encode(msg)?;
+    send_frame(stream, &body, &[])
+}
+
+/// Binds the service socket at `path`: creates the directory, and replaces a stale socket file
+/// nobody listens on (a crashed instance's) but never a live one.
+pub fn bind_socket(path: &std::path::Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match UnixListener::bind(path) {
+        Ok(l) => Ok(l),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{} is served by a running service", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+            UnixListener::bind(path)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `fd` is a listening Unix stream socket (for socket activation checks).
+pub fn is_unix_listener(fd: &impl AsFd) -> bool {
+    rustix::net::sockopt::socket_type(fd).is_ok_and(|t| t == rustix::net::SocketType::STREAM)
+        && rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,519 @@
+//! Support for the end-to-end tests of the HAL service (`tests/service.rs`) and its bench:
+//!
+//! - [`Hald`]: spawns `nnaccel-hald` on a socket in its own temp dir, over a simulator's device
+//!   file (`--device`) or on the CPU executor only (`--cpu`), waits until it accepts clients,
+//!   and stops it (SIGTERM on drop, [`Hald::kill_hard`] for SIGKILL);
+//! - models built in code ([`ModelBuilder`], [`binary_model`], [`add_constant_model`],
+//!   [`fully_connected_model`]) and requests ([`arg`], [`request`]) over the HAL types of the
+//!   `nnaccel` crate;
+//! - small helpers: [`execute`], f32 bytes.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use nnaccel;
+use nnaccel::client::ServiceClient;
+use nnaccel::hal::{
+    DataLocation, ExecutionPreference, ExecutionResult, HalDevice, HalPreparedModel, MeasureTiming,
+    Memory, MemoryPool, Model, Operand, OperandLifetime, OperandType, Operation, OperationType,
+    Priority, Request, RequestArgument,
+};
+
+use crate::{Sim, scaled};
+
+/// How long `nnaccel-hald` may take to accept its first client (times the timeout scale).
+pub const HALD_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where `nnaccel-hald` is (`$NNACCEL_HALD_BIN` overrides); see [`crate::workspace_binary`].
+pub fn hald_binary() -> PathBuf {
+    crate::workspace_binary("NNACCEL_HALD_BIN", "nnaccel-hald", "nnaccel")
+}
+
+/// A running `nnaccel-hald` on `<tempdir>/hal.sock`, its log in the same temp dir.
+///
+/// Dropping it sends SIGTERM and waits (SIGKILL after 5 s); if the thread is panicking, the
+/// service's log is printed.
+#[derive(Debug)]
+pub struct Hald {
+    child: Mutex<Option<Child>>,
+    pid: u32,
+    socket: PathBuf,
+    log_path: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Hald {
+    /// The service over the simulator's device.
+    pub fn with_device(sim: &Sim) -> Self {
+        Self::start(&[OsStr::new("--device"), sim.path().as_os_str()])
+    }
+
+    /// The service on the CPU executor only.
+    pub fn cpu_only() -> Self {
+        Self::start(&[OsStr::new("--cpu")])
+    }
+
+    /// Starts `nnaccel-hald --socket <tempdir>/hal.sock --config <empty file> <extra>` and waits
+    /// until a client can shake hands with it. `NNACCEL_LOG` defaults to `debug` (the log
+    /// goes to a file, printed when a test fails).
+    pub fn start(extra: &[&OsStr]) -> Self {
+        let bin = hald_binary();
+        let dir = tempfile::Builder::new()
+            .prefix("nnaccel-hald-")
+            .tempdir()
+            .expect("tempdir");
+        let socket = dir.path().join("hal.sock");
+        let config = dir.path().join("hald.toml");
+        std::fs::write(&config, "").expect("write empty config");
+        let log_path = dir.path().join("hald.log");
+        let log = File::create(&log_path).expect("create hald log");
+        let log2 = log.try_clone().expect("dup hald log");
+        let level = std::env::var("NNACCEL_LOG").unwrap_or_else(|_| "debug".into());
+        let mut cmd = Command::new(&bin);
+        die_with_parent(&mut cmd);
+        let mut child = cmd
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--config")
+            .arg(&config)
+            .args(extra)
+            .env("NNACCEL_LOG", level)
+            // Not under systemd here, whatever the test runner's environment says.
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .env_remove("LISTEN_FDNAMES")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin.display()));
+        let pid = child.id();
+        let limit = scaled(HALD_START_TIMEOUT);
+        let deadline = Instant::now() + limit;
+        loop {
+            if socket.exists() && ServiceClient::connect(&socket).is_ok() {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "nnaccel-hald {extra:?} exited before serving ({status}); its log:\n{}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "nnaccel-hald {extra:?} did not serve {} within {limit:?}; its log:\n{}",
+                    socket.display(),
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Self {
+            child: Mutex::new(Some(child)),
+            pid,
+            socket,
+            log_path,
+            dir,
+        }
+    }
+
+    /// The service's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The temp dir holding the socket and the log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The service's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// What the service logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// A new client connection (handshake done).
+    pub fn client(&self) -> ServiceClient {
+        ServiceClient::connect(&self.socket).unwrap_or_else(|e| {
+            panic!(
+                "connect to {}: {e}; hald log:\n{}",
+                self.socket.display(),
+                self.log()
+            )
+        })
+    }
+
+    /// Whether the service process has exited (reaps it if so).
+    pub fn has_exited(&self) -> bool {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            None => true,
+            Some(c) => matches!(c.try_wait(), Ok(Some(_))),
+        }
+    }
+
+    /// How the service process ended, if it did (reaps it).
+    pub fn exit_status(&self) -> Option<std::process::ExitStatus> {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill_hard(&self) {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = guard.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn terminate(&self) {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = guard.take() {
+            crate::terminate_child(c, "nnaccel-hald");
+        }
+    }
+}
+
+impl Drop for Hald {
+    fn drop(&mut self) {
+        self.terminate();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- nnaccel-hald log ({}) ----\n{}---- end of log ----",
+                self.pid,
+                self.log()
+            );
+        }
+    }
+}
+
+/// Makes the process `cmd` starts get SIGKILL when the thread that started it ends (the test
+/// process exiting after a hung test included), so no service or child client outlives its
+/// test.
+pub fn die_with_parent(cmd: &mut Command) {
+    let hook = || {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes two integers and touches no memory.
+        let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec and makes one async-signal-safe
+    // system call, touching no memory of the parent.
+    unsafe { cmd.pre_exec(hook) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models and requests
+
+/// Little-endian bytes of f32 values.
+pub fn f32_le(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// f32 values from little-endian bytes.
+pub fn f32_from_le(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A location in pool `pool` (or in `operand_values` for CONSTANT_COPY).
+pub fn loc(pool: u32, offset: u32, length: u32) -> DataLocation {
+    DataLocation {
+        pool_index: pool,
+        offset,
+        length,
+        padding: 0,
+    }
+}
+
+/// Builds a [`Model`] operand by operand.
+#[derive(Debug, Default)]
+pub struct ModelBuilder {
+    model: Model,
+}
+
+impl ModelBuilder {
+    /// An empty model.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn operand(
+        &mut self,
+        ty: OperandType,
+        dims: &[u32],
+        lifetime: OperandLifetime,
+        location: DataLocation,
+    ) -> u32 {
+        self.model.operands.push(Operand {
+            operand_type: ty,
+            dimensions: dims.to_vec(),
+            scale: 0.0,
+            zero_point: 0,
+            lifetime,
+            location,
+            extra_params: None,
+        });
+        (self.model.operands.len() - 1) as u32
+    }
+
+    /// A TENSOR_FLOAT32 model input.
+    pub fn input(&mut self, dims: &[u32]) -> u32 {
+        let k = self.operand(
+            OperandType::TensorFloat32,
+            dims,
+            OperandLifetime::SubgraphInput,
+            DataLocation::default(),
+        );
+        self.model.input_indexes.push(k);
+        k
+    }
+
+    /// A TENSOR_FLOAT32 model output.
+    pub fn output(&mut self, dims: &[u32]) -> u32 {
+        let k = self.operand(
+            OperandType::TensorFloat32,
+            dims,
+            OperandLifetime::SubgraphOutput,
+            DataLocation::default(),
+        );
+        self.model.output_indexes.push(k);
+        k
+    }
+
+    /// A TENSOR_FLOAT32 temporary.
+    pub fn temporary(&mut self, dims: &[u32]) -> u32 {
+        self.operand(
+            OperandType::TensorFloat32,
+            dims,
+            OperandLifetime::TemporaryVariable,
+            DataLocation::default(),
+        )
+    }
+
+    fn copy_bytes(&mut self, bytes: &[u8]) -> DataLocation {
+        while self.model.operand_values.len() % 4 != 0 {
+            self.model.operand_values.push(0);
+        }
+        let offset = self.model.operand_values.len() as u32;
+        self.model.operand_values.extend_from_slice(bytes);
+        loc(0, offset, bytes.len() as u32)
+    }
+
+    /// A TENSOR_FLOAT32 CONSTANT_COPY.
+    pub fn constant_copy(&mut self, dims: &[u32], values: &[f32]) -> u32 {
+        let l = self.copy_bytes(&f32_le(values));
+        self.operand(
+            OperandType::TensorFloat32,
+            dims,
+            OperandLifetime::ConstantCopy,
+            l,
+        )
+    }
+
+    /// A TENSOR_FLOAT32 CONSTANT_REFERENCE at `location` (in a pool added with [`Self::pool`]).
+    pub fn constant_reference(&mut self, dims: &[u32], location: DataLocation) -> u32 {
+        self.operand(
+            OperandType::TensorFloat32,
+            dims,
+            OperandLifetime::ConstantReference,
+            location,
+        )
+    }
+
+    /// An INT32 scalar CONSTANT_COPY (e.g. a fused activation).
+    pub fn int32(&mut self, v: i32) -> u32 {
+        let l = self.copy_bytes(&v.to_le_bytes());
+        self.operand(OperandType::Int32, &[], OperandLifetime::ConstantCopy, l)
+    }
+
+    /// Adds a constant pool; returns its index.
+    pub fn pool(&mut self, memory: Memory) -> u32 {
+        self.model.pools.push(memory);
+        (self.model.pools.len() - 1) as u32
+    }
+
+    /// Adds an operation.
+    pub fn operation(&mut self, op: OperationType, inputs: &[u32], outputs: &[u32]) {
+        self.model.operations.push(Operation {
+            operation_type: op,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+        });
+    }
+
+    /// The model.
+    pub fn build(self) -> Model {
+        self.model
+    }
+}
+
+/// `out = a <op> b` over `[n]` f32 (ADD, MUL, SUB, DIV), no activation. Inputs a, b; output out.
+pub fn binary_model(op: OperationType, n: u32) -> Model {
+    let mut b = ModelBuilder::new();
+    let x = b.input(&[n]);
+    let y = b.input(&[n]);
+    let act = b.int32(0);
+    let out = b.output(&[n]);
+    b.operation(op, &[x, y, act], &[out]);
+    b.build()
+}
+
+/// `out = (a + b) * b` over `[n]` f32: two operations through a temporary.
+pub fn add_mul_model(n: u32) -> Model {
+    let mut b = ModelBuilder::new();
+    let x = b.input(&[n]);
+    let y = b.input(&[n]);
+    let act = b.int32(0);
+    let t = b.temporary(&[n]);
+    let out = b.output(&[n]);
+    b.operation(OperationType::Add, &[x, y, act], &[t]);
+    b.operation(OperationType::Mul, &[t, y, act], &[out]);
+    b.build()
+}
+
+/// Where [`add_constant_model`]'s constant lives.
+#[derive(Debug, Clone)]
+pub enum ConstantIn {
+    /// CONSTANT_COPY in `operand_values`.
+    Copy(Vec<f32>),
+    /// CONSTANT_REFERENCE: `length` bytes at `offset` of this pool.
+    Reference(Memory, u32),
+}
+
+/// `out = a + c` over `[n]` f32 with the constant `c` ([n] values) where `constant` says.
+pub fn add_constant_model(n: u32, constant: ConstantIn) -> Model {
+    let mut b = ModelBuilder::new();
+    let x = b.input(&[n]);
+    let c = match constant {
+        ConstantIn::Copy(v) => {
+            assert_eq!(v.len(), n as usize);
+            b.constant_copy(&[n], &v)
+        }
+        ConstantIn::Reference(memory, offset) => {
+            let pool = b.pool(memory);
+            b.constant_reference(&[n], loc(pool, offset, n * 4))
+        }
+    };
+    let act = b.int32(0);
+    let out = b.output(&[n]);
+    b.operation(OperationType::Add, &[x, c, act], &[out]);
+    b.build()
+}
+
+/// `out = x · Wᵀ + bias` (FULLY_CONNECTED, no activation): x `[batch, inputs]`, W `[units,
+/// inputs]` and bias `[units]` CONSTANT_COPY; out `[batch, units]`.
+pub fn fully_connected_model(batch: u32, inputs: u32, weights: &[f32], bias: &[f32]) -> Model {
+    let units = bias.len() as u32;
+    assert_eq!(weights.len(), (units * inputs) as usize);
+    let mut b = ModelBuilder::new();
+    let x = b.input(&[batch, inputs]);
+    let w = b.constant_copy(&[units, inputs], weights);
+    let bi = b.constant_copy(&[units], bias);
+    let act = b.int32(0);
+    let out = b.output(&[batch, units]);
+    b.operation(OperationType::FullyConnected, &[x, w, bi, act], &[out]);
+    b.build()
+}
+
+/// The reference result of [`fully_connected_model`].
+pub fn fully_connected_reference(
+    batch: usize,
+    inputs: usize,
+    x: &[f32],
+    weights: &[f32],
+    bias: &[f32],
+) -> Vec<f32> {
+    let units = bias.len();
+    let mut out = vec![0.0f32; batch * units];
+    for i in 0..batch {
+        for u in 0..units {
+            let mut acc = bias[u];
+            for k in 0..inputs {
+                acc += x[i * inputs + k] * weights[u * inputs + k];
+            }
+            out[i * units + u] = acc;
+        }
+    }
+    out
+}
+
+/// A request argument: `length` bytes at `offset` of request pool `pool`.
+pub fn arg(pool: u32, offset: u32, length: u32) -> RequestArgument {
+    RequestArgument {
+        has_no_value: false,
+        location: loc(pool, offset, length),
+        dimensions: vec![],
+    }
+}
+
+/// A request over `pools`.
+pub fn request(
+    inputs: Vec<RequestArgument>,
+    outputs: Vec<RequestArgument>,
+    pools: &[&Memory],
+) -> Request {
+    Request {
+        inputs,
+        outputs,
+        pools: pools
+            .iter()
+            .map(|m| MemoryPool::Memory((*m).clone()))
+            .collect(),
+    }
+}
+
+/// Prepares `model` (FAST_SINGLE_ANSWER, MEDIUM, no deadline).
+pub fn prepare(
+    dev: &dyn HalDevice,
+    model: &Model,
+) -> Result<Arc<dyn HalPreparedModel>, nnaccel::hal::ErrorStatus> {
+    dev.prepare_model(
+        model,
+        ExecutionPreference::FastSingleAnswer,
+        Priority::Medium,
+        None,
+    )
+}
+
+/// Executes synchronously without timing and deadline.
+pub fn execute(pm: &dyn HalPreparedModel, request: &Request) -> ExecutionResult {
+    pm.execute_synchronously(request, MeasureTiming::No, None)
+}
+
+/// Whether `fd`'s file is mapped in process `pid` (by its `/proc/<pid>/maps` name, e.g.
+/// `/memfd:NAME`), for zero-copy checks.
+pub fn maps_contain(pid: u32, needle: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(needle))
+}
+
+/// The path a file descriptor of this process refers to (`/proc/self/fd/N`).
+pub fn fd_path(fd: impl AsFd) -> String {
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd());
+    std::fs::read_link(format!("/proc/self/fd/{raw}"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}

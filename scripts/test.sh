@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting and lints, unit tests, and the integration
+# The whole test suite, as CI runs it: formatting and lints, unit tests, the integration
 # tests that run the simulated device on FUSE (they need root and /dev/fuse; with CI=true they
-# fail rather than skip when those are missing).
+# fail rather than skip when those are missing), then the QEMU tier (scripts/qemu/suite.sh:
+# the same suites inside a Debian 6.12 guest, with CUSE, dma-heap, udmabuf, io_uring futex).
 #
 #   scripts/test.sh            everything
-#   scripts/test.sh --quick    unit tests only (no FUSE, no root)
+#   scripts/test.sh --quick    unit tests only (no FUSE, no root, no QEMU)
+#   NNACCEL_SKIP_QEMU=1        skip the QEMU tier (locally; ignored when CI=true)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +14,7 @@ quick=0
 for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
-        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -43,5 +45,15 @@ if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
          "(and fail under CI=true)" >&2
 fi
 cargo test --workspace --locked --no-fail-fast
+
+step "QEMU guest tests (real kernel: CUSE, dma-heap, udmabuf, io_uring futex)"
+if [ "${NNACCEL_SKIP_QEMU:-0}" = 1 ] && [ "${CI:-}" = true ]; then
+    echo "warning: NNACCEL_SKIP_QEMU=1 is ignored under CI=true: the QEMU tier must run" >&2
+    scripts/qemu/suite.sh
+elif [ "${NNACCEL_SKIP_QEMU:-0}" = 1 ]; then
+    echo "skipped (NNACCEL_SKIP_QEMU=1)"
+else
+    scripts/qemu/suite.sh
+fi
 
 step "done in $((SECONDS - started)) s"

@@ -1321,6 +1321,12 @@ fn check_malformed(hald: &Hald) {
     let pm = prepare(&good, &binary_model(OperationType::Add, n)).unwrap();
     let io = Io3::new(pools::ashmem(Io3::bytes_needed(n)).unwrap(), n);
     run_add_in(&good, &*pm, &io, "before", 1.0);
+    // Count fds once `good` is the only connection (the start-up probe may not be gone yet).
+    poll_until(
+        scaled(Duration::from_secs(5)),
+        "earlier clients to go",
+        || good.info().unwrap().connections == 1,
+    );
     let connections = good.info().unwrap().connections;
     let open_fds = || {
         std::fs::read_dir(format!("/proc/{}/fd", hald.pid()))
@@ -1445,13 +1451,13 @@ fn check_malformed(hald: &Hald) {
         assert!(!hald.has_exited(), "{what}: the service died");
         run_add_in(&good, &*pm, &io, what, 2.0);
         poll_until(
-            Duration::from_secs(5),
+            scaled(Duration::from_secs(5)),
             "the dropped connection to go",
             || good.info().unwrap().connections == connections,
         );
     }
     poll_until(
-        Duration::from_secs(5),
+        scaled(Duration::from_secs(5)),
         "the service to close every fd it received",
         || open_fds() == fds_before,
     );
@@ -1491,6 +1497,13 @@ fn more_than_64_fds_on_a_frame_are_refused() {
                 .unwrap()
                 .count()
         };
+        // Count fds once `watcher` is the only connection (the start-up probe may not be gone).
+        let watcher = hald.client();
+        poll_until(
+            scaled(Duration::from_secs(5)),
+            "earlier clients to go",
+            || watcher.info().unwrap().connections == 1,
+        );
         let fds_before = open_fds();
         let raw = Raw::hello(hald);
         send_with_fds(&raw, protocol::MAX_FDS_PER_FRAME);
@@ -1505,7 +1518,7 @@ fn more_than_64_fds_on_a_frame_are_refused() {
         }
         drop(raw);
         poll_until(
-            Duration::from_secs(5),
+            scaled(Duration::from_secs(5)),
             "the service to close every fd it received",
             || open_fds() == fds_before,
         );

@@ -23,7 +23,7 @@ use nnaccel::hal::{
     ErrorStatus, ExecutionResult, HalDevice, HalPreparedModel, Memory, MemoryKind, Model,
     OperationType, Request,
 };
-use nnaccel::pools::{self, MappedClientPool};
+use nnaccel::pools::{self, BlobSource, MappedClientPool};
 use nnaccel::protocol::{
     self, ClientMessage, FdList, PROTOCOL_VERSION, ProtocolError, ServiceMessage, WireMemory,
     WirePool,
@@ -274,6 +274,53 @@ fn all_four_pool_kinds_carry_execution_io_on_the_device() {
 /// A hardware_buffer (size 0, used whole: offset = length = 0) as an execution *output* on the
 /// device. Fails while `run_on_device` (driver/src/hal/driver.rs) compares the argument's
 /// length 0 with the output's byte size and answers OUTPUT_INSUFFICIENT_SIZE.
+/// hardware_buffer_blob from each source this machine has — a dma-buf from the system
+/// dma-heap, a udmabuf over a sealed memfd, the sealed memfd standing in — carries a job that
+/// the device runs (its job counter moves) and whose output the client reads back through its
+/// own mapping (DMA_BUF_IOCTL_SYNC around the access). A missing dma-buf source is skipped here
+/// and fails under `NNACCEL_REQUIRE_KERNEL_FEATURES=1` (the QEMU guest, which has both).
+#[test]
+fn hardware_buffer_blob_from_every_source_runs_on_the_device() {
+    let require = std::env::var("NNACCEL_REQUIRE_KERNEL_FEATURES").is_ok_and(|v| v == "1");
+    with_device_service(&[], move |_sim, hald| {
+        let c = hald.client();
+        let n = 512;
+        let pm = prepare(&c, &binary_model(OperationType::Add, n)).unwrap();
+        assert!(pm.runs_on_device());
+        for (i, source) in [
+            BlobSource::DmaHeap,
+            BlobSource::Udmabuf,
+            BlobSource::SealedMemfd,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let pool = match pools::hardware_buffer_blob_from(source, Io3::bytes_needed(n)) {
+                Ok(p) => p,
+                Err(e) => {
+                    assert!(!require, "{}: {e} (required here)", source.name());
+                    eprintln!("SKIPPED {}: {e}", source.name());
+                    continue;
+                }
+            };
+            assert_eq!(
+                nnaccel_uapi::sys::is_dmabuf(pool.fd.as_fd()),
+                source.is_dma_buf(),
+                "{}: a dma-buf exactly when the source makes one",
+                source.name()
+            );
+            let before = jobs_completed(&c);
+            let io = Io3::new(pool, n);
+            run_add_in(&c, &*pm, &io, source.name(), 3.0 + i as f32);
+            assert!(
+                jobs_completed(&c) > before,
+                "{}: the job ran on the device",
+                source.name()
+            );
+        }
+    });
+}
+
 #[test]
 fn hardware_buffer_outputs_work_on_the_device() {
     with_device_service(&[], |_sim, hald| {

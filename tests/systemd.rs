@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use nnaccel_tests::{Sim, poll_until, require_privileges};
+use nnaccel_tests::{Sim, poll_until, require_privileges, workspace_binary};
 
 /// The repository root.
 fn repo() -> PathBuf {
@@ -40,65 +40,6 @@ const INSTALLED_HALD: &str = "/usr/local/libexec/nnaccel/nnaccel-hald";
 
 // ---------------------------------------------------------------------------------------------
 // Binaries and tools
-
-/// `target/<profile>/`: the directory of the running test binary's parent (`deps/`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let exe_dir = exe.parent().expect("test binary has a directory");
-    if exe_dir.file_name().is_some_and(|n| n == "deps") {
-        exe_dir.parent().expect("deps has a parent").to_path_buf()
-    } else {
-        exe_dir.to_path_buf()
-    }
-}
-
-/// A workspace binary: `$<var>`, else `target/<profile>/<name>`.
-fn workspace_binary(var: &str, name: &str, package: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(var) {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "{var}={} is not a file", p.display());
-        return p;
-    }
-    let bin = profile_dir().join(name);
-    assert!(
-        bin.is_file(),
-        "{} does not exist.\nBuild it first: `cargo build -p {package} --bin {name}` (with the \
-         same CARGO_TARGET_DIR and profile), or set {var}.",
-        bin.display()
-    );
-    warn_if_stale(&bin, &repo().join("driver/src"), package);
-    bin
-}
-
-/// Cargo does not rebuild another package's binary for this package's tests: say so when the
-/// binary is older than its sources.
-fn warn_if_stale(bin: &Path, src: &Path, package: &str) {
-    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
-        fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let m = e.metadata().ok()?;
-                if m.is_dir() {
-                    newest(&e.path())
-                } else {
-                    m.modified().ok()
-                }
-            })
-            .max()
-    }
-    let Ok(built) = fs::metadata(bin).and_then(|m| m.modified()) else {
-        return;
-    };
-    if newest(src).is_some_and(|n| n > built) {
-        eprintln!(
-            "warning: {} is older than {}: rebuild it (`cargo build -p {package} --bins`)",
-            bin.display(),
-            src.display()
-        );
-    }
-}
 
 fn hald_binary() -> PathBuf {
     workspace_binary("NNACCEL_HALD_BIN", "nnaccel-hald", "nnaccel")

@@ -211,6 +211,22 @@ pub fn hardware_buffer_blob(size: u64) -> io::Result<(Memory, BlobSource)> {
     ))
 }
 
+/// A `hardware_buffer_blob` pool of `size` bytes from `source` only (for tests and benches
+/// that must exercise one source): `NotFound`/the device's error when it is unusable here.
+pub fn hardware_buffer_blob_from(source: BlobSource, size: u64) -> io::Result<Memory> {
+    page_round(size)?;
+    let fd = match source {
+        BlobSource::DmaHeap => from_dma_heap(size)?,
+        BlobSource::Udmabuf => from_udmabuf(size)?,
+        BlobSource::SealedMemfd => sealed_memfd(size)?,
+    };
+    Ok(Memory {
+        kind: MemoryKind::HardwareBufferBlob,
+        fd: Arc::new(fd),
+        size,
+    })
+}
+
 /// A `hardware_buffer` (non-BLOB) pool with room for at least `size` bytes, from the same
 /// sources as [`hardware_buffer_blob`]. Its [`Memory::size`] is 0: the HAL cannot know the
 /// size of such a buffer, never maps it, and arguments in it use the whole buffer.

@@ -171,6 +171,10 @@ cuse_check() {
         echo "[guest] cuse: $node did not appear as a character device"
         ok=0
     fi
+    # The node appears when the kernel has taken CUSE_INIT's reply, which can be before the
+    # simulator has logged that it serves: give the log line its own wait.
+    i=0
+    while ! grep -q "serving $node (cuse)" "$log" && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
     if grep -q "serving $node (cuse)" "$log"; then
         echo "[guest] cuse: nnaccel-sim logged: $(grep -o "serving $node (cuse).*" "$log")"
     else
@@ -234,7 +238,7 @@ EOF
     # dma-bufs from the guest's dma-heap.
     exe="$(awk '$1 == "tests" && $2 == "test" && $3 == "service" { print $4 }' "$list")"
     [[ -n "$exe" ]] || qemu_die "no test binary service in $list"
-    printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_HALD_BIN=%q\n' \
+    printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_REQUIRE_KERNEL_FEATURES=1 NNACCEL_HALD_BIN=%q\n' \
         service-cuse "$exe" "$profile_dir/nnaccel-hald"
     cat <<'EOF'
 echo "[guest] $passed passed, $failed failed"

@@ -145,34 +145,45 @@ pub fn workspace_binary(env_var: &str, name: &str, package: &str) -> PathBuf {
             if release { " --release" } else { "" }
         );
     }
+    warn_if_stale(&bin, package);
     bin
 }
 
 /// Where the `nnaccel-sim` binary is (`$NNACCEL_SIM_BIN` overrides); see [`workspace_binary`].
 pub fn sim_binary() -> PathBuf {
-    let bin = workspace_binary("NNACCEL_SIM_BIN", "nnaccel-sim", "nnaccel-kmod-sim");
-    if std::env::var_os("NNACCEL_SIM_BIN").is_none() {
-        warn_if_stale(&bin);
-    }
-    bin
+    workspace_binary("NNACCEL_SIM_BIN", "nnaccel-sim", "nnaccel-kmod-sim")
 }
 
 /// Cargo does not rebuild another package's binary for this package's tests: say so when the
-/// binary is older than the simulator's sources.
-fn warn_if_stale(bin: &Path) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kmod-sim/src");
+/// binary is older than its package's sources.
+fn warn_if_stale(bin: &Path, package: &str) {
+    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                if m.is_dir() {
+                    newest(&e.path())
+                } else {
+                    m.modified().ok()
+                }
+            })
+            .max()
+    }
+    let dir = match package {
+        "nnaccel-kmod-sim" => "kmod-sim/src",
+        "nnaccel" => "driver/src",
+        _ => return,
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
     let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
         return;
     };
-    let newest = std::fs::read_dir(&src)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .max();
-    if newest.is_some_and(|n| n > built) {
+    if newest(&src).is_some_and(|n| n > built) {
         eprintln!(
-            "warning: {} is older than {}: rebuild it (`cargo build -p nnaccel-kmod-sim`)",
+            "warning: {} is older than {}: rebuild it (`cargo build -p {package} --bins`)",
             bin.display(),
             src.display()
         );

@@ -1054,10 +1054,10 @@ fn a_pool_file_shrinking_during_executions_never_crashes_the_service_on_the_devi
 }
 
 /// A client labelling an unsealed memfd `hardware_buffer_blob` (only dma-bufs are pinned) and
-/// truncating it after preparation must not crash a CPU-only service. Fails while
-/// `MappedPool::map` (driver/src/hal/memory.rs) trusts the label and neither seals nor
-/// re-checks such a pool: the execution reads the constants through a mapping whose pages are
-/// gone, and the service dies of SIGBUS.
+/// truncating it after preparation must not crash a CPU-only service: `MappedPool::map`
+/// (driver/src/hal/memory.rs) does not trust the label, so the memfd is sealed (the truncation
+/// fails) or, where it cannot be, its bytes are copied rather than read through a mapping whose
+/// pages could vanish.
 #[test]
 fn a_mislabelled_blob_that_shrinks_does_not_crash_the_service() {
     with_cpu_service(|hald| {

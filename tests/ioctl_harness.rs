@@ -2000,6 +2000,9 @@ fn submit_to_full_default_queue_is_ebusy() {
         );
         let add = AddSetup::new(&*c.dev, 4);
         let j = add.job();
+        // On a slow (emulated) machine the fill can outlast the delayed job, and every job that
+        // completes meanwhile frees a place: the bound counts completions, not wall time.
+        let room = |c: &Ctx| depth + 1 + c.param(PARAM_JOBS_COMPLETED);
         let mut accepted = 0u64;
         let busy_at = loop {
             match c.dev.submit(&j) {
@@ -2007,15 +2010,19 @@ fn submit_to_full_default_queue_is_ebusy() {
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => break accepted,
                 Err(e) => panic!("submit {accepted}: {e}"),
             }
-            assert!(
-                accepted <= depth + 1,
-                "{accepted} jobs accepted on a queue of depth {depth}"
-            );
+            if accepted > depth + 1 {
+                let room = room(&c);
+                assert!(
+                    accepted <= room,
+                    "{accepted} jobs accepted on a queue of depth {depth} with room for {room}"
+                );
+            }
         };
         // The job the engine is running may or may not still count against the depth.
+        let room = room(&c);
         assert!(
-            busy_at == depth || busy_at == depth + 1,
-            "EBUSY after {busy_at} jobs, depth {depth}"
+            busy_at >= depth && busy_at <= room,
+            "EBUSY after {busy_at} jobs, depth {depth}, room for {room}"
         );
     });
 }

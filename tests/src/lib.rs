@@ -136,6 +136,9 @@ pub fn workspace_binary(env_var: &str, name: &str, package: &str) -> PathBuf {
         exe_dir
     };
     let bin = profile_dir.join(name);
+    if !bin.is_file() || is_stale(&bin, package) {
+        build_with_cargo(profile_dir, name, package);
+    }
     if !bin.is_file() {
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         panic!(
@@ -154,9 +157,42 @@ pub fn sim_binary() -> PathBuf {
     workspace_binary("NNACCEL_SIM_BIN", "nnaccel-sim", "nnaccel-kmod-sim")
 }
 
-/// Cargo does not rebuild another package's binary for this package's tests: say so when the
-/// binary is older than its package's sources.
-fn warn_if_stale(bin: &Path, package: &str) {
+/// Builds `name` into `profile_dir` with the cargo that runs this test or bench (`$CARGO`, set
+/// by `cargo test` and `cargo bench`), once per process: cargo does not build another package's
+/// binary for this package's tests, so a fresh `cargo bench` would otherwise find none. Without
+/// `$CARGO` (a test binary run by hand, the QEMU guest) nothing is built.
+fn build_with_cargo(profile_dir: &Path, name: &str, package: &str) {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let Some(cargo) = std::env::var_os("CARGO") else {
+        return;
+    };
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if built.iter().any(|b| b == name) {
+        return;
+    }
+    built.push(name.to_string());
+    let Some(target_dir) = profile_dir.parent() else {
+        return;
+    };
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", package, "--bin", name])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    eprintln!("building {name}: {cmd:?}");
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => eprintln!("warning: building {name} failed ({s})"),
+        Err(e) => eprintln!("warning: cannot run cargo to build {name}: {e}"),
+    }
+}
+
+/// Whether `bin` is older than its package's sources.
+fn is_stale(bin: &Path, package: &str) -> bool {
     fn newest(dir: &Path) -> Option<std::time::SystemTime> {
         std::fs::read_dir(dir)
             .into_iter()
@@ -175,17 +211,23 @@ fn warn_if_stale(bin: &Path, package: &str) {
     let dir = match package {
         "nnaccel-kmod-sim" => "kmod-sim/src",
         "nnaccel" => "driver/src",
-        _ => return,
+        _ => return false,
     };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
     let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
-        return;
+        return false;
     };
-    if newest(&src).is_some_and(|n| n > built) {
+    newest(&src).is_some_and(|n| n > built)
+}
+
+/// Cargo does not rebuild another package's binary for this package's tests: say so when the
+/// binary is older than its package's sources (and could not be rebuilt).
+fn warn_if_stale(bin: &Path, package: &str) {
+    if is_stale(bin, package) {
         eprintln!(
-            "warning: {} is older than {}: rebuild it (`cargo build -p {package} --bins`)",
-            bin.display(),
-            src.display()
+            "warning: {} is older than the sources of {package}: rebuild it \
+             (`cargo build -p {package} --bins`)",
+            bin.display()
         );
     }
 }

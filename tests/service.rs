@@ -811,7 +811,7 @@ fn check_wire_pools(hald: &Hald) {
         &fd,
         ErrorStatus::InvalidArgument,
     );
-    // A memory-domain token (this driver allocates none).
+    // A memory-domain token this connection never allocated.
     raw.expect_error(
         &execute_with(vec![WirePool::Memory(good.clone()), WirePool::Token(1)]),
         &fd,

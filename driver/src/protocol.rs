@@ -381,6 +381,8 @@ pub struct ServiceInfo {
     pub domain_buffers: u64,
     /// Bytes those buffers hold (device memory, or memfds when CPU-only).
     pub domain_bytes: u64,
+    /// Device memory in use (all files), None when CPU-only.
+    pub device_memory_used: Option<u64>,
 }
 
 /// Service to client.

@@ -598,6 +598,11 @@ impl DeviceBuffer {
 
     fn try_copy_from(&self, src: &Memory, dims: &[u32]) -> Result<(), DomainError> {
         let ty = self.shape.operand_type;
+        if dims.contains(&0) {
+            return invalid(format!(
+                "copyFrom dimensions {dims:?} have an unknown extent"
+            ));
+        }
         let Some(dims) = combine_dimensions(&self.shape.dims, dims) else {
             return invalid(format!(
                 "copyFrom dimensions {dims:?} conflict with the buffer's {:?}",

@@ -369,7 +369,8 @@ impl Service {
                     device_live: info
                         .as_ref()
                         .map(|i| [i.live.files, i.live.bos, i.live.programs, i.live.queues]),
-                    device_jobs_completed: info.map(|i| i.jobs_completed),
+                    device_jobs_completed: info.as_ref().map(|i| i.jobs_completed),
+                    device_memory_used: info.map(|i| i.device_memory_used),
                     domain_buffers: self.driver.buffers().live_buffers(),
                     domain_bytes: self.driver.buffers().live_bytes(),
                 })

@@ -339,8 +339,14 @@ impl BufferTracker {
                 (None, fd)
             }
         };
+        // A device may export a dma-buf: CPU access to it is bracketed with syncs.
+        let kind = if nnaccel_uapi::sys::is_dmabuf(fd.as_fd()) {
+            MemoryKind::HardwareBufferBlob
+        } else {
+            MemoryKind::Ashmem
+        };
         let memory = Memory {
-            kind: MemoryKind::Ashmem,
+            kind,
             fd: Arc::new(fd),
             size,
         };
@@ -719,6 +725,16 @@ impl BoundRequest {
         bos
     }
 
+    /// For each request pool, the buffer's own mapping (token pools): the CPU executor uses
+    /// it instead of mapping the memory for each execution.
+    pub fn cpu_pools(&self) -> Vec<Option<&MappedPool>> {
+        let mut mapped = vec![None; self.request.pools.len()];
+        for p in &self.pools {
+            mapped[p.pool] = Some(&p.storage.mapped);
+        }
+        mapped
+    }
+
     /// After an execution that answered OUTPUT_INSUFFICIENT_SIZE: grows the buffers whose
     /// outputs were too small to the sizes reported, and says whether to run again. Other
     /// results (or a needed size that is not known) give false.
@@ -968,4 +984,137 @@ fn model_operand_type(model: &Model, k: usize, output: bool) -> OperandType {
         .get(k)
         .and_then(|&i| model.operands.get(i as usize))
         .map_or(OperandType::TensorFloat32, |o| o.operand_type)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(dims: &[u32]) -> Model {
+        let operand = |lifetime| Operand {
+            operand_type: OperandType::TensorFloat32,
+            dimensions: dims.to_vec(),
+            scale: 0.0,
+            zero_point: 0,
+            lifetime,
+            location: DataLocation::default(),
+            extra_params: None,
+        };
+        Model {
+            operands: vec![
+                operand(OperandLifetime::SubgraphInput),
+                operand(OperandLifetime::SubgraphOutput),
+            ],
+            input_indexes: vec![0],
+            output_indexes: vec![1],
+            ..Model::default()
+        }
+    }
+
+    fn role(io_index: u32) -> BufferRole {
+        BufferRole {
+            model_index: 0,
+            io_index,
+            frequency: 0.5,
+        }
+    }
+
+    fn buffer(t: &BufferTracker, owner: OwnerId, m: &Model) -> Arc<DeviceBuffer> {
+        let models = [RoleModel {
+            uid: 1,
+            ours: true,
+            model: m,
+        }];
+        t.allocate(
+            owner,
+            None,
+            &BufferDesc::default(),
+            &models,
+            &[role(0)],
+            &[role(0)],
+        )
+        .unwrap()
+    }
+
+    fn memfd(size: u64) -> Memory {
+        Memory {
+            kind: MemoryKind::Ashmem,
+            fd: Arc::new(nnaccel_uapi::sys::memfd_create(c"domain-test", size).unwrap()),
+            size,
+        }
+    }
+
+    #[test]
+    fn tokens_start_at_one_and_freed_ones_are_reused_smallest_first() {
+        let t = BufferTracker::default();
+        let m = model(&[4]);
+        let a = buffer(&t, 1, &m);
+        let b = buffer(&t, 1, &m);
+        let c = buffer(&t, 1, &m);
+        assert_eq!((a.token(), b.token(), c.token()), (1, 2, 3));
+        drop(c);
+        drop(a);
+        let again = buffer(&t, 1, &m);
+        assert_eq!(again.token(), 1);
+        assert_eq!(t.live_buffers(), 2, "b and the new one");
+    }
+
+    #[test]
+    fn a_token_resolves_only_for_its_owner() {
+        let t = BufferTracker::default();
+        let m = model(&[4]);
+        let a = buffer(&t, 7, &m);
+        assert!(t.lookup(7, a.token()).is_some());
+        assert!(t.lookup(8, a.token()).is_none());
+        assert!(t.lookup(7, a.token() + 1).is_none());
+    }
+
+    #[test]
+    fn memory_returns_when_the_last_reference_goes() {
+        let t = BufferTracker::default();
+        let m = model(&[4]);
+        let a = buffer(&t, 1, &m);
+        assert_eq!(t.live_bytes(), 16);
+        drop(a);
+        assert_eq!((t.live_buffers(), t.live_bytes()), (0, 0));
+        // Unknown extents: no memory until the first write.
+        let d = buffer(&t, 1, &model(&[0]));
+        assert_eq!(d.capacity(), 0);
+        d.copy_from(&memfd(12), &[3]).unwrap();
+        assert_eq!((d.capacity(), t.live_bytes()), (12, 12));
+    }
+
+    #[test]
+    fn the_cpu_limit_refuses_oversized_buffers_cleanly() {
+        let t = BufferTracker::with_cpu_limit(32);
+        let m = model(&[4]);
+        let _a = buffer(&t, 1, &m);
+        let _b = buffer(&t, 1, &m);
+        let models = [RoleModel {
+            uid: 1,
+            ours: true,
+            model: &m,
+        }];
+        let third = t.allocate(1, None, &BufferDesc::default(), &models, &[role(0)], &[]);
+        assert_eq!(third.unwrap_err(), ErrorStatus::GeneralFailure);
+        assert_eq!(t.live_buffers(), 2);
+    }
+
+    #[test]
+    fn copy_from_refuses_zero_extents_and_wrong_sizes() {
+        let t = BufferTracker::default();
+        let b = buffer(&t, 1, &model(&[2, 2]));
+        let src = memfd(16);
+        assert_eq!(
+            b.copy_from(&src, &[0, 2]).unwrap_err(),
+            ErrorStatus::InvalidArgument
+        );
+        assert_eq!(
+            b.copy_from(&memfd(8), &[]).unwrap_err(),
+            ErrorStatus::InvalidArgument
+        );
+        assert!(!b.is_initialized());
+        b.copy_from(&src, &[]).unwrap();
+        assert!(b.is_initialized());
+    }
 }

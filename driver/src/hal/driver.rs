@@ -779,7 +779,7 @@ impl PreparedModel {
             }
         }
         match &self.inner.cpu {
-            Some(cpu) => run_on_cpu(cpu, &self.inner.model, request),
+            Some(cpu) => run_on_cpu(cpu, &self.inner.model, request, &bound.cpu_pools()),
             None => ExecutionResult::failure(ErrorStatus::DeviceUnavailable),
         }
     }
@@ -1015,22 +1015,38 @@ fn pool_size(mem: &Memory) -> u64 {
     }
 }
 
-fn run_on_cpu(plan: &CpuPlan, model: &Model, request: &Request) -> ExecutionResult {
+/// Runs `request` on the CPU plan. `mapped[i]`, where given, is pool `i` already mapped (a
+/// memory-domain buffer); the other pools are mapped for this execution.
+fn run_on_cpu(
+    plan: &CpuPlan,
+    model: &Model,
+    request: &Request,
+    mapped: &[Option<&MappedPool>],
+) -> ExecutionResult {
     let exec_start = Instant::now();
-    let mut pools = Vec::with_capacity(request.pools.len());
-    for p in &request.pools {
+    let mut owned = Vec::with_capacity(request.pools.len());
+    for (i, p) in request.pools.iter().enumerate() {
         let MemoryPool::Memory(mem) = p else {
             return ExecutionResult::failure(ErrorStatus::InvalidArgument);
         };
+        if mapped.get(i).copied().flatten().is_some() {
+            owned.push(None);
+            continue;
+        }
         match MappedPool::map(mem) {
-            Ok(m) => pools.push(m),
+            Ok(m) => owned.push(Some(m)),
             Err(s) => return ExecutionResult::failure(s),
         }
     }
+    let pools: Vec<&MappedPool> = owned
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.as_ref().or(mapped.get(i).copied().flatten()))
+        .collect();
     for p in &pools {
         p.begin_access(true);
     }
-    let end_access = |pools: &[MappedPool], wrote: bool| {
+    let end_access = |pools: &[&MappedPool], wrote: bool| {
         for p in pools {
             p.end_access(wrote);
         }

@@ -99,8 +99,13 @@ fn chain_through_buffers(
     };
     let bufs: Vec<Arc<dyn HalBuffer>> = (0..2)
         .map(|_| {
-            c.allocate(&BufferDesc::default(), &[pm.clone()], &[role], &[role])
-                .unwrap()
+            c.allocate(
+                &BufferDesc::default(),
+                std::slice::from_ref(pm),
+                &[role],
+                &[role],
+            )
+            .unwrap()
         })
         .collect();
     bufs[0].copy_from(&pool_of(state0), &[]).unwrap();

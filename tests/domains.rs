@@ -7,9 +7,8 @@
 //! changing shapes; device memory returned when buffers are freed and when a client dies.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use nnaccel::hal::{
     execute_async,
 };
 use nnaccel::pools::{self, BlobSource, MappedClientPool};
-use nnaccel_tests::service::{Hald, die_with_parent, prepare};
+use nnaccel_tests::service::{Hald, prepare, spawn_child_test};
 use nnaccel_tests::{Sim, poll_until, require_privileges, scaled, with_timeout};
 
 const DIMS: [u32; 4] = [1, 32, 32, 8];
@@ -1286,26 +1285,12 @@ fn device_memory_returns_when_buffers_are_freed_or_their_client_dies() {
         );
 
         // A client process killed while holding buffers.
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        die_with_parent(&mut cmd);
-        let mut child = cmd
-            .args([
-                "--exact",
-                "child_client_with_buffers",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_SOCKET_ENV, hald.socket())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let ready = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.trim().ends_with("ready"));
-        assert!(ready, "the child never said ready");
+        let (mut child, ready) = spawn_child_test(
+            "child_client_with_buffers",
+            CHILD_SOCKET_ENV,
+            hald.socket().as_os_str(),
+        );
+        assert!(ready.join().unwrap(), "the child never said ready");
         let held = used(&c.info().unwrap());
         assert_eq!(held.2, 3, "the child's buffers: {held:?}");
         assert!(held.1 >= base.1 + 3 * F32.bytes());

@@ -84,6 +84,16 @@ fn check(got: &[f32], state0: &[f32], x: &[f32], what: &str) {
     }
 }
 
+/// Runs the chain: `requests[0]`, `requests[1]`, ... alternately, [`CHAIN`] times.
+fn run_chain(pm: &Arc<dyn HalPreparedModel>, requests: &[Request]) -> Duration {
+    let start = Instant::now();
+    for i in 0..CHAIN {
+        let r = pm.execute_synchronously(&requests[i % 2], MeasureTiming::No, None);
+        assert_eq!(r.status, ErrorStatus::None, "{r:?}");
+    }
+    start.elapsed()
+}
+
 /// One chain through two device buffers; returns its time (the executions only).
 fn chain_through_buffers(
     c: &ServiceClient,
@@ -120,12 +130,7 @@ fn chain_through_buffers(
             ],
         })
         .collect();
-    let start = Instant::now();
-    for i in 0..CHAIN {
-        let r = pm.execute_synchronously(&requests[i % 2], MeasureTiming::No, None);
-        assert_eq!(r.status, ErrorStatus::None, "{r:?}");
-    }
-    let took = start.elapsed();
+    let took = run_chain(pm, &requests);
     let out = pools::ashmem(u64::from(n) * 4).unwrap();
     bufs[CHAIN % 2].copy_to(&out).unwrap();
     let got = MappedClientPool::new(&out)
@@ -162,12 +167,7 @@ fn chain_through_pools(
             ],
         })
         .collect();
-    let start = Instant::now();
-    for i in 0..CHAIN {
-        let r = pm.execute_synchronously(&requests[i % 2], MeasureTiming::No, None);
-        assert_eq!(r.status, ErrorStatus::None, "{r:?}");
-    }
-    let took = start.elapsed();
+    let took = run_chain(pm, &requests);
     check(&read(&states[CHAIN % 2], n), state0, &read(x, n), "pools");
     took
 }

@@ -293,15 +293,17 @@ impl BufferTracker {
 
     /// The live buffer `token` names, if `owner` owns it.
     pub fn lookup(&self, owner: OwnerId, token: u32) -> Option<Arc<DeviceBuffer>> {
-        let t = self
+        // Upgrade outside the lock: dropping the upgraded reference may free the buffer,
+        // whose Drop takes the lock to release its token.
+        let weak = self
             .inner
             .tokens
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        t.buffers
+            .unwrap_or_else(PoisonError::into_inner)
+            .buffers
             .get(&token)
-            .and_then(Weak::upgrade)
-            .filter(|b| b.owner == owner)
+            .cloned()?;
+        weak.upgrade().filter(|b| b.owner == owner)
     }
 
     /// Memory of `size` bytes: a device BO when a device is given (exported for CPU access),
@@ -1098,6 +1100,83 @@ mod tests {
         let third = t.allocate(1, None, &BufferDesc::default(), &models, &[role(0)], &[]);
         assert_eq!(third.unwrap_err(), ErrorStatus::GeneralFailure);
         assert_eq!(t.live_buffers(), 2);
+    }
+
+    fn token_request(input: &Memory, token: u32) -> Request {
+        let arg = |pool_index, length| RequestArgument {
+            has_no_value: false,
+            location: DataLocation {
+                pool_index,
+                offset: 0,
+                length,
+                padding: 0,
+            },
+            dimensions: vec![],
+        };
+        Request {
+            inputs: vec![arg(0, input.size as u32)],
+            outputs: vec![arg(1, 0)],
+            pools: vec![MemoryPool::Memory(input.clone()), MemoryPool::Token(token)],
+        }
+    }
+
+    #[test]
+    fn an_insufficient_buffer_output_is_a_general_failure_and_uninitializes_it() {
+        let t = BufferTracker::default();
+        let m = model(&[4]);
+        let b = buffer(&t, 1, &m);
+        b.copy_from(&memfd(16), &[]).unwrap();
+        let bound = t
+            .bind(1, 1, &m, &token_request(&memfd(16), b.token()))
+            .unwrap();
+        assert_eq!(bound.device_bos(), vec![None, None], "memfd-backed: no BOs");
+        let r = bound.finish(ExecutionResult {
+            status: ErrorStatus::OutputInsufficientSize,
+            output_shapes: vec![OutputShape {
+                dimensions: vec![4],
+                is_sufficient: false,
+            }],
+            timing: Timing::NOT_MEASURED,
+        });
+        assert_eq!(r, ExecutionResult::failure(ErrorStatus::GeneralFailure));
+        assert!(!b.is_initialized());
+    }
+
+    #[test]
+    fn bind_rewrites_token_pools_and_checks_owner_and_role() {
+        let t = BufferTracker::default();
+        let m = model(&[4]);
+        let b = buffer(&t, 1, &m);
+        let r = token_request(&memfd(16), b.token());
+        assert_eq!(
+            t.bind(2, 1, &m, &r).unwrap_err(),
+            ErrorStatus::InvalidArgument
+        );
+        assert_eq!(
+            t.bind(1, 9, &m, &r).unwrap_err(),
+            ErrorStatus::InvalidArgument
+        );
+        let bound = t.bind(1, 1, &m, &r).unwrap();
+        assert!(bound.has_tokens());
+        let MemoryPool::Memory(mem) = &bound.request().pools[1] else {
+            panic!("the token pool is the buffer's memory now");
+        };
+        assert_eq!(mem.size, 16);
+        assert_eq!(bound.request().outputs[0].location.length, 16);
+        assert!(bound.cpu_pools()[1].is_some() && bound.cpu_pools()[0].is_none());
+        let ok = bound.finish(ExecutionResult {
+            status: ErrorStatus::None,
+            output_shapes: vec![OutputShape {
+                dimensions: vec![4],
+                is_sufficient: true,
+            }],
+            timing: Timing::NOT_MEASURED,
+        });
+        assert_eq!(ok.status, ErrorStatus::None);
+        assert!(
+            b.is_initialized(),
+            "a successful write initializes the buffer"
+        );
     }
 
     #[test]

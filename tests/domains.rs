@@ -1357,3 +1357,41 @@ fn executions_through_buffers_run_on_the_device() {
         assert_eq!(read_pool(&back), t.add(&a, &a));
     });
 }
+
+/// The device dies while buffers live on it: executions naming them carry on with the CPU
+/// executor over the buffers' memory (the service holds it through BO_EXPORT's fd), data
+/// intact, and new buffers live in memfds.
+#[test]
+fn buffers_survive_the_device_dying() {
+    with_device_service(|sim, hald| {
+        let c = hald.client();
+        let t = F32;
+        let pm = prep(&c, &add_model(t, &DIMS));
+        assert!(pm.runs_on_device());
+        let x = alloc(&c, &[], &[&pm], &[role(0, 0)], &[role(0, 0)]).unwrap();
+        let a = t.data(8);
+        x.copy_from(&pool_with(&a), &[]).unwrap();
+        sim.kill_hard();
+        let b = pool_with(&t.data(9));
+        let fresh = alloc(&c, &[], &[&pm], &[], &[role(0, 0)]).unwrap();
+        let r = req(
+            &[Src::Token(x.token()), Src::Mem(b.clone())],
+            &[Src::Token(fresh.token())],
+        );
+        expect_status(
+            &run(Path::Sync, &pm, &r),
+            ErrorStatus::None,
+            "x + b -> fresh after the device died",
+        );
+        let back = ashmem(t.bytes());
+        fresh.copy_to(&back).unwrap();
+        assert_eq!(read_pool(&back), t.add(&a, &t.data(9)));
+        x.copy_to(&back).unwrap();
+        assert_eq!(
+            read_pool(&back),
+            a,
+            "the data written to the device survives it"
+        );
+        assert!(!hald.has_exited());
+    });
+}

@@ -355,14 +355,28 @@ impl Driver {
                 model: &pm.inner.model,
             })
             .collect();
-        self.domain.allocate(
+        let allocated = self.domain.allocate(
             owner,
             device.as_ref(),
             desc,
             &roles,
             input_roles,
             output_roles,
-        )
+        );
+        // A device that went away since the last call: the buffer lives in a memfd instead,
+        // as on a CPU-only driver.
+        if allocated.is_err()
+            && let Some(d) = self.device.as_ref().filter(|d| d.alive())
+            && let Err(e) = d.dev.get_param(nnaccel_uapi::abi::PARAM_API_VERSION)
+        {
+            d.note_error(&e);
+            if !d.alive() {
+                return self
+                    .domain
+                    .allocate(owner, None, desc, &roles, input_roles, output_roles);
+            }
+        }
+        allocated
     }
 
     /// The driver's memory-domain buffers (live counts).

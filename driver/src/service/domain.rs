@@ -164,3 +164,116 @@ fn unknown(token: u32) -> ServiceMessage {
         format!("no buffer with token {token} on this connection"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hal::{
+        Backend, DataLocation, ExecutionPreference, Model, Operand, OperandLifetime, OperandType,
+        Priority,
+    };
+    use crate::protocol::WireMemory;
+
+    fn model() -> Model {
+        let operand = |lifetime| Operand {
+            operand_type: OperandType::TensorFloat32,
+            dimensions: vec![4],
+            scale: 0.0,
+            zero_point: 0,
+            lifetime,
+            location: DataLocation::default(),
+            extra_params: None,
+        };
+        Model {
+            operands: vec![
+                operand(OperandLifetime::SubgraphInput),
+                operand(OperandLifetime::SubgraphOutput),
+            ],
+            operations: vec![crate::hal::Operation {
+                operation_type: crate::hal::OperationType::Relu,
+                inputs: vec![0],
+                outputs: vec![1],
+            }],
+            input_indexes: vec![0],
+            output_indexes: vec![1],
+            ..Model::default()
+        }
+    }
+
+    fn status(m: &ServiceMessage) -> Option<i32> {
+        match m {
+            ServiceMessage::Error { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn messages_allocate_copy_and_free_on_this_connection_only() {
+        let driver = Driver::new(Backend::CpuOnly);
+        let pm = driver
+            .prepare_model(
+                &model(),
+                ExecutionPreference::FastSingleAnswer,
+                Priority::Medium,
+                None,
+            )
+            .unwrap();
+        let lookup = |id: u64| (id == 1).then_some(&pm);
+        let mut conn = ConnectionBuffers::new();
+        let mut other = ConnectionBuffers::new();
+        assert_ne!(conn.owner(), other.owner());
+        let role = WireRole {
+            model_index: 0,
+            io_index: 0,
+            frequency: 1.0,
+        };
+        let allocate = |ids: Vec<u64>| ClientMessage::Allocate {
+            dimensions: vec![],
+            model_ids: ids,
+            input_roles: vec![role],
+            output_roles: vec![],
+        };
+        let mut no_fds = ReceivedFds::new(vec![]);
+        let unknown_model = conn.handle(&driver, allocate(vec![2]), &mut no_fds, lookup);
+        assert_eq!(
+            status(&unknown_model),
+            Some(ErrorStatus::InvalidArgument.code())
+        );
+        let ServiceMessage::Allocated { token } =
+            conn.handle(&driver, allocate(vec![1]), &mut no_fds, lookup)
+        else {
+            panic!("allocation failed");
+        };
+        assert!(token > 0 && conn.len() == 1);
+        // copyFrom with a memfd of the right size, on the owning connection only.
+        let copy_from = |token| ClientMessage::CopyFrom {
+            token,
+            memory: WireMemory {
+                kind: 0,
+                prot: 0,
+                offset: 0,
+                size: 16,
+                fd_index: 0,
+            },
+            dimensions: vec![],
+        };
+        let memfd = || {
+            ReceivedFds::new(vec![
+                nnaccel_uapi::sys::memfd_create(c"svc-domain", 16).unwrap(),
+            ])
+        };
+        let theirs = other.handle(&driver, copy_from(token), &mut memfd(), lookup);
+        assert_eq!(status(&theirs), Some(ErrorStatus::InvalidArgument.code()));
+        let ours = conn.handle(&driver, copy_from(token), &mut memfd(), lookup);
+        assert_eq!(ours, ServiceMessage::Copied);
+        let free = |token| ClientMessage::FreeBuffer { token };
+        let theirs = other.handle(&driver, free(token), &mut no_fds, lookup);
+        assert_eq!(status(&theirs), Some(ErrorStatus::InvalidArgument.code()));
+        assert_eq!(
+            conn.handle(&driver, free(token), &mut no_fds, lookup),
+            ServiceMessage::BufferFreed
+        );
+        assert!(conn.is_empty());
+        assert_eq!(driver.buffers().live_buffers(), 0);
+    }
+}

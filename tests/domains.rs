@@ -1395,3 +1395,148 @@ fn buffers_survive_the_device_dying() {
         assert!(!hald.has_exited());
     });
 }
+
+/// Malformed memory-domain messages — out-of-range indexes, NaN and infinite frequencies,
+/// thousands of roles, bad fd indexes, unknown memory kinds, tokens 0 and u32::MAX — get
+/// error answers on a connection that stays up, and the service keeps serving.
+#[test]
+fn malformed_domain_messages_never_crash_the_service() {
+    use nnaccel::protocol::{
+        ClientMessage, PROTOCOL_VERSION, ServiceMessage, WireMemory, WireRole, decode, encode,
+        recv_frame, send_frame,
+    };
+    with_cpu_service(|hald| {
+        let c = hald.client();
+        let pm = prep(&c, &add_model(F32, &DIMS));
+        let sock = std::os::unix::net::UnixStream::connect(hald.socket()).unwrap();
+        let call = |m: &ClientMessage, fds: &[std::os::fd::BorrowedFd<'_>]| {
+            send_frame(&sock, &encode(m).unwrap(), fds).unwrap();
+            let (body, _) = recv_frame(&sock, 1 << 20).unwrap();
+            decode::<ServiceMessage>(&body).unwrap()
+        };
+        let hello = ClientMessage::Hello {
+            version: PROTOCOL_VERSION,
+            client: "fuzz".into(),
+        };
+        assert!(matches!(call(&hello, &[]), ServiceMessage::Hello { .. }));
+        let prepared = match call(
+            &ClientMessage::PrepareModel {
+                model: nnaccel::protocol::model_to_wire(
+                    &add_model(F32, &DIMS),
+                    &mut Default::default(),
+                ),
+                preference: 1,
+                priority: 100,
+                timeout_ns: None,
+            },
+            &[],
+        ) {
+            ServiceMessage::Prepared { model_id, .. } => model_id,
+            other => panic!("{other:?}"),
+        };
+        let wire_role = |model_index, io_index, frequency| WireRole {
+            model_index,
+            io_index,
+            frequency,
+        };
+        let mem = |kind, fd_index, size| WireMemory {
+            kind,
+            prot: 0,
+            offset: 0,
+            size,
+            fd_index,
+        };
+        let memfd = nnaccel_uapi::sys::memfd_create(c"fuzz", 4096).unwrap();
+        let fd = [memfd.as_fd()];
+        let bad: Vec<(ClientMessage, bool)> = vec![
+            (
+                ClientMessage::Allocate {
+                    dimensions: vec![u32::MAX; 64],
+                    model_ids: vec![prepared],
+                    input_roles: vec![wire_role(u32::MAX, u32::MAX, 1.0)],
+                    output_roles: vec![],
+                },
+                false,
+            ),
+            (
+                ClientMessage::Allocate {
+                    dimensions: vec![],
+                    model_ids: vec![prepared; 1000],
+                    input_roles: (0..4000).map(|i| wire_role(i % 1000, i % 2, 0.5)).collect(),
+                    output_roles: vec![wire_role(0, 0, f32::INFINITY)],
+                },
+                false,
+            ),
+            (
+                ClientMessage::Allocate {
+                    dimensions: vec![u32::MAX, u32::MAX, u32::MAX, u32::MAX],
+                    model_ids: vec![prepared],
+                    input_roles: vec![wire_role(0, 0, f32::NAN)],
+                    output_roles: vec![],
+                },
+                false,
+            ),
+            (
+                ClientMessage::Allocate {
+                    dimensions: vec![0, 0, 0, 0],
+                    model_ids: vec![u64::MAX],
+                    input_roles: vec![wire_role(0, 0, 1.0)],
+                    output_roles: vec![],
+                },
+                false,
+            ),
+            (
+                ClientMessage::CopyFrom {
+                    token: 0,
+                    memory: mem(0, 0, 4096),
+                    dimensions: vec![u32::MAX; 1000],
+                },
+                true,
+            ),
+            (
+                ClientMessage::CopyTo {
+                    token: u32::MAX,
+                    memory: mem(9, 0, u64::MAX),
+                },
+                true,
+            ),
+            (
+                ClientMessage::CopyTo {
+                    token: 1,
+                    memory: mem(0, 7, 4096),
+                },
+                true,
+            ),
+            (ClientMessage::FreeBuffer { token: 0 }, false),
+            (ClientMessage::FreeBuffer { token: u32::MAX }, false),
+        ];
+        for (m, with_fd) in &bad {
+            let fds: &[std::os::fd::BorrowedFd<'_>] = if *with_fd { &fd } else { &[] };
+            match call(m, fds) {
+                ServiceMessage::Error { status, .. } => assert!(
+                    status == ErrorStatus::InvalidArgument.code()
+                        || status == ErrorStatus::GeneralFailure.code(),
+                    "{status} for {m:?}"
+                ),
+                other => panic!("{other:?} for a malformed {m:?}"),
+            }
+        }
+        // The same connection still allocates, and so does another one.
+        match call(
+            &ClientMessage::Allocate {
+                dimensions: vec![],
+                model_ids: vec![prepared],
+                input_roles: vec![wire_role(0, 0, 1.0)],
+                output_roles: vec![wire_role(0, 0, 1.0)],
+            },
+            &[],
+        ) {
+            ServiceMessage::Allocated { token } => assert!(token > 0),
+            other => panic!("{other:?}"),
+        }
+        assert!(!hald.has_exited());
+        let b = alloc(&c, &[], &[&pm], &[role(0, 0)], &[]).unwrap();
+        b.copy_from(&pool_with(&F32.data(2)), &[]).unwrap();
+        assert_eq!(c.info().unwrap().domain_buffers, 2);
+    });
+}

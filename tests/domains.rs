@@ -4,7 +4,8 @@
 //! the in-process CPU driver, on `nnaccel-hald` over the simulated device and CPU-only;
 //! copies with every pool kind (hardware_buffer_blob from each source the machine has); two
 //! clients, one naming the other's token; a concurrent read/write stress; dynamic outputs of
-//! changing shapes; device memory returned when buffers are freed and when a client dies.
+//! changing shapes; device memory returned when buffers are freed and when a client dies;
+//! buffers outliving their device; malformed memory-domain messages.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;

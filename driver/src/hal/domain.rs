@@ -989,10 +989,11 @@ fn model_operand_type(model: &Model, k: usize, output: bool) -> OperandType {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn model(dims: &[u32]) -> Model {
+    /// One FLOAT32 input and one output of `dims` (no operations: enough for roles).
+    pub(crate) fn model(dims: &[u32]) -> Model {
         let operand = |lifetime| Operand {
             operand_type: OperandType::TensorFloat32,
             dimensions: dims.to_vec(),

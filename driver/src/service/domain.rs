@@ -168,36 +168,17 @@ fn unknown(token: u32) -> ServiceMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hal::{
-        Backend, DataLocation, ExecutionPreference, Model, Operand, OperandLifetime, OperandType,
-        Priority,
-    };
+    use crate::hal::{Backend, ExecutionPreference, Model, Priority};
     use crate::protocol::WireMemory;
 
     fn model() -> Model {
-        let operand = |lifetime| Operand {
-            operand_type: OperandType::TensorFloat32,
-            dimensions: vec![4],
-            scale: 0.0,
-            zero_point: 0,
-            lifetime,
-            location: DataLocation::default(),
-            extra_params: None,
-        };
-        Model {
-            operands: vec![
-                operand(OperandLifetime::SubgraphInput),
-                operand(OperandLifetime::SubgraphOutput),
-            ],
-            operations: vec![crate::hal::Operation {
-                operation_type: crate::hal::OperationType::Relu,
-                inputs: vec![0],
-                outputs: vec![1],
-            }],
-            input_indexes: vec![0],
-            output_indexes: vec![1],
-            ..Model::default()
-        }
+        let mut m = crate::hal::domain::tests::model(&[4]);
+        m.operations.push(crate::hal::Operation {
+            operation_type: crate::hal::OperationType::Relu,
+            inputs: vec![0],
+            outputs: vec![1],
+        });
+        m
     }
 
     fn status(m: &ServiceMessage) -> Option<i32> {

@@ -9,11 +9,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::ffi::CString;
-use std::io::{BufRead, BufReader, IoSlice, Write};
+use std::io::{IoSlice, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -811,7 +810,7 @@ fn check_wire_pools(hald: &Hald) {
         &fd,
         ErrorStatus::InvalidArgument,
     );
-    // A memory-domain token (this driver allocates none).
+    // A memory-domain token this connection never allocated.
     raw.expect_error(
         &execute_with(vec![WirePool::Memory(good.clone()), WirePool::Token(1)]),
         &fd,
@@ -1128,28 +1127,11 @@ fn a_client_killed_mid_execution_releases_everything() {
         let c = hald.client();
         let baseline = c.info().unwrap();
         assert_eq!(baseline.prepared_models, 0);
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        die_with_parent(&mut cmd);
-        let mut child = cmd
-            .args([
-                "--exact",
-                "child_client_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_SOCKET_ENV, hald.socket())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let ready = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                // libtest prints "test child_client_process ... " before the child's line.
-                .any(|l| l.trim().ends_with("ready"))
-        });
+        let (mut child, ready) = spawn_child_test(
+            "child_client_process",
+            CHILD_SOCKET_ENV,
+            hald.socket().as_os_str(),
+        );
         poll_until(
             scaled(Duration::from_secs(20)),
             "the child's prepared model",

@@ -191,6 +191,21 @@ impl HalDevice for ServiceClient {
             m => Err(unexpected(&m)),
         }
     }
+
+    fn allocate(
+        &self,
+        desc: &BufferDesc,
+        models: &[Arc<dyn HalPreparedModel>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> Result<Arc<dyn HalBuffer>, ErrorStatus> {
+        Ok(Arc::new(self.allocate_buffer(
+            desc,
+            models,
+            input_roles,
+            output_roles,
+        )?))
+    }
 }
 
 /// A model prepared by the service; released there when dropped.
@@ -243,6 +258,10 @@ impl HalPreparedModel for RemotePreparedModel {
     fn runs_on_device(&self) -> bool {
         self.on_device
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl Drop for RemotePreparedModel {
@@ -251,6 +270,105 @@ impl Drop for RemotePreparedModel {
             &ClientMessage::ReleaseModel {
                 model_id: self.model_id,
             },
+            &FdList::default(),
+        );
+    }
+}
+
+impl ServiceClient {
+    /// `allocate` (1.3) on the service: `models` must be prepared models of this connection
+    /// (INVALID_ARGUMENT otherwise, as for any foreign prepared model).
+    pub fn allocate_buffer(
+        &self,
+        desc: &BufferDesc,
+        models: &[Arc<dyn HalPreparedModel>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> Result<RemoteBuffer, ErrorStatus> {
+        let mut model_ids = Vec::with_capacity(models.len());
+        for m in models {
+            match m.as_any().downcast_ref::<RemotePreparedModel>() {
+                Some(r) if Arc::ptr_eq(&r.inner, &self.inner) => model_ids.push(r.model_id),
+                _ => {
+                    tracing::debug!("allocate: a prepared model of another connection or device");
+                    return Err(ErrorStatus::InvalidArgument);
+                }
+            }
+        }
+        let wire = |roles: &[BufferRole]| {
+            roles
+                .iter()
+                .map(|r| WireRole {
+                    model_index: r.model_index,
+                    io_index: r.io_index,
+                    frequency: r.frequency,
+                })
+                .collect()
+        };
+        let msg = ClientMessage::Allocate {
+            dimensions: desc.dimensions.clone(),
+            model_ids,
+            input_roles: wire(input_roles),
+            output_roles: wire(output_roles),
+        };
+        match self.inner.call(&msg, &FdList::default())? {
+            ServiceMessage::Allocated { token } if token != 0 => Ok(RemoteBuffer {
+                inner: self.inner.clone(),
+                token,
+            }),
+            m => Err(unexpected(&m)),
+        }
+    }
+}
+
+/// A memory-domain buffer held by the service for this connection (`IBuffer`); freed there
+/// when dropped (or when the connection closes).
+#[derive(Debug)]
+pub struct RemoteBuffer {
+    inner: Arc<Inner>,
+    token: u32,
+}
+
+impl RemoteBuffer {
+    fn copy(&self, memory: &Memory, dimensions: Option<&[u32]>) -> Result<(), ErrorStatus> {
+        let mut fds = FdList::default();
+        let memory = memory_to_wire(memory, &mut fds);
+        let msg = match dimensions {
+            Some(d) => ClientMessage::CopyFrom {
+                token: self.token,
+                memory,
+                dimensions: d.to_vec(),
+            },
+            None => ClientMessage::CopyTo {
+                token: self.token,
+                memory,
+            },
+        };
+        match self.inner.call(&msg, &fds)? {
+            ServiceMessage::Copied => Ok(()),
+            m => Err(unexpected(&m)),
+        }
+    }
+}
+
+impl HalBuffer for RemoteBuffer {
+    fn token(&self) -> u32 {
+        self.token
+    }
+
+    fn copy_to(&self, dst: &Memory) -> Result<(), ErrorStatus> {
+        self.copy(dst, None)
+    }
+
+    fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> Result<(), ErrorStatus> {
+        self.copy(src, Some(dimensions))
+    }
+}
+
+impl Drop for RemoteBuffer {
+    fn drop(&mut self) {
+        let _ = self.inner.call(
+            &ClientMessage::FreeBuffer { token: self.token },
             &FdList::default(),
         );
     }

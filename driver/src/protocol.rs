@@ -319,6 +319,49 @@ pub enum ClientMessage {
     },
     /// Service and device state.
     Info,
+    /// allocate (1.3): a memory-domain buffer for roles of this connection's prepared models.
+    Allocate {
+        /// BufferDesc dimensions.
+        dimensions: Vec<u32>,
+        /// The prepared models the roles index (ids on this connection).
+        model_ids: Vec<u64>,
+        /// Input roles.
+        input_roles: Vec<WireRole>,
+        /// Output roles.
+        output_roles: Vec<WireRole>,
+    },
+    /// IBuffer::copyTo: the buffer into the attached memory.
+    CopyTo {
+        /// The buffer.
+        token: u32,
+        /// Destination (its fd in the frame).
+        memory: WireMemory,
+    },
+    /// IBuffer::copyFrom: the attached memory into the buffer.
+    CopyFrom {
+        /// The buffer.
+        token: u32,
+        /// Source (its fd in the frame).
+        memory: WireMemory,
+        /// The data's dimensions (empty: the buffer's).
+        dimensions: Vec<u32>,
+    },
+    /// Drop an IBuffer: its token and memory go.
+    FreeBuffer {
+        /// The buffer.
+        token: u32,
+    },
+}
+
+/// A BufferRole on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WireRole {
+    /// Index into `model_ids`.
+    pub model_index: u32,
+    /// Input or output index of that model.
+    pub io_index: u32,
+    /// Frequency in (0, 1].
+    pub frequency: f32,
 }
 
 /// The service's state, for `nnaccelctl info`.
@@ -334,6 +377,12 @@ pub struct ServiceInfo {
     pub device_live: Option<[u64; 4]>,
     /// Jobs the device completed.
     pub device_jobs_completed: Option<u64>,
+    /// Live memory-domain buffers (all connections).
+    pub domain_buffers: u64,
+    /// Bytes those buffers hold (device memory, or memfds when CPU-only).
+    pub domain_bytes: u64,
+    /// Device memory in use (all files), None when CPU-only.
+    pub device_memory_used: Option<u64>,
 }
 
 /// Service to client.
@@ -394,6 +443,15 @@ pub enum ServiceMessage {
         /// What went wrong.
         message: String,
     },
+    /// A buffer was allocated.
+    Allocated {
+        /// Its token (> 0).
+        token: u32,
+    },
+    /// CopyTo or CopyFrom done.
+    Copied,
+    /// FreeBuffer done.
+    BufferFreed,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -616,6 +674,16 @@ pub fn request_from_wire(w: WireRequest, fds: &mut ReceivedFds) -> Result<Reques
         outputs: w.outputs.into_iter().map(arg).collect(),
         pools,
     })
+}
+
+/// A memory pool for the wire; its fd is added to `fds`.
+pub fn memory_to_wire<'a>(memory: &'a Memory, fds: &mut FdList<'a>) -> WireMemory {
+    fds.add(memory)
+}
+
+/// A memory pool from the wire.
+pub fn memory_from_wire(w: &WireMemory, fds: &mut ReceivedFds) -> Result<Memory, ProtocolError> {
+    fds.memory(w)
 }
 
 /// Capabilities for the wire.

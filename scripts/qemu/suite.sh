@@ -240,6 +240,12 @@ EOF
     [[ -n "$exe" ]] || qemu_die "no test binary service in $list"
     printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_REQUIRE_KERNEL_FEATURES=1 NNACCEL_HALD_BIN=%q\n' \
         service-cuse "$exe" "$profile_dir/nnaccel-hald"
+    # Memory domains (tests/domains.rs) on CUSE: copyFrom/copyTo with hardware_buffer_blob
+    # pools from the guest's dma-heap and udmabuf.
+    exe="$(awk '$1 == "tests" && $2 == "test" && $3 == "domains" { print $4 }' "$list")"
+    [[ -n "$exe" ]] || qemu_die "no test binary domains in $list"
+    printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_REQUIRE_KERNEL_FEATURES=1 NNACCEL_HALD_BIN=%q\n' \
+        domains-cuse "$exe" "$profile_dir/nnaccel-hald"
     cat <<'EOF'
 echo "[guest] $passed passed, $failed failed"
 [ "$failed" = 0 ]

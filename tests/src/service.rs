@@ -517,3 +517,32 @@ pub fn fd_path(fd: impl AsFd) -> String {
         .map(|p| p.display().to_string())
         .unwrap_or_default()
 }
+
+/// Starts this test binary again to run only the test `test` — a child-process body that does
+/// its work when `env_var` is set (to `value`) and prints `ready` — with `die_with_parent`,
+/// stdout piped. Returns the child and a thread that says whether `ready` came.
+pub fn spawn_child_test(
+    test: &str,
+    env_var: &str,
+    value: &OsStr,
+) -> (Child, std::thread::JoinHandle<bool>) {
+    use std::io::BufRead;
+    let mut cmd = Command::new(std::env::current_exe().expect("the test binary"));
+    die_with_parent(&mut cmd);
+    let mut child = cmd
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(env_var, value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the child test");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let ready = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            // libtest prints "test NAME ... " before the child's line.
+            .any(|l| l.trim().ends_with("ready"))
+    });
+    (child, ready)
+}

@@ -20,6 +20,10 @@ use nnaccel_uapi::ring::RingError;
 use nnaccel_uapi::{Device, DeviceExt, RingQueue};
 
 use super::convert::model_to_graph;
+use super::domain::{
+    BoundRequest, BufferDesc, BufferRole, BufferTracker, DeviceBuffer, LOCAL_OWNER, OwnerId,
+    RoleModel,
+};
 use super::memory::MappedPool;
 use super::types::*;
 use super::validate::{combined_dimensions, validate_model, validate_request};
@@ -99,6 +103,8 @@ impl DeviceHandle {
 #[derive(Debug, Clone)]
 pub struct Driver {
     device: Option<Arc<DeviceHandle>>,
+    /// Memory-domain buffers (hal/domain.rs).
+    domain: BufferTracker,
 }
 
 impl Driver {
@@ -120,7 +126,10 @@ impl Driver {
                 }
             },
         };
-        Self { device }
+        Self {
+            device,
+            domain: BufferTracker::default(),
+        }
     }
 
     /// One line saying what executes models.
@@ -317,8 +326,62 @@ impl Driver {
                 cpu,
                 device,
                 preference,
+                uid: next_prepared_uid(),
+                domain: self.domain.clone(),
             }),
         })
+    }
+
+    /// `allocate` (1.3) for `owner`: a memory-domain buffer for the given roles of `models`
+    /// (hal/domain.rs). Device memory (BO_CREATE) when the device is live, else a sealed memfd.
+    pub fn allocate(
+        &self,
+        owner: OwnerId,
+        desc: &BufferDesc,
+        models: &[&PreparedModel],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> Result<Arc<DeviceBuffer>, ErrorStatus> {
+        let device = self
+            .device
+            .as_ref()
+            .filter(|d| d.alive())
+            .map(|d| d.dev.clone());
+        let roles: Vec<RoleModel<'_>> = models
+            .iter()
+            .map(|pm| RoleModel {
+                uid: pm.inner.uid,
+                ours: pm.inner.domain.same(&self.domain),
+                model: &pm.inner.model,
+            })
+            .collect();
+        let allocated = self.domain.allocate(
+            owner,
+            device.as_ref(),
+            desc,
+            &roles,
+            input_roles,
+            output_roles,
+        );
+        // A device that went away since the last call: the buffer lives in a memfd instead,
+        // as on a CPU-only driver.
+        if allocated.is_err()
+            && let Some(d) = self.device.as_ref().filter(|d| d.alive())
+            && let Err(e) = d.dev.get_param(nnaccel_uapi::abi::PARAM_API_VERSION)
+        {
+            d.note_error(&e);
+            if !d.alive() {
+                return self
+                    .domain
+                    .allocate(owner, None, desc, &roles, input_roles, output_roles);
+            }
+        }
+        allocated
+    }
+
+    /// The driver's memory-domain buffers (live counts).
+    pub fn buffers(&self) -> &BufferTracker {
+        &self.domain
     }
 }
 
@@ -587,6 +650,15 @@ struct PreparedInner {
     device: Option<DevicePlan>,
     #[allow(dead_code)]
     preference: ExecutionPreference,
+    /// Identity for memory-domain roles (unique in the process, never reused).
+    uid: u64,
+    /// The driver's buffer tracker.
+    domain: BufferTracker,
+}
+
+fn next_prepared_uid() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A prepared model: the NN HAL `IPreparedModel`.
@@ -648,9 +720,23 @@ impl PreparedModel {
         }
     }
 
-    /// `executeSynchronously`.
+    /// `executeSynchronously`, by the in-process owner ([`LOCAL_OWNER`]) of memory-domain
+    /// buffers.
     pub fn execute_synchronously(
         &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: Option<Deadline>,
+    ) -> ExecutionResult {
+        self.execute_for(LOCAL_OWNER, request, measure, deadline)
+    }
+
+    /// `executeSynchronously` on behalf of `owner` (a service connection): tokens in the
+    /// request must name buffers `owner` allocated for this prepared model's roles
+    /// (hal/domain.rs). Every execution path — regular, async, burst — ends here.
+    pub fn execute_for(
+        &self,
+        owner: OwnerId,
         request: &Request,
         measure: MeasureTiming,
         deadline: Option<Deadline>,
@@ -661,36 +747,27 @@ impl PreparedModel {
             tracing::debug!("invalid request: {e}");
             return ExecutionResult::failure(ErrorStatus::InvalidArgument);
         }
-        if request
-            .pools
-            .iter()
-            .any(|p| matches!(p, MemoryPool::Token(_)))
+        let mut bound = match self
+            .inner
+            .domain
+            .bind(owner, self.inner.uid, model, request)
         {
-            tracing::debug!("request names a memory-domain token; this driver allocates none");
-            return ExecutionResult::failure(ErrorStatus::InvalidArgument);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return ExecutionResult::failure(ErrorStatus::MissedDeadlineTransient);
-        }
-        let mut result = None;
-        if let Some(plan) = self.inner.device.as_ref().filter(|p| p.device.alive()) {
-            match run_on_device(plan, request, deadline) {
-                DeviceOutcome::Done(r) => result = Some(r),
-                DeviceOutcome::Fallback(why) => {
-                    tracing::debug!("execution falls back to the CPU: {why}")
-                }
-            }
-        }
-        let mut result = match result {
-            Some(r) => r,
-            None => match &self.inner.cpu {
-                Some(cpu) => run_on_cpu(cpu, model, request),
-                None => ExecutionResult::failure(ErrorStatus::DeviceUnavailable),
-            },
+            Ok(b) => b,
+            Err(s) => return ExecutionResult::failure(s),
         };
-        if result.status == ErrorStatus::None && deadline.is_some_and(|d| Instant::now() > d) {
-            return ExecutionResult::failure(ErrorStatus::MissedDeadlineTransient);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return bound.finish(ExecutionResult::failure(
+                ErrorStatus::MissedDeadlineTransient,
+            ));
         }
+        let mut result = self.run_bound(&bound, deadline);
+        if bound.grow_for(&result) {
+            result = self.run_bound(&bound, deadline);
+        }
+        if result.status == ErrorStatus::None && deadline.is_some_and(|d| Instant::now() > d) {
+            result = ExecutionResult::failure(ErrorStatus::MissedDeadlineTransient);
+        }
+        let mut result = bound.finish(result);
         if result.status != ErrorStatus::None || measure == MeasureTiming::No {
             result.timing = Timing::NOT_MEASURED;
         } else {
@@ -702,6 +779,23 @@ impl PreparedModel {
                 .min(result.timing.time_in_driver_us);
         }
         result
+    }
+
+    /// Runs a checked request on the device, or on the CPU when the device cannot take it.
+    fn run_bound(&self, bound: &BoundRequest, deadline: Option<Deadline>) -> ExecutionResult {
+        let request = bound.request();
+        if let Some(plan) = self.inner.device.as_ref().filter(|p| p.device.alive()) {
+            match run_on_device(plan, request, &bound.device_bos(), deadline) {
+                DeviceOutcome::Done(r) => return r,
+                DeviceOutcome::Fallback(why) => {
+                    tracing::debug!("execution falls back to the CPU: {why}")
+                }
+            }
+        }
+        match &self.inner.cpu {
+            Some(cpu) => run_on_cpu(cpu, &self.inner.model, request, &bound.cpu_pools()),
+            None => ExecutionResult::failure(ErrorStatus::DeviceUnavailable),
+        }
     }
 }
 
@@ -718,6 +812,7 @@ fn fixed_shapes(specs: &[(Vec<u32>, u64, u64)]) -> Vec<OutputShape> {
 fn run_on_device(
     plan: &DevicePlan,
     request: &Request,
+    device_bos: &[Option<u32>],
     deadline: Option<Deadline>,
 ) -> DeviceOutcome {
     let args = request
@@ -758,14 +853,19 @@ fn run_on_device(
         });
     }
     let dev = &plan.device.dev;
-    // Import the request's pools for this execution.
+    // Import the request's pools for this execution; memory-domain buffers are BOs already.
     let mut handles = Vec::with_capacity(request.pools.len());
+    let mut imported = Vec::with_capacity(request.pools.len());
     let release = |handles: &[u32]| {
         for h in handles {
             let _ = dev.bo_close(*h);
         }
     };
-    for pool in &request.pools {
+    for (i, pool) in request.pools.iter().enumerate() {
+        if let Some(bo) = device_bos.get(i).copied().flatten() {
+            handles.push(bo);
+            continue;
+        }
         let MemoryPool::Memory(mem) = pool else {
             return DeviceOutcome::Fallback("a token pool");
         };
@@ -782,10 +882,13 @@ fn run_on_device(
         };
         let size = pool_size(mem);
         match dev.bo_import(mem.fd.as_fd(), offset, size, access) {
-            Ok(h) => handles.push(h),
+            Ok(h) => {
+                handles.push(h);
+                imported.push(h);
+            }
             Err(e) => {
                 plan.device.note_error(&e);
-                release(&handles);
+                release(&imported);
                 return if mem.kind == MemoryKind::HardwareBuffer {
                     DeviceOutcome::Done(ExecutionResult::failure(ErrorStatus::GeneralFailure))
                 } else {
@@ -816,7 +919,7 @@ fn run_on_device(
         let mut q = plan.queue.lock().unwrap_or_else(PoisonError::into_inner);
         submit_and_wait(&plan.device, &mut q, &job, deadline)
     };
-    release(&handles);
+    release(&imported);
     match outcome {
         Ok(c) if c.status == 0 => DeviceOutcome::Done(ExecutionResult {
             status: ErrorStatus::None,
@@ -926,22 +1029,38 @@ fn pool_size(mem: &Memory) -> u64 {
     }
 }
 
-fn run_on_cpu(plan: &CpuPlan, model: &Model, request: &Request) -> ExecutionResult {
+/// Runs `request` on the CPU plan. `mapped[i]`, where given, is pool `i` already mapped (a
+/// memory-domain buffer); the other pools are mapped for this execution.
+fn run_on_cpu(
+    plan: &CpuPlan,
+    model: &Model,
+    request: &Request,
+    mapped: &[Option<&MappedPool>],
+) -> ExecutionResult {
     let exec_start = Instant::now();
-    let mut pools = Vec::with_capacity(request.pools.len());
-    for p in &request.pools {
+    let mut owned = Vec::with_capacity(request.pools.len());
+    for (i, p) in request.pools.iter().enumerate() {
         let MemoryPool::Memory(mem) = p else {
             return ExecutionResult::failure(ErrorStatus::InvalidArgument);
         };
+        if mapped.get(i).copied().flatten().is_some() {
+            owned.push(None);
+            continue;
+        }
         match MappedPool::map(mem) {
-            Ok(m) => pools.push(m),
+            Ok(m) => owned.push(Some(m)),
             Err(s) => return ExecutionResult::failure(s),
         }
     }
+    let pools: Vec<&MappedPool> = owned
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.as_ref().or(mapped.get(i).copied().flatten()))
+        .collect();
     for p in &pools {
         p.begin_access(true);
     }
-    let end_access = |pools: &[MappedPool], wrote: bool| {
+    let end_access = |pools: &[&MappedPool], wrote: bool| {
         for p in pools {
             p.end_access(wrote);
         }

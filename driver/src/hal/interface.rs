@@ -4,6 +4,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use super::domain::{BufferDesc, BufferRole, DeviceBuffer, LOCAL_OWNER};
 use super::driver::{Driver, Placement, PreparedModel};
 use super::types::*;
 
@@ -25,6 +26,25 @@ pub trait HalDevice: Send + Sync + Debug {
         priority: Priority,
         deadline: Option<Deadline>,
     ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus>;
+    /// `allocate` (1.3): a memory-domain buffer for roles of `models` (prepared by this
+    /// device), and its token. Dropping the buffer frees it.
+    fn allocate(
+        &self,
+        desc: &BufferDesc,
+        models: &[Arc<dyn HalPreparedModel>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> Result<Arc<dyn HalBuffer>, ErrorStatus>;
+}
+
+/// The NN HAL `IBuffer`: a memory-domain buffer, named in requests by its token.
+pub trait HalBuffer: Send + Sync + Debug {
+    /// The token (> 0).
+    fn token(&self) -> u32;
+    /// `copyTo`: the buffer's contents into `dst`.
+    fn copy_to(&self, dst: &Memory) -> Result<(), ErrorStatus>;
+    /// `copyFrom`: `src` into the buffer, with `dimensions` (empty: the buffer's own).
+    fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> Result<(), ErrorStatus>;
 }
 
 /// The NN HAL `IPreparedModel`.
@@ -38,6 +58,8 @@ pub trait HalPreparedModel: Send + Sync + Debug {
     ) -> ExecutionResult;
     /// Whether executions run on the device.
     fn runs_on_device(&self) -> bool;
+    /// The concrete type, for `allocate` to recognise its own prepared models.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// `execute`: the asynchronous form, for every prepared model.
@@ -76,6 +98,44 @@ impl HalDevice for Driver {
             self, model, preference, priority, deadline,
         )?))
     }
+    fn allocate(
+        &self,
+        desc: &BufferDesc,
+        models: &[Arc<dyn HalPreparedModel>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> Result<Arc<dyn HalBuffer>, ErrorStatus> {
+        let mut ours = Vec::with_capacity(models.len());
+        for m in models {
+            match m.as_any().downcast_ref::<PreparedModel>() {
+                Some(pm) => ours.push(pm),
+                None => {
+                    tracing::debug!("allocate: a prepared model of another device");
+                    return Err(ErrorStatus::InvalidArgument);
+                }
+            }
+        }
+        Ok(Driver::allocate(
+            self,
+            LOCAL_OWNER,
+            desc,
+            &ours,
+            input_roles,
+            output_roles,
+        )?)
+    }
+}
+
+impl HalBuffer for DeviceBuffer {
+    fn token(&self) -> u32 {
+        DeviceBuffer::token(self)
+    }
+    fn copy_to(&self, dst: &Memory) -> Result<(), ErrorStatus> {
+        DeviceBuffer::copy_to(self, dst)
+    }
+    fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> Result<(), ErrorStatus> {
+        DeviceBuffer::copy_from(self, src, dimensions)
+    }
 }
 
 impl HalPreparedModel for PreparedModel {
@@ -89,5 +149,8 @@ impl HalPreparedModel for PreparedModel {
     }
     fn runs_on_device(&self) -> bool {
         PreparedModel::runs_on_device(self)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

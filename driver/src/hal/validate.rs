@@ -633,7 +633,12 @@ fn validate_argument(
     let dims = combined_dimensions(model_dims, &arg.dimensions)
         .map_err(|e| ValidationError(format!("request {what} {k} (operand {idx}): {}", e.0)))?;
     let fully_specified = is_fully_specified(ty, &dims);
-    if is_input && !fully_specified {
+    // A memory-domain buffer brings its own dimensions; hal/domain.rs checks them.
+    let in_token = matches!(
+        request.pools.get(loc.pool_index as usize),
+        Some(MemoryPool::Token(_))
+    );
+    if is_input && !fully_specified && !in_token {
         return invalid(format!(
             "request input {k} (operand {idx}): dimensions {dims:?} are not fully specified \
              (unknown rank or a 0 extent) by the model and the request together"

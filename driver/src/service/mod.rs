@@ -3,6 +3,7 @@
 //! (prepared models); they go when it disconnects or its process dies. A malformed or oversized
 //! message gets an error reply and closes that connection only.
 
+pub mod domain;
 pub mod systemd;
 
 use std::collections::HashMap;
@@ -151,6 +152,7 @@ impl Service {
         let mut models: HashMap<u64, Held> = HashMap::new();
         let mut next_id = 1u64;
         let mut handshaken = false;
+        let mut buffers = domain::ConnectionBuffers::new();
         loop {
             let (body, fds) = match recv_frame(&stream, self.config.max_message_bytes) {
                 Ok(f) => f,
@@ -215,12 +217,14 @@ impl Service {
                     }
                 }
             }
-            let answer = self.handle(msg, fds, &mut models, &mut next_id, cred);
+            let answer = self.handle(msg, fds, &mut models, &mut next_id, cred, &mut buffers);
             if reply(&stream, &answer).is_err() {
                 break;
             }
         }
         let n = models.len() as u64;
+        tracing::debug!("{who}: releasing {} memory-domain buffers", buffers.len());
+        drop(buffers);
         drop(models);
         self.stats.prepared_models.fetch_sub(n, Ordering::SeqCst);
         tracing::debug!("{who}: disconnected; released {n} prepared models");
@@ -233,6 +237,7 @@ impl Service {
         models: &mut HashMap<u64, Held>,
         next_id: &mut u64,
         cred: Option<PeerCred>,
+        buffers: &mut domain::ConnectionBuffers,
     ) -> ServiceMessage {
         let mut fds = ReceivedFds::new(fds);
         let deadline = |t: Option<u64>| t.map(|ns| Instant::now() + Duration::from_nanos(ns));
@@ -339,9 +344,12 @@ impl Service {
                 } else {
                     MeasureTiming::No
                 };
-                let r = held
-                    .model
-                    .execute_synchronously(&request, measure, deadline(timeout_ns));
+                let r = held.model.execute_for(
+                    buffers.owner(),
+                    &request,
+                    measure,
+                    deadline(timeout_ns),
+                );
                 ServiceMessage::Executed {
                     status: r.status.code(),
                     output_shapes: r
@@ -361,7 +369,18 @@ impl Service {
                     device_live: info
                         .as_ref()
                         .map(|i| [i.live.files, i.live.bos, i.live.programs, i.live.queues]),
-                    device_jobs_completed: info.map(|i| i.jobs_completed),
+                    device_jobs_completed: info.as_ref().map(|i| i.jobs_completed),
+                    device_memory_used: info.map(|i| i.device_memory_used),
+                    domain_buffers: self.driver.buffers().live_buffers(),
+                    domain_bytes: self.driver.buffers().live_bytes(),
+                })
+            }
+            msg @ (ClientMessage::Allocate { .. }
+            | ClientMessage::CopyTo { .. }
+            | ClientMessage::CopyFrom { .. }
+            | ClientMessage::FreeBuffer { .. }) => {
+                buffers.handle(&self.driver, msg, &mut fds, |id| {
+                    models.get(&id).map(|h| &h.model)
                 })
             }
         }

@@ -100,6 +100,10 @@ pub fn info(
                 if let Some(jobs) = i.device_jobs_completed {
                     println!("  device jobs completed: {jobs}");
                 }
+                println!(
+                    "  memory-domain buffers: {} ({} bytes)",
+                    i.domain_buffers, i.domain_bytes
+                );
             }
             Err(s) => println!("service: {} ({})", client.server(), s.name()),
         }

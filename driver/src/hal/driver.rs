@@ -585,7 +585,6 @@ struct PreparedInner {
     model: Model,
     cpu: Option<CpuPlan>,
     device: Option<DevicePlan>,
-    #[allow(dead_code)]
     preference: ExecutionPreference,
 }
 
@@ -702,6 +701,11 @@ impl PreparedModel {
                 .min(result.timing.time_in_driver_us);
         }
         result
+    }
+
+    /// The execution preference it was prepared with (bursts derive their polling from it).
+    pub fn preference(&self) -> ExecutionPreference {
+        self.inner.preference
     }
 }
 

@@ -38,6 +38,11 @@ pub trait HalPreparedModel: Send + Sync + Debug {
     ) -> ExecutionResult;
     /// Whether executions run on the device.
     fn runs_on_device(&self) -> bool;
+    /// configureExecutionBurst (`docs/burst.md`).
+    fn configure_execution_burst(
+        &self,
+        config: crate::burst::BurstConfig,
+    ) -> Result<crate::burst::ExecutionBurstController, ErrorStatus>;
 }
 
 /// `execute`: the asynchronous form, for every prepared model.
@@ -89,5 +94,11 @@ impl HalPreparedModel for PreparedModel {
     }
     fn runs_on_device(&self) -> bool {
         PreparedModel::runs_on_device(self)
+    }
+    fn configure_execution_burst(
+        &self,
+        config: crate::burst::BurstConfig,
+    ) -> Result<crate::burst::ExecutionBurstController, ErrorStatus> {
+        crate::burst::configure_in_process(self, config)
     }
 }

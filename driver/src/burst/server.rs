@@ -150,7 +150,11 @@ impl Worker {
             mechanism.describe()
         );
         let mut uring = match mechanism {
-            WaitMechanism::IoUring => match io_uring::IoUring::new(4) {
+            WaitMechanism::IoUring => match io_uring::IoUring::builder()
+                .setup_coop_taskrun()
+                .build(4)
+                .or_else(|_| io_uring::IoUring::new(4))
+            {
                 Ok(ring) => Some(Uring {
                     ring,
                     futex_armed: false,
@@ -299,8 +303,14 @@ impl Worker {
     }
 
     fn receive(&mut self) -> Result<(BurstMessage, ReceivedFds), Stop> {
-        let (body, fds) = protocol::recv_frame(&self.channel, 1 << 20)
-            .map_err(|e| Stop::ChannelClosed(e.to_string()))?;
+        // io_uring completions run as task work, which interrupts a blocking recvmsg with
+        // EINTR before it took anything: retry.
+        let (body, fds) = loop {
+            match protocol::recv_frame(&self.channel, 1 << 20) {
+                Err(protocol::ProtocolError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other.map_err(|e| Stop::ChannelClosed(e.to_string()))?,
+            }
+        };
         let msg = protocol::decode::<BurstMessage>(&body)
             .map_err(|e| Stop::ChannelClosed(e.to_string()))?;
         Ok((msg, ReceivedFds::new(fds)))

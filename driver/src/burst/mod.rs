@@ -8,6 +8,7 @@
 //! slots (`GetMemories`) and the client answers, or frees a slot; either side seeing the channel
 //! close tears its half of the burst down.
 
+pub mod bench;
 pub mod controller;
 pub mod packet;
 pub mod server;

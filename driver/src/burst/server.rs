@@ -19,6 +19,7 @@ use rustix::event::{PollFd, PollFlags};
 use super::packet::{self, DATUM_SIZE, Datum};
 use super::{BurstMessage, CALLBACK_TIMEOUT, SlotMemory};
 use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL};
+use crate::hal::driver::BurstCache;
 use crate::hal::types::*;
 use crate::hal::{MemoryPool, PreparedModel};
 use crate::protocol::{self, ReceivedFds};
@@ -106,6 +107,8 @@ struct Worker {
     channel: UnixStream,
     window: Duration,
     slots: HashMap<i32, Slot>,
+    /// Per slot the BO and the mapping, and the burst's own high-performance device queue.
+    cache: BurstCache,
     executions: u64,
 }
 
@@ -127,6 +130,7 @@ pub fn start(
         channel,
         window,
         slots: HashMap::new(),
+        cache: BurstCache::new(),
         executions: 0,
     };
     std::thread::Builder::new()
@@ -180,9 +184,16 @@ impl Worker {
         drop(uring);
         let Stop::ChannelClosed(why) = stop;
         tracing::debug!(
-            "burst worker ends after {} executions ({why}); freeing {} slots",
+            "burst worker ends after {} executions ({why}); freeing {} slots ({} with a BO or \
+             mapping){}",
             self.executions,
-            self.slots.len()
+            self.slots.len(),
+            self.cache.len(),
+            if self.cache.has_device_queue() {
+                " and its high-performance device queue"
+            } else {
+                ""
+            }
         );
     }
 
@@ -317,6 +328,7 @@ impl Worker {
     }
 
     fn free(&mut self, slot: i32) {
+        self.cache.forget(slot);
         match self.slots.remove(&slot) {
             Some(_) => tracing::trace!("burst slot {slot} freed"),
             None => tracing::debug!("freeMemory of unknown slot {slot} ignored"),
@@ -395,7 +407,7 @@ impl Worker {
             pools,
         };
         self.model
-            .execute_synchronously(&request, req.measure, None)
+            .execute_in_burst(&request, req.measure, &mut self.cache, &req.slots)
     }
 
     /// Fetches the slots not in the cache with one `GetMemories` (sorted, deduplicated).

@@ -654,6 +654,18 @@ impl PreparedModel {
         measure: MeasureTiming,
         deadline: Option<Deadline>,
     ) -> ExecutionResult {
+        self.execute_with(request, measure, deadline, None)
+    }
+
+    /// An execution, with a burst's cached resources (`burst`: the cache and the slot of each
+    /// request pool) or without.
+    fn execute_with(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: Option<Deadline>,
+        mut burst: Option<(&mut BurstCache, &[i32])>,
+    ) -> ExecutionResult {
         let start = Instant::now();
         let model = &self.inner.model;
         if let Err(e) = validate_request(request, model) {
@@ -673,7 +685,7 @@ impl PreparedModel {
         }
         let mut result = None;
         if let Some(plan) = self.inner.device.as_ref().filter(|p| p.device.alive()) {
-            match run_on_device(plan, request, deadline) {
+            match run_on_device(plan, request, deadline, burst.as_mut()) {
                 DeviceOutcome::Done(r) => result = Some(r),
                 DeviceOutcome::Fallback(why) => {
                     tracing::debug!("execution falls back to the CPU: {why}")
@@ -683,7 +695,7 @@ impl PreparedModel {
         let mut result = match result {
             Some(r) => r,
             None => match &self.inner.cpu {
-                Some(cpu) => run_on_cpu(cpu, model, request),
+                Some(cpu) => run_on_cpu(cpu, model, request, burst),
                 None => ExecutionResult::failure(ErrorStatus::DeviceUnavailable),
             },
         };
@@ -723,6 +735,7 @@ fn run_on_device(
     plan: &DevicePlan,
     request: &Request,
     deadline: Option<Deadline>,
+    mut burst: Option<&mut (&mut BurstCache, &[i32])>,
 ) -> DeviceOutcome {
     let args = request
         .inputs
@@ -762,17 +775,22 @@ fn run_on_device(
         });
     }
     let dev = &plan.device.dev;
-    // Import the request's pools for this execution.
+    // Import the request's pools for this execution (a burst imports each slot once).
     let mut handles = Vec::with_capacity(request.pools.len());
+    let cached = burst.is_some();
     let release = |handles: &[u32]| {
-        for h in handles {
+        for h in handles.iter().filter(|_| !cached) {
             let _ = dev.bo_close(*h);
         }
     };
-    for pool in &request.pools {
+    for (i, pool) in request.pools.iter().enumerate() {
         let MemoryPool::Memory(mem) = pool else {
             return DeviceOutcome::Fallback("a token pool");
         };
+        if let Some(h) = burst.as_ref().and_then(|(c, slots)| c.bo(slots.get(i))) {
+            handles.push(h);
+            continue;
+        }
         let (offset, access) = match mem.kind {
             MemoryKind::MmapFd { offset, prot } => (
                 offset,
@@ -786,7 +804,12 @@ fn run_on_device(
         };
         let size = pool_size(mem);
         match dev.bo_import(mem.fd.as_fd(), offset, size, access) {
-            Ok(h) => handles.push(h),
+            Ok(h) => {
+                handles.push(h);
+                if let Some((c, slots)) = burst.as_mut() {
+                    c.keep_bo(&plan.device, slots.get(i), h);
+                }
+            }
             Err(e) => {
                 plan.device.note_error(&e);
                 release(&handles);
@@ -816,8 +839,12 @@ fn run_on_device(
             length: *bytes,
         };
     }
+    let queue = match burst.as_mut() {
+        Some((c, _)) => c.queue(plan),
+        None => &plan.queue,
+    };
     let outcome = {
-        let mut q = plan.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = queue.lock().unwrap_or_else(PoisonError::into_inner);
         submit_and_wait(&plan.device, &mut q, &job, deadline)
     };
     release(&handles);
@@ -930,22 +957,43 @@ fn pool_size(mem: &Memory) -> u64 {
     }
 }
 
-fn run_on_cpu(plan: &CpuPlan, model: &Model, request: &Request) -> ExecutionResult {
+fn run_on_cpu(
+    plan: &CpuPlan,
+    model: &Model,
+    request: &Request,
+    burst: Option<(&mut BurstCache, &[i32])>,
+) -> ExecutionResult {
     let exec_start = Instant::now();
-    let mut pools = Vec::with_capacity(request.pools.len());
-    for p in &request.pools {
-        let MemoryPool::Memory(mem) = p else {
-            return ExecutionResult::failure(ErrorStatus::InvalidArgument);
-        };
-        match MappedPool::map(mem) {
-            Ok(m) => pools.push(m),
-            Err(s) => return ExecutionResult::failure(s),
+    // Map the request's pools for this execution (a burst maps each slot once).
+    let mut mapped = Vec::with_capacity(request.pools.len());
+    let mut cache = None;
+    if let Some((c, slots)) = burst {
+        if let Err(s) = c.map_slots(&request.pools, slots) {
+            return ExecutionResult::failure(s);
+        }
+        cache = Some((&*c, slots));
+    } else {
+        for p in &request.pools {
+            let MemoryPool::Memory(mem) = p else {
+                return ExecutionResult::failure(ErrorStatus::InvalidArgument);
+            };
+            match MappedPool::map(mem) {
+                Ok(m) => mapped.push(m),
+                Err(s) => return ExecutionResult::failure(s),
+            }
         }
     }
+    let pools: Vec<&MappedPool> = match cache {
+        Some((c, slots)) => match c.mapped(slots) {
+            Some(p) => p,
+            None => return ExecutionResult::failure(ErrorStatus::GeneralFailure),
+        },
+        None => mapped.iter().collect(),
+    };
     for p in &pools {
         p.begin_access(true);
     }
-    let end_access = |pools: &[MappedPool], wrote: bool| {
+    let end_access = |pools: &[&MappedPool], wrote: bool| {
         for p in pools {
             p.end_access(wrote);
         }
@@ -1069,4 +1117,136 @@ fn run_on_cpu(plan: &CpuPlan, model: &Model, request: &Request) -> ExecutionResu
         p.end_access(false);
     }
     ExecutionResult::failure(status)
+}
+
+/// What a burst keeps across its executions (REFERENCE.md §5): per pool slot the device BO
+/// (imported once, not per execution) and the CPU mapping, and its own device queue, created
+/// with `QUEUE_FLAG_HIGH_PERFORMANCE` — the burst's lifetime is the device's hint to stay in
+/// its high-performance state. Dropping it (the burst ends) or [`BurstCache::forget`]
+/// (freeMemory) releases them.
+#[derive(Debug, Default)]
+pub struct BurstCache {
+    bos: HashMap<i32, (Arc<DeviceHandle>, u32)>,
+    maps: HashMap<i32, MappedPool>,
+    queue: Option<(Arc<DeviceHandle>, Mutex<DeviceQueue>)>,
+}
+
+impl BurstCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Drops what is cached for `slot` (freeMemory).
+    pub fn forget(&mut self, slot: i32) {
+        if let Some((device, h)) = self.bos.remove(&slot)
+            && device.alive()
+        {
+            let _ = device.dev.bo_close(h);
+        }
+        self.maps.remove(&slot);
+    }
+
+    /// Slots with a BO or a mapping.
+    pub fn len(&self) -> usize {
+        let mut slots: Vec<&i32> = self.bos.keys().chain(self.maps.keys()).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        slots.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the burst has its own high-performance device queue.
+    pub fn has_device_queue(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    fn bo(&self, slot: Option<&i32>) -> Option<u32> {
+        slot.and_then(|s| self.bos.get(s)).map(|(_, h)| *h)
+    }
+
+    fn keep_bo(&mut self, device: &Arc<DeviceHandle>, slot: Option<&i32>, h: u32) {
+        if let Some(s) = slot
+            && let Some((old_device, old)) = self.bos.insert(*s, (device.clone(), h))
+            && old != h
+        {
+            let _ = old_device.dev.bo_close(old);
+        }
+    }
+
+    /// The burst's own queue (created on first use with `QUEUE_FLAG_HIGH_PERFORMANCE`); the
+    /// model's queue if that fails.
+    fn queue<'a>(&'a mut self, plan: &'a DevicePlan) -> &'a Mutex<DeviceQueue> {
+        if self.queue.is_none() {
+            match RingQueue::create(
+                plan.device.dev.clone(),
+                QUEUE_ENTRIES,
+                nnaccel_uapi::abi::QUEUE_FLAG_HIGH_PERFORMANCE,
+            ) {
+                Ok(ring) => {
+                    let q = DeviceQueue {
+                        ring,
+                        abandoned: None,
+                    };
+                    self.queue = Some((plan.device.clone(), Mutex::new(q)));
+                }
+                Err(e) => {
+                    tracing::debug!("burst queue: {e}; using the model's queue");
+                    return &plan.queue;
+                }
+            }
+        }
+        match &self.queue {
+            Some((_, q)) => q,
+            None => &plan.queue,
+        }
+    }
+
+    /// Maps the slots not mapped yet.
+    fn map_slots(&mut self, pools: &[MemoryPool], slots: &[i32]) -> Result<(), ErrorStatus> {
+        if pools.len() != slots.len() {
+            return Err(ErrorStatus::GeneralFailure);
+        }
+        for (pool, slot) in pools.iter().zip(slots) {
+            let MemoryPool::Memory(mem) = pool else {
+                return Err(ErrorStatus::InvalidArgument);
+            };
+            if !self.maps.contains_key(slot) {
+                self.maps.insert(*slot, MappedPool::map(mem)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn mapped(&self, slots: &[i32]) -> Option<Vec<&MappedPool>> {
+        slots.iter().map(|s| self.maps.get(s)).collect()
+    }
+}
+
+impl Drop for BurstCache {
+    fn drop(&mut self) {
+        let slots: Vec<i32> = self.bos.keys().copied().collect();
+        for s in slots {
+            self.forget(s);
+        }
+    }
+}
+
+impl PreparedModel {
+    /// An execution of a burst: like [`PreparedModel::execute_synchronously`] (same
+    /// validation, same paths), with the pools' BOs and mappings taken from (and added to)
+    /// `cache`, `slots[i]` naming request pool `i`, on the burst's own device queue.
+    pub fn execute_in_burst(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        cache: &mut BurstCache,
+        slots: &[i32],
+    ) -> ExecutionResult {
+        self.execute_with(request, measure, None, Some((cache, slots)))
+    }
 }

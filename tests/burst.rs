@@ -203,6 +203,9 @@ fn bursts_work_on_a_model_prepared_in_process() {
 // ---------------------------------------------------------------------------------------------
 // Conformance (VTS ValidateBurst / ValidateRequest on the burst path)
 
+/// A change that makes a valid request invalid.
+type Mutation = Box<dyn Fn(&mut Request)>;
+
 /// Every invalid request: INVALID_ARGUMENT, no shapes, no timing, and no fallback (the burst
 /// path itself answered).
 fn check_invalid_requests(pm: &dyn HalPreparedModel) {
@@ -210,7 +213,7 @@ fn check_invalid_requests(pm: &dyn HalPreparedModel) {
     let io = AddIo::new(16);
     io.set(1);
     let good = io.request();
-    let mutations: Vec<(&str, Box<dyn Fn(&mut Request)>)> = vec![
+    let mutations: Vec<(&str, Mutation)> = vec![
         ("an input removed", Box::new(|r| drop(r.inputs.pop()))),
         ("an output removed", Box::new(|r| drop(r.outputs.pop()))),
         (

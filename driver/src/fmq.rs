@@ -197,7 +197,7 @@ impl Fmq {
         // SAFETY: offsets 0 and 8 are 8-aligned (the mapping is page aligned) and inside the
         // region (at least one page); the mapping lives as long as `self`. Both processes only
         // access the word atomically.
-        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
+        unsafe { &*self.map.as_ptr().wrapping_add(offset).cast::<AtomicU64>() }
     }
 
     /// The event-flag word (also the futex word io_uring waits on).
@@ -205,7 +205,13 @@ impl Fmq {
         // SAFETY: `flag_offset` is 8-aligned and `flag_offset + 4 <= region_size` by
         // construction (`region_size`); the mapping lives as long as `self`; the word is only
         // accessed atomically.
-        unsafe { &*self.map.as_ptr().add(self.flag_offset).cast::<AtomicU32>() }
+        unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .wrapping_add(self.flag_offset)
+                .cast::<AtomicU32>()
+        }
     }
 
     /// Bytes written and not yet read, checked against the ring size.
@@ -251,13 +257,13 @@ impl Fmq {
         let offset = (write % self.ring_bytes) as usize;
         let first = data.len().min(self.ring_bytes as usize - offset);
         let ring = self.map.as_ptr().wrapping_add(RING);
-        // SAFETY: `offset + first <= ring_bytes` and `data.len() - first <= offset`, so both
-        // copies stay inside the ring, which lies inside the live mapping. The bytes are not
-        // readable by the peer until the release store below publishes them.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), ring.add(offset), first);
-            std::ptr::copy_nonoverlapping(data.as_ptr().add(first), ring, data.len() - first);
-        }
+        let (head, tail) = data.split_at(first);
+        // SAFETY: `offset + first <= ring_bytes`, so the copy stays inside the ring, which lies
+        // inside the live mapping. The bytes are not readable by the peer until the release
+        // store below publishes them; `data` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), ring.wrapping_add(offset), first) };
+        // SAFETY: the wrapped part: `tail.len() <= offset`, from the ring's start.
+        unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), ring, tail.len()) };
         self.counter(WRITE_COUNTER)
             .store(write.wrapping_add(data.len() as u64), Ordering::Release);
         Ok(true)
@@ -273,14 +279,16 @@ impl Fmq {
         }
         let offset = (read % self.ring_bytes) as usize;
         let first = out.len().min(self.ring_bytes as usize - offset);
-        let ring = self.map.as_ptr().wrapping_add(RING);
-        // SAFETY: as in `write`, both ranges lie inside the ring. The writer published these
+        let ring = self.map.as_ptr().wrapping_add(RING).cast_const();
+        let (head, tail) = out.split_at_mut(first);
+        // SAFETY: as in `write`, the range lies inside the ring. The writer published these
         // bytes (acquire load in `filled`) and will not touch them until the release store
         // below hands the space back. `out` is a distinct Rust buffer.
         unsafe {
-            std::ptr::copy_nonoverlapping(ring.add(offset), out.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(ring, out.as_mut_ptr().add(first), out.len() - first);
-        }
+            std::ptr::copy_nonoverlapping(ring.wrapping_add(offset), head.as_mut_ptr(), first)
+        };
+        // SAFETY: the wrapped part: `tail.len() <= offset`, from the ring's start.
+        unsafe { std::ptr::copy_nonoverlapping(ring, tail.as_mut_ptr(), tail.len()) };
         self.counter(READ_COUNTER)
             .store(read.wrapping_add(out.len() as u64), Ordering::Release);
         Ok(true)

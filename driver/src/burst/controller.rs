@@ -351,7 +351,8 @@ impl ExecutionBurstController {
     /// burst is no longer valid.
     pub fn execute(&self, request: &Request, measure: MeasureTiming) -> ExecutionResult {
         let mut cache = self.lock_cache();
-        if !self.is_valid() {
+        // The answer to getMemories carries one fd per new slot, at most a frame's worth.
+        if !self.is_valid() || request.pools.len() > protocol::MAX_FDS_PER_FRAME {
             drop(cache);
             return self.fall_back(request, measure);
         }

@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -29,6 +30,36 @@ use crate::protocol::{self, ReceivedFds};
 const FUTEX2_SIZE_U32: u32 = 0x02;
 /// Sleep slice of the plain-futex fallback, between looks at the socket.
 const FALLBACK_SLICE: Duration = Duration::from_millis(100);
+/// Bursts one process serves at once (each is a thread, two queue mappings and a socket);
+/// `ConfigureBurst` beyond it is RESOURCE_EXHAUSTED_TRANSIENT.
+pub const MAX_ACTIVE_BURSTS: usize = 256;
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Bursts running in this process.
+pub fn active_bursts() -> usize {
+    ACTIVE.load(Ordering::SeqCst)
+}
+
+/// Holds one of the [`MAX_ACTIVE_BURSTS`] places while a worker lives.
+struct Place;
+
+impl Place {
+    fn take() -> Option<Self> {
+        ACTIVE
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_ACTIVE_BURSTS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 const UD_FUTEX: u64 = 1;
 const UD_POLL: u64 = 2;
 
@@ -120,6 +151,12 @@ pub fn start(
     channel: UnixStream,
     window: Duration,
 ) -> io::Result<WaitMechanism> {
+    let place = Place::take().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::QuotaExceeded,
+            format!("{MAX_ACTIVE_BURSTS} bursts are running"),
+        )
+    })?;
     channel.set_read_timeout(Some(CALLBACK_TIMEOUT))?;
     channel.set_write_timeout(Some(CALLBACK_TIMEOUT))?;
     let mechanism = wait_mechanism();
@@ -135,7 +172,10 @@ pub fn start(
     };
     std::thread::Builder::new()
         .name("nnaccel-burst".into())
-        .spawn(move || worker.run(mechanism))?;
+        .spawn(move || {
+            worker.run(mechanism);
+            drop(place);
+        })?;
     Ok(mechanism)
 }
 
@@ -539,9 +579,11 @@ pub fn start_from_wire(
     }
     let channel = UnixStream::from(channel_fd);
     start(model, request, result, channel, window).map_err(|e| {
-        (
-            ErrorStatus::GeneralFailure,
-            format!("cannot start the burst: {e}"),
-        )
+        let status = if e.kind() == io::ErrorKind::QuotaExceeded {
+            ErrorStatus::ResourceExhaustedTransient
+        } else {
+            ErrorStatus::GeneralFailure
+        };
+        (status, format!("cannot start the burst: {e}"))
     })
 }

@@ -12,7 +12,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,8 +20,7 @@ use nnaccel::burst::{BurstConfig, ExecutionBurstController};
 use nnaccel::client::ServiceClient;
 use nnaccel::hal::{
     Backend, Driver, ErrorStatus, ExecutionPreference, ExecutionResult, HalDevice,
-    HalPreparedModel, MeasureTiming, Memory, MemoryPool, Model, OperationType, Priority, Request,
-    Timing,
+    HalPreparedModel, MeasureTiming, MemoryPool, Model, OperationType, Priority, Request, Timing,
 };
 use nnaccel::pools::{self, MappedClientPool};
 use nnaccel_tests::service::*;
@@ -54,59 +52,16 @@ fn with_service(device: bool, hald_args: &[&str], body: impl FnOnce(&Hald) + Sen
     });
 }
 
-/// `a`, `b` and `out` of an n-element ADD in one ashmem pool, 64-byte aligned.
-struct AddIo {
-    n: u32,
-    pool: Memory,
-    map: MappedClientPool,
+/// `a + b` over n elements in one new ashmem pool ([`Io3`]).
+fn add_io(n: u32) -> Io3 {
+    Io3::new(pools::ashmem(Io3::bytes_needed(n)).unwrap(), n)
 }
 
-impl AddIo {
-    fn new(n: u32) -> Self {
-        let pool = pools::ashmem(u64::from(Self::stride(n)) * 3).unwrap();
-        let map = MappedClientPool::new(&pool).unwrap();
-        Self { n, pool, map }
-    }
-
-    fn stride(n: u32) -> u32 {
-        (n * 4).next_multiple_of(64)
-    }
-
-    fn off(&self, i: u32) -> u32 {
-        Self::stride(self.n) * i
-    }
-
-    /// Writes inputs derived from `seed`; returns the expected sum.
-    fn set(&self, seed: u32) -> Vec<f32> {
-        let a: Vec<f32> = (0..self.n)
-            .map(|i| (seed.wrapping_mul(31) + i) as f32 * 0.25)
-            .collect();
-        let b: Vec<f32> = (0..self.n).map(|i| seed as f32 - i as f32).collect();
-        self.map.write_f32(self.off(0) as usize, &a).unwrap();
-        self.map.write_f32(self.off(1) as usize, &b).unwrap();
-        self.clear_out();
-        a.iter().zip(&b).map(|(x, y)| x + y).collect()
-    }
-
-    fn clear_out(&self) {
-        let nan = vec![f32::NAN; self.n as usize];
-        self.map.write_f32(self.off(2) as usize, &nan).unwrap();
-    }
-
-    fn out(&self) -> Vec<f32> {
-        self.map
-            .read_f32(self.off(2) as usize, self.n as usize)
-            .unwrap()
-    }
-
-    fn request(&self) -> Request {
-        let len = self.n * 4;
-        request(
-            vec![arg(0, self.off(0), len), arg(0, self.off(1), len)],
-            vec![arg(0, self.off(2), len)],
-            &[&self.pool],
-        )
-    }
+/// Writes inputs derived from `seed` (and NaN outputs); returns the expected sum.
+fn fill(io: &Io3, seed: u32) -> Vec<f32> {
+    let (a, b) = inputs(io.n, seed as f32);
+    io.set(&a, &b);
+    sum(&a, &b)
 }
 
 #[track_caller]
@@ -140,11 +95,11 @@ fn open_fds(pid: u32) -> usize {
 /// fetches each pool once.
 fn check_results_equal_regular(pm: &dyn HalPreparedModel, what: &str) {
     let b = burst(pm);
-    let ios = [AddIo::new(256), AddIo::new(256)];
+    let ios = [add_io(256), add_io(256)];
     let requests = [ios[0].request(), ios[1].request()];
     for i in 0..2000u32 {
         let io = &ios[(i % 2) as usize];
-        let expected = io.set(i);
+        let expected = fill(io, i);
         let r = b.execute(&requests[(i % 2) as usize], MeasureTiming::Yes);
         assert_ok(&r, what);
         assert_eq!(r.output_shapes.len(), 1);
@@ -156,7 +111,7 @@ fn check_results_equal_regular(pm: &dyn HalPreparedModel, what: &str) {
         let burst_out = io.out();
         assert_eq!(burst_out, expected, "{what}: burst execution {i}");
         if i % 10 == 0 {
-            io.clear_out();
+            fill(io, i);
             let regular =
                 pm.execute_synchronously(&requests[(i % 2) as usize], MeasureTiming::Yes, None);
             assert_ok(&regular, what);
@@ -210,8 +165,8 @@ type Mutation = Box<dyn Fn(&mut Request)>;
 /// path itself answered).
 fn check_invalid_requests(pm: &dyn HalPreparedModel) {
     let b = burst(pm);
-    let io = AddIo::new(16);
-    io.set(1);
+    let io = add_io(16);
+    fill(&io, 1);
     let good = io.request();
     let mutations: Vec<(&str, Mutation)> = vec![
         ("an input removed", Box::new(|r| drop(r.inputs.pop()))),
@@ -338,8 +293,8 @@ fn free_memory_of_a_valid_an_unknown_and_a_freed_slot_does_not_crash() {
         let c = hald.client();
         let pm = prepare(&c, &binary_model(OperationType::Add, 32)).unwrap();
         let b = burst(&*pm);
-        let io = AddIo::new(32);
-        let expected = io.set(3);
+        let io = add_io(32);
+        let expected = fill(&io, 3);
         assert_ok(&b.execute(&io.request(), MeasureTiming::No), "first");
         assert_eq!(io.out(), expected);
         let slot = b.slot_of(&MemoryPool::Memory(io.pool.clone())).unwrap();
@@ -349,7 +304,7 @@ fn free_memory_of_a_valid_an_unknown_and_a_freed_slot_does_not_crash() {
         b.free_memory(-1);
         assert_eq!(b.cached_slots(), 0);
         // The memory comes back under a (re-used) slot and is fetched again.
-        let expected = io.set(4);
+        let expected = fill(&io, 4);
         assert_ok(
             &b.execute(&io.request(), MeasureTiming::No),
             "after the frees",
@@ -359,8 +314,8 @@ fn free_memory_of_a_valid_an_unknown_and_a_freed_slot_does_not_crash() {
         assert_eq!(b.slot_of(&MemoryPool::Memory(io.pool.clone())), Some(slot));
         // A memory the client dropped gives its slot to the next new one.
         drop(io);
-        let other = AddIo::new(32);
-        let expected = other.set(5);
+        let other = add_io(32);
+        let expected = fill(&other, 5);
         assert_ok(
             &b.execute(&other.request(), MeasureTiming::No),
             "a new pool",
@@ -382,8 +337,8 @@ fn random_and_truncated_packets_get_general_failure_and_the_service_lives() {
         let c = hald.client();
         let pm = prepare(&c, &binary_model(OperationType::Add, 8)).unwrap();
         let b = burst(&*pm);
-        let io = AddIo::new(8);
-        io.set(1);
+        let io = add_io(8);
+        fill(&io, 1);
         // Slot 0 is the pool once a valid execution has run.
         assert_ok(&b.execute(&io.request(), MeasureTiming::No), "first");
         let r = io.request();
@@ -429,7 +384,7 @@ fn random_and_truncated_packets_get_general_failure_and_the_service_lives() {
         // The same burst and the service still work.
         let ok = packet::deserialize_result(&b.execute_raw(&packet::to_bytes(&valid)).unwrap());
         assert_ok(&ok.unwrap(), "the valid packet by hand");
-        let expected = io.set(9);
+        let expected = fill(&io, 9);
         assert_ok(
             &b.execute(&io.request(), MeasureTiming::No),
             "after the garbage",
@@ -455,11 +410,11 @@ fn burst_child_client_process() {
     let c = ServiceClient::connect(std::path::Path::new(&socket)).unwrap();
     let pm = prepare(&c, &binary_model(OperationType::Add, 1024)).unwrap();
     let b = burst(&*pm);
-    let io = AddIo::new(1024);
+    let io = add_io(1024);
     let req = io.request();
     let mut seed = 0;
     loop {
-        let expected = io.set(seed);
+        let expected = fill(&io, seed);
         assert_ok(&b.execute(&req, MeasureTiming::No), "child");
         assert_eq!(io.out(), expected);
         if seed == 10 {
@@ -477,20 +432,11 @@ fn a_client_killed_mid_burst_has_its_burst_torn_down_within_a_second() {
         let c = hald.client();
         let baseline_info = c.info().unwrap();
         let baseline_fds = open_fds(hald.pid());
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        die_with_parent(&mut cmd);
-        let mut child = cmd
-            .args([
-                "--exact",
-                "burst_child_client_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_SOCKET_ENV, hald.socket())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_test_child(
+            "burst_child_client_process",
+            CHILD_SOCKET_ENV,
+            hald.socket(),
+        );
         let stdout = child.stdout.take().unwrap();
         let ready = BufReader::new(stdout)
             .lines()
@@ -527,8 +473,8 @@ fn a_client_killed_mid_burst_has_its_burst_torn_down_within_a_second() {
         );
         eprintln!("burst torn down {took:?} after the kill");
         let pm = prepare(&c, &binary_model(OperationType::Add, 8)).unwrap();
-        let io = AddIo::new(8);
-        let expected = io.set(2);
+        let io = add_io(8);
+        let expected = fill(&io, 2);
         assert_ok(
             &burst(&*pm).execute(&io.request(), MeasureTiming::No),
             "a new burst",
@@ -548,8 +494,8 @@ fn a_service_killed_mid_burst_fails_the_waiting_execution_within_a_second() {
         let c = hald.client();
         let pm = prepare(&c, &binary_model(OperationType::Add, 64)).unwrap();
         let b = Arc::new(burst(&*pm));
-        let io = Arc::new(AddIo::new(64));
-        io.set(1);
+        let io = Arc::new(add_io(64));
+        fill(&io, 1);
         let (b2, io2) = (b.clone(), io.clone());
         let call = std::thread::spawn(move || {
             let r = b2.execute(&io2.request(), MeasureTiming::No);
@@ -596,8 +542,8 @@ fn the_polling_window_follows_the_preference_the_burst_and_the_configuration() {
                     ..BurstConfig::default()
                 })
                 .unwrap();
-            let io = AddIo::new(8);
-            let expected = io.set(6);
+            let io = add_io(8);
+            let expected = fill(&io, 6);
             assert_ok(&b.execute(&io.request(), MeasureTiming::No), "execution");
             assert_eq!(io.out(), expected);
             b.info().polling_window
@@ -625,6 +571,17 @@ fn the_polling_window_follows_the_preference_the_burst_and_the_configuration() {
     );
 }
 
+/// ADD over `[n]` prepared for LOW_POWER: its bursts do not poll.
+fn prepare_low_power(c: &ServiceClient, n: u32) -> Arc<dyn HalPreparedModel> {
+    c.prepare_model(
+        &binary_model(OperationType::Add, n),
+        ExecutionPreference::LowPower,
+        Priority::Medium,
+        None,
+    )
+    .unwrap()
+}
+
 fn require_kernel_features() -> bool {
     std::env::var("NNACCEL_REQUIRE_KERNEL_FEATURES").as_deref() == Ok("1")
 }
@@ -633,14 +590,7 @@ fn require_kernel_features() -> bool {
 fn the_worker_says_how_it_waits_and_uses_io_uring_where_the_kernel_has_it() {
     with_service(false, &[], |hald| {
         let c = hald.client();
-        let pm = c
-            .prepare_model(
-                &binary_model(OperationType::Add, 8),
-                ExecutionPreference::LowPower,
-                Priority::Medium,
-                None,
-            )
-            .unwrap();
+        let pm = prepare_low_power(&c, 8);
         let b = burst(&*pm);
         let wait = b.info().wait.clone();
         assert!(
@@ -660,9 +610,9 @@ fn the_worker_says_how_it_waits_and_uses_io_uring_where_the_kernel_has_it() {
         }
         eprintln!("burst workers here wait with: {wait}");
         // Window 0: every execution sleeps and is woken through the chosen mechanism.
-        let io = AddIo::new(8);
+        let io = add_io(8);
         for i in 0..200 {
-            let expected = io.set(i);
+            let expected = fill(&io, i);
             assert_ok(&b.execute(&io.request(), MeasureTiming::No), "woken");
             assert_eq!(io.out(), expected);
         }
@@ -673,20 +623,13 @@ fn the_worker_says_how_it_waits_and_uses_io_uring_where_the_kernel_has_it() {
 fn the_plain_futex_fallback_serves_bursts_and_notices_a_released_burst() {
     with_service(false, &["--burst-wait", "futex"], |hald| {
         let c = hald.client();
-        let pm = c
-            .prepare_model(
-                &binary_model(OperationType::Add, 8),
-                ExecutionPreference::LowPower,
-                Priority::Medium,
-                None,
-            )
-            .unwrap();
+        let pm = prepare_low_power(&c, 8);
         let baseline = open_fds(hald.pid());
         let b = burst(&*pm);
         assert!(b.info().wait.contains("futex syscall"), "{}", b.info().wait);
-        let io = AddIo::new(8);
+        let io = add_io(8);
         for i in 0..200 {
-            let expected = io.set(i);
+            let expected = fill(&io, i);
             assert_ok(&b.execute(&io.request(), MeasureTiming::No), "futex wait");
             assert_eq!(io.out(), expected);
         }

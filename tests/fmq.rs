@@ -9,11 +9,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nnaccel::fmq::{Fmq, FmqDescriptor};
-use nnaccel_tests::service::die_with_parent;
+use nnaccel_tests::service::spawn_test_child;
 use nnaccel_tests::{scaled, with_timeout};
 
 const DATUMS: u64 = 10_000_000;
@@ -163,20 +162,7 @@ fn ten_million_datums_cross_two_processes_each_way_intact() {
             to_parent.fd().as_raw_fd(),
             descriptor_arg(&to_parent.descriptor()),
         );
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        die_with_parent(&mut cmd);
-        let mut child = cmd
-            .args([
-                "--exact",
-                "fmq_child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, spec)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_test_child("fmq_child_process", CHILD_ENV, spec);
         let stdout = child.stdout.take().unwrap();
         let reader = std::thread::spawn(move || read_stream(&to_parent, TO_PARENT));
         let wrote = write_stream(&to_child, TO_CHILD);

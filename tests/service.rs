@@ -13,7 +13,6 @@ use std::io::{BufRead, BufReader, IoSlice, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 use nnaccel::client::ServiceClient;
 use nnaccel::hal::{
     ErrorStatus, ExecutionResult, HalDevice, HalPreparedModel, Memory, MemoryKind, Model,
-    OperationType, Request,
+    OperationType,
 };
 use nnaccel::pools::{self, BlobSource, MappedClientPool};
 use nnaccel::protocol::{
@@ -102,63 +101,6 @@ const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
 fn round64(x: u32) -> u32 {
     x.next_multiple_of(64)
-}
-
-/// `a`, `b` and `out` of an n-element binary operation laid out in one pool: a at 0, b and out
-/// after it at 64-byte boundaries.
-struct Io3 {
-    n: u32,
-    pool: Memory,
-    map: MappedClientPool,
-}
-
-impl Io3 {
-    fn bytes_needed(n: u32) -> u64 {
-        u64::from(round64(n * 4)) * 3
-    }
-
-    fn new(pool: Memory, n: u32) -> Self {
-        let map = MappedClientPool::new(&pool).unwrap();
-        assert!(map.len() as u64 >= Self::bytes_needed(n));
-        Self { n, pool, map }
-    }
-
-    fn off(&self, i: u32) -> u32 {
-        round64(self.n * 4) * i
-    }
-
-    fn set(&self, a: &[f32], b: &[f32]) {
-        self.map.write_f32(self.off(0) as usize, a).unwrap();
-        self.map.write_f32(self.off(1) as usize, b).unwrap();
-        self.map
-            .write_f32(self.off(2) as usize, &vec![f32::NAN; self.n as usize])
-            .unwrap();
-    }
-
-    fn out(&self) -> Vec<f32> {
-        self.map
-            .read_f32(self.off(2) as usize, self.n as usize)
-            .unwrap()
-    }
-
-    fn request(&self) -> Request {
-        let len = self.n * 4;
-        request(
-            vec![arg(0, self.off(0), len), arg(0, self.off(1), len)],
-            vec![arg(0, self.off(2), len)],
-            &[&self.pool],
-        )
-    }
-}
-
-fn inputs(n: u32, seed: f32) -> (Vec<f32>, Vec<f32>) {
-    let a = (0..n).map(|i| seed + i as f32 * 0.5).collect();
-    let b = (0..n).map(|i| 100.0 - seed * 2.0 - i as f32).collect();
-    (a, b)
-}
-
-fn sum(a: &[f32], b: &[f32]) -> Vec<f32> {
-    a.iter().zip(b).map(|(x, y)| x + y).collect()
 }
 
 #[track_caller]
@@ -1128,20 +1070,7 @@ fn a_client_killed_mid_execution_releases_everything() {
         let c = hald.client();
         let baseline = c.info().unwrap();
         assert_eq!(baseline.prepared_models, 0);
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        die_with_parent(&mut cmd);
-        let mut child = cmd
-            .args([
-                "--exact",
-                "child_client_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_SOCKET_ENV, hald.socket())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_test_child("child_client_process", CHILD_SOCKET_ENV, hald.socket());
         let stdout = child.stdout.take().unwrap();
         let ready = std::thread::spawn(move || {
             BufReader::new(stdout)

@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         ("tiny: ADD of 4 floats", bench::tiny_model()),
         ("medium: FULLY_CONNECTED 256x256", bench::medium_model()),
     ] {
-        match bench::run(&client, label, &model, iterations) {
+        match model.and_then(|m| bench::run(&client, label, &m, iterations)) {
             Ok(lines) => {
                 for l in lines {
                     println!("{l}");

@@ -24,6 +24,7 @@ use nnaccel::hal::{
     Memory, MemoryPool, Model, Operand, OperandLifetime, OperandType, Operation, OperationType,
     Priority, Request, RequestArgument,
 };
+use nnaccel::pools::MappedClientPool;
 
 use crate::{Sim, scaled};
 
@@ -516,4 +517,86 @@ pub fn fd_path(fd: impl AsFd) -> String {
     std::fs::read_link(format!("/proc/self/fd/{raw}"))
         .map(|p| p.display().to_string())
         .unwrap_or_default()
+}
+
+/// Re-executes this test binary as a child process that runs only the test `name` (a child
+/// body that does nothing unless `env` is set), with `env` = `value`, stdout piped, stdin
+/// closed, killed when the calling thread ends ([`die_with_parent`]).
+pub fn spawn_test_child(name: &str, env: &str, value: impl AsRef<OsStr>) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
+    die_with_parent(&mut cmd);
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot re-execute the test binary for {name}: {e}"))
+}
+
+/// `a`, `b` and `out` of an n-element binary operation laid out in one pool: a at 0, b and out
+/// after it at 64-byte boundaries.
+#[derive(Debug)]
+pub struct Io3 {
+    /// Elements per argument.
+    pub n: u32,
+    /// The pool.
+    pub pool: Memory,
+    map: MappedClientPool,
+}
+
+impl Io3 {
+    /// Bytes the pool needs for `n` elements.
+    pub fn bytes_needed(n: u32) -> u64 {
+        u64::from((n * 4).next_multiple_of(64)) * 3
+    }
+
+    /// Lays the arguments out in `pool` (at least [`Io3::bytes_needed`] bytes).
+    pub fn new(pool: Memory, n: u32) -> Self {
+        let map = MappedClientPool::new(&pool).expect("Io3");
+        assert!(map.len() as u64 >= Self::bytes_needed(n));
+        Self { n, pool, map }
+    }
+
+    /// Offset of argument `i` (0 a, 1 b, 2 out).
+    pub fn off(&self, i: u32) -> u32 {
+        (self.n * 4).next_multiple_of(64) * i
+    }
+
+    /// Writes `a` and `b`, and NaN into `out`.
+    pub fn set(&self, a: &[f32], b: &[f32]) {
+        self.map.write_f32(self.off(0) as usize, a).expect("Io3");
+        self.map.write_f32(self.off(1) as usize, b).expect("Io3");
+        self.map
+            .write_f32(self.off(2) as usize, &vec![f32::NAN; self.n as usize])
+            .expect("Io3");
+    }
+
+    /// Reads `out`.
+    pub fn out(&self) -> Vec<f32> {
+        self.map
+            .read_f32(self.off(2) as usize, self.n as usize)
+            .expect("Io3")
+    }
+
+    /// The request: inputs a and b, output out, one pool.
+    pub fn request(&self) -> Request {
+        let len = self.n * 4;
+        request(
+            vec![arg(0, self.off(0), len), arg(0, self.off(1), len)],
+            vec![arg(0, self.off(2), len)],
+            &[&self.pool],
+        )
+    }
+}
+
+/// Inputs `a` and `b` of n elements derived from `seed`.
+pub fn inputs(n: u32, seed: f32) -> (Vec<f32>, Vec<f32>) {
+    let a = (0..n).map(|i| seed + i as f32 * 0.5).collect();
+    let b = (0..n).map(|i| 100.0 - seed * 2.0 - i as f32).collect();
+    (a, b)
+}
+
+/// `a + b` element-wise.
+pub fn sum(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).map(|(x, y)| x + y).collect()
 }

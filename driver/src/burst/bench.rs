@@ -191,56 +191,25 @@ impl BenchRequest {
     }
 }
 
-fn tensor(dims: &[u32], lifetime: OperandLifetime, location: DataLocation) -> Operand {
-    Operand {
-        operand_type: OperandType::TensorFloat32,
-        dimensions: dims.to_vec(),
-        scale: 0.0,
-        zero_point: 0,
-        lifetime,
-        location,
-        extra_params: None,
-    }
+fn parse(json: &str) -> Result<Model, String> {
+    crate::modelfile::parse_model(json)
+        .map(|m| m.model)
+        .map_err(|e| format!("built-in bench model: {e}"))
 }
 
-fn copy(offset: usize, length: usize) -> DataLocation {
-    DataLocation {
-        pool_index: 0,
-        offset: offset as u32,
-        length: length as u32,
-        padding: 0,
-    }
-}
-
-/// The tiny model: one ADD of two `[4]` floats.
-pub fn tiny_model() -> Model {
-    let none = DataLocation::default();
-    Model {
-        operands: vec![
-            tensor(&[4], OperandLifetime::SubgraphInput, none),
-            tensor(&[4], OperandLifetime::SubgraphInput, none),
-            Operand {
-                operand_type: OperandType::Int32,
-                dimensions: vec![],
-                scale: 0.0,
-                zero_point: 0,
-                lifetime: OperandLifetime::ConstantCopy,
-                location: copy(0, 4),
-                extra_params: None,
-            },
-            tensor(&[4], OperandLifetime::SubgraphOutput, none),
-        ],
-        operations: vec![Operation {
-            operation_type: OperationType::Add,
-            inputs: vec![0, 1, 2],
-            outputs: vec![3],
-        }],
-        input_indexes: vec![0, 1],
-        output_indexes: vec![3],
-        operand_values: 0i32.to_le_bytes().to_vec(),
-        pools: vec![],
-        relax_computation_float32_to_float16: false,
-    }
+/// The tiny model: one ADD of two `[4]` floats (in the model-file format of
+/// `docs/model-format.md`).
+pub fn tiny_model() -> Result<Model, String> {
+    parse(
+        r#"{"version": 1,
+        "operands": [
+          {"type": "TENSOR_FLOAT32", "dimensions": [4], "lifetime": "MODEL_INPUT"},
+          {"type": "TENSOR_FLOAT32", "dimensions": [4], "lifetime": "MODEL_INPUT"},
+          {"type": "INT32", "dimensions": [], "lifetime": "CONSTANT_COPY", "value": [0]},
+          {"type": "TENSOR_FLOAT32", "dimensions": [4], "lifetime": "MODEL_OUTPUT"}],
+        "operations": [{"type": "ADD", "inputs": [0, 1, 2], "outputs": [3]}],
+        "inputIndexes": [0, 1], "outputIndexes": [3]}"#,
+    )
 }
 
 /// Inputs and units of [`medium_model`].
@@ -248,48 +217,27 @@ pub const MEDIUM_WIDTH: u32 = 256;
 
 /// The medium model: FULLY_CONNECTED `[1, 256]` × `[256, 256]` + bias, RELU fused
 /// (65,536 multiply-adds).
-pub fn medium_model() -> Model {
-    let n = MEDIUM_WIDTH as usize;
-    let none = DataLocation::default();
-    let weights: Vec<u8> = (0..n * n)
-        .flat_map(|i| (((i % 17) as f32 - 8.0) * 0.01).to_le_bytes())
-        .collect();
-    let bias: Vec<u8> = (0..n)
-        .flat_map(|i| (i as f32 * 0.001).to_le_bytes())
-        .collect();
-    let mut values = weights;
-    let bias_at = values.len();
-    values.extend_from_slice(&bias);
-    let act_at = values.len();
-    values.extend_from_slice(&1i32.to_le_bytes());
-    let w = MEDIUM_WIDTH;
-    Model {
-        operands: vec![
-            tensor(&[1, w], OperandLifetime::SubgraphInput, none),
-            tensor(&[w, w], OperandLifetime::ConstantCopy, copy(0, n * n * 4)),
-            tensor(&[w], OperandLifetime::ConstantCopy, copy(bias_at, n * 4)),
-            Operand {
-                operand_type: OperandType::Int32,
-                dimensions: vec![],
-                scale: 0.0,
-                zero_point: 0,
-                lifetime: OperandLifetime::ConstantCopy,
-                location: copy(act_at, 4),
-                extra_params: None,
-            },
-            tensor(&[1, w], OperandLifetime::SubgraphOutput, none),
-        ],
-        operations: vec![Operation {
-            operation_type: OperationType::FullyConnected,
-            inputs: vec![0, 1, 2, 3],
-            outputs: vec![4],
-        }],
-        input_indexes: vec![0],
-        output_indexes: vec![4],
-        operand_values: values,
-        pools: vec![],
-        relax_computation_float32_to_float16: false,
-    }
+pub fn medium_model() -> Result<Model, String> {
+    let n = MEDIUM_WIDTH;
+    let list = |len: u32, f: &dyn Fn(u32) -> f32| {
+        (0..len)
+            .map(|i| f(i).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let weights = list(n * n, &|i| ((i % 17) as f32 - 8.0) * 0.01);
+    let bias = list(n, &|i| i as f32 * 0.001);
+    parse(&format!(
+        r#"{{"version": 1,
+        "operands": [
+          {{"type": "TENSOR_FLOAT32", "dimensions": [1, {n}], "lifetime": "MODEL_INPUT"}},
+          {{"type": "TENSOR_FLOAT32", "dimensions": [{n}, {n}], "lifetime": "CONSTANT_COPY", "value": [{weights}]}},
+          {{"type": "TENSOR_FLOAT32", "dimensions": [{n}], "lifetime": "CONSTANT_COPY", "value": [{bias}]}},
+          {{"type": "INT32", "dimensions": [], "lifetime": "CONSTANT_COPY", "value": [1]}},
+          {{"type": "TENSOR_FLOAT32", "dimensions": [1, {n}], "lifetime": "MODEL_OUTPUT"}}],
+        "operations": [{{"type": "FULLY_CONNECTED", "inputs": [0, 1, 2, 3], "outputs": [4]}}],
+        "inputIndexes": [0], "outputIndexes": [4]}}"#
+    ))
 }
 
 /// Prepares `model` (FAST_SINGLE_ANSWER) on `device` and compares; the printed lines.

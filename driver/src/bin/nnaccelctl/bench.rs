@@ -173,11 +173,11 @@ pub fn bench_burst(
         None => vec![
             (
                 "tiny: ADD of 4 floats".to_string(),
-                burst_bench::tiny_model(),
+                burst_bench::tiny_model().map_err(CliError)?,
             ),
             (
                 "medium: FULLY_CONNECTED 256x256".to_string(),
-                burst_bench::medium_model(),
+                burst_bench::medium_model().map_err(CliError)?,
             ),
         ],
     };

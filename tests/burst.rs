@@ -11,7 +11,7 @@
 //! preference; the plain-futex fallback; bursts on a model prepared in-process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -404,10 +404,9 @@ const CHILD_SOCKET_ENV: &str = "NNACCEL_TEST_BURST_CHILD_SOCKET";
 /// this binary with `CHILD_SOCKET_ENV` set). Without that variable it does nothing.
 #[test]
 fn burst_child_client_process() {
-    let Some(socket) = std::env::var_os(CHILD_SOCKET_ENV) else {
+    let Some(c) = child_client(CHILD_SOCKET_ENV) else {
         return;
     };
-    let c = ServiceClient::connect(std::path::Path::new(&socket)).unwrap();
     let pm = prepare(&c, &binary_model(OperationType::Add, 1024)).unwrap();
     let b = burst(&*pm);
     let io = add_io(1024);
@@ -418,9 +417,7 @@ fn burst_child_client_process() {
         assert_ok(&b.execute(&req, MeasureTiming::No), "child");
         assert_eq!(io.out(), expected);
         if seed == 10 {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "ready").unwrap();
-            out.flush().unwrap();
+            say_ready();
         }
         seed += 1;
     }

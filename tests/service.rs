@@ -1045,20 +1045,16 @@ const CHILD_SOCKET_ENV: &str = "NNACCEL_TEST_SERVICE_CHILD_SOCKET";
 /// `CHILD_SOCKET_ENV` set). Without that variable it does nothing.
 #[test]
 fn child_client_process() {
-    let Some(socket) = std::env::var_os(CHILD_SOCKET_ENV) else {
+    let Some(c) = child_client(CHILD_SOCKET_ENV) else {
         return;
     };
-    let c = ServiceClient::connect(std::path::Path::new(&socket)).unwrap();
     let n = 4096;
     let pm = prepare(&c, &binary_model(OperationType::Add, n)).unwrap();
     let io = Io3::new(pools::ashmem(Io3::bytes_needed(n)).unwrap(), n);
     let (a, b) = inputs(n, 1.0);
     io.set(&a, &b);
     let req = io.request();
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready").unwrap();
-    out.flush().unwrap();
-    drop(out);
+    say_ready();
     loop {
         let _ = execute(&*pm, &req);
     }

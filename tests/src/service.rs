@@ -600,3 +600,18 @@ pub fn inputs(n: u32, seed: f32) -> (Vec<f32>, Vec<f32>) {
 pub fn sum(a: &[f32], b: &[f32]) -> Vec<f32> {
     a.iter().zip(b).map(|(x, y)| x + y).collect()
 }
+
+/// In a child made by [`spawn_test_child`]: a connection to the service whose socket `env`
+/// names; None when this process is not that child (the variable is unset).
+pub fn child_client(env: &str) -> Option<ServiceClient> {
+    let socket = std::env::var_os(env)?;
+    Some(ServiceClient::connect(Path::new(&socket)).expect("the child connects to the service"))
+}
+
+/// Tells the parent of a [`spawn_test_child`] child that it is ready (a `ready` line on stdout).
+pub fn say_ready() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").expect("stdout");
+    out.flush().expect("stdout");
+}

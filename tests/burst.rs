@@ -494,20 +494,9 @@ fn a_service_killed_mid_burst_fails_the_waiting_execution_within_a_second() {
         let io = Arc::new(add_io(64));
         fill(&io, 1);
         let (b2, io2) = (b.clone(), io.clone());
-        let call = std::thread::spawn(move || {
-            let r = b2.execute(&io2.request(), MeasureTiming::No);
-            (r, Instant::now())
-        });
-        std::thread::sleep(Duration::from_millis(300));
-        hald.kill_hard();
-        let killed = Instant::now();
-        let (r, answered) = with_timeout(
-            scaled(Duration::from_secs(2)),
-            "the burst call",
-            move || call.join().unwrap(),
-        );
+        let (r, took) =
+            result_after_killing(&hald, move || b2.execute(&io2.request(), MeasureTiming::No));
         assert_failure(&r, ErrorStatus::GeneralFailure, "the execution in flight");
-        let took = answered.saturating_duration_since(killed);
         assert!(
             took < scaled(Duration::from_secs(1)),
             "answered {took:?} after the kill"

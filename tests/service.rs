@@ -1216,23 +1216,11 @@ fn a_service_killed_mid_execution_fails_the_call_with_device_unavailable() {
         let pm = prepare(&c, &binary_model(OperationType::Add, n)).unwrap();
         let io = Io3::new(pools::ashmem(Io3::bytes_needed(n)).unwrap(), n);
         let req = io.request();
-        let call = std::thread::spawn(move || {
-            let r = execute(&*pm, &req);
-            (r, Instant::now())
-        });
-        std::thread::sleep(Duration::from_millis(300));
-        hald.kill_hard();
-        let killed = Instant::now();
-        let (r, answered) = with_timeout(
-            scaled(Duration::from_secs(2)),
-            "in-flight call",
-            move || call.join().unwrap(),
-        );
+        let (r, took) = result_after_killing(hald, move || execute(&*pm, &req));
         assert_eq!(r.status, ErrorStatus::DeviceUnavailable);
         assert!(
-            answered.saturating_duration_since(killed) < scaled(Duration::from_secs(1)),
-            "answered {:?} after the kill",
-            answered.saturating_duration_since(killed)
+            took < scaled(Duration::from_secs(1)),
+            "answered {took:?} after the kill"
         );
     });
 }

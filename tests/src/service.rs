@@ -615,3 +615,20 @@ pub fn say_ready() {
     writeln!(out, "ready").expect("stdout");
     out.flush().expect("stdout");
 }
+
+/// Runs `call` (an execution) on its own thread, kills the service with SIGKILL 300 ms later
+/// (mid-call, with the device's jobs delayed), and returns the call's result and how long after
+/// the kill it came (the wait is bounded: 2 s, scaled).
+pub fn result_after_killing<R: Send + 'static>(
+    hald: &Hald,
+    call: impl FnOnce() -> R + Send + 'static,
+) -> (R, Duration) {
+    let call = std::thread::spawn(move || (call(), Instant::now()));
+    std::thread::sleep(Duration::from_millis(300));
+    hald.kill_hard();
+    let killed = Instant::now();
+    let (r, answered) = crate::with_timeout(scaled(Duration::from_secs(2)), "in-flight call", {
+        move || call.join().expect("the call panicked")
+    });
+    (r, answered.saturating_duration_since(killed))
+}

@@ -207,6 +207,10 @@ fn check_invalid_requests(pm: &dyn HalPreparedModel) {
             "a length that is not the operand's size",
             Box::new(|r| r.inputs[0].location.length = 12),
         ),
+        (
+            "a memory-domain token the service never gave",
+            Box::new(|r| r.pools[0] = MemoryPool::Token(7)),
+        ),
     ];
     for (what, mutate) in &mutations {
         let mut r = good.clone();

@@ -251,10 +251,14 @@ impl Worker {
                 std::thread::yield_now();
             }
         }
-        // Deferred wake: a NOT_EMPTY set since the last look means data (or a spurious bit).
-        let word = match self.request.take_bits(NOT_EMPTY) {
-            Ok(_) => return Ok(self.request.available_to_read() > 0),
-            Err(word) => word,
+        // Deferred wake: a NOT_EMPTY set since the last look means data, or is stale (set for
+        // a packet already served); taking it clears it, so the next take finds it clear.
+        let word = loop {
+            match self.request.take_bits(NOT_EMPTY) {
+                Ok(_) if self.request.available_to_read() > 0 => return Ok(true),
+                Ok(_) => {}
+                Err(word) => break word,
+            }
         };
         if self.request.available_to_read() > 0 {
             return Ok(true);

@@ -382,6 +382,9 @@ fn random_and_truncated_packets_get_general_failure_and_the_service_lives() {
             &packet::to_bytes(&unknown_slot),
             "a slot the client never named",
         );
+        let mut longer = valid.clone();
+        longer.push(valid[1]);
+        expect_failure(&packet::to_bytes(&longer), "a datum after the packet");
         let mut bad_tag = valid.clone();
         bad_tag[1][0] = 9;
         expect_failure(&packet::to_bytes(&bad_tag), "an unknown tag");

@@ -415,6 +415,12 @@ impl Worker {
             Ok(false) => return Err(format!("truncated packet of {size} datums")),
             Err(e) => return Err(e.to_string()),
         }
+        // One execution is in flight per burst: the client writes the next packet only after
+        // reading this one's result, so datums beyond the packet are junk, and answering them as
+        // a packet of their own would put every later result one packet off.
+        if self.request.available_to_read() > 0 {
+            return Err(format!("datums follow a packet of {size}"));
+        }
         let mut datums = Vec::with_capacity(size);
         datums.push(first);
         datums.extend(packet::from_bytes(&rest));

@@ -137,6 +137,53 @@ fn burst_results_equal_regular_results_over_thousands_of_executions_on_the_devic
     });
 }
 
+/// The burst's device resources: one BO per slot, imported once (the regular path imports and
+/// closes per execution), and a device queue of its own (created QUEUE_FLAG_HIGH_PERFORMANCE),
+/// all gone when the burst is dropped.
+#[test]
+fn a_device_burst_imports_each_pool_once_and_has_its_own_queue() {
+    with_service(true, &[], |hald| {
+        let c = hald.client();
+        let pm = prepare(&c, &binary_model(OperationType::Add, 64)).unwrap();
+        let live = |c: &ServiceClient| c.info().unwrap().device_live.unwrap();
+        let base = live(&c);
+        let jobs = c.info().unwrap().device_jobs_completed.unwrap();
+        let b = burst(&*pm);
+        let ios = [add_io(64), add_io(64)];
+        for i in 0..100 {
+            let io = &ios[i % 2];
+            let expected = fill(io, i as u32);
+            assert_ok(&b.execute(&io.request(), MeasureTiming::No), "device burst");
+            assert_eq!(io.out(), expected);
+        }
+        let during = live(&c);
+        assert_eq!(
+            during[1],
+            base[1] + 2,
+            "one BO per slot: {base:?} -> {during:?}"
+        );
+        assert_eq!(
+            during[3],
+            base[3] + 1,
+            "the burst's queue: {base:?} -> {during:?}"
+        );
+        let ran = c.info().unwrap().device_jobs_completed.unwrap() - jobs;
+        assert!(ran >= 100, "the executions ran on the device ({ran} jobs)");
+        b.free_memory(b.slot_of(&MemoryPool::Memory(ios[0].pool.clone())).unwrap());
+        poll_until(
+            scaled(Duration::from_secs(1)),
+            "freeMemory closing its BO",
+            || live(&c)[1] == base[1] + 1,
+        );
+        drop(b);
+        poll_until(
+            scaled(Duration::from_secs(1)),
+            "the burst's BOs and queue",
+            || live(&c) == base,
+        );
+    });
+}
+
 #[test]
 fn burst_results_equal_regular_results_over_thousands_of_executions_on_the_cpu() {
     with_service(false, &[], |hald| {

@@ -762,3 +762,44 @@ fn configure_burst_refuses_bad_queues_and_unknown_models() {
         assert!(c.info().is_ok());
     });
 }
+
+#[test]
+fn a_service_runs_at_most_256_bursts_at_once() {
+    with_service(false, &[], |hald| {
+        let c = hald.client();
+        let pm = prepare_low_power(&c, 8);
+        let max = nnaccel::burst::server::MAX_ACTIVE_BURSTS;
+        let mut bursts: Vec<ExecutionBurstController> = (0..max).map(|_| burst(&*pm)).collect();
+        let refused = pm.configure_execution_burst(BurstConfig::default());
+        assert_eq!(
+            refused.err(),
+            Some(ErrorStatus::ResourceExhaustedTransient),
+            "burst {}",
+            max + 1
+        );
+        // A released burst's place is free again once its worker has gone.
+        drop(bursts.pop());
+        poll_until(
+            scaled(Duration::from_secs(5)),
+            "a place for a new burst",
+            || match pm.configure_execution_burst(BurstConfig::default()) {
+                Ok(b) => {
+                    bursts.push(b);
+                    true
+                }
+                Err(s) => {
+                    assert_eq!(s, ErrorStatus::ResourceExhaustedTransient);
+                    false
+                }
+            },
+        );
+        let io = add_io(8);
+        let expected = fill(&io, 3);
+        let last = bursts.last().unwrap();
+        assert_ok(
+            &last.execute(&io.request(), MeasureTiming::No),
+            "the newest burst",
+        );
+        assert_eq!(io.out(), expected);
+    });
+}

@@ -1,6 +1,6 @@
 //! Memory domains end to end (NN HAL 1.3 `allocate`, `IBuffer`, tokens in requests; see
 //! `docs/domains.md`): the VTS MemoryDomainTests cases — 15 allocate, 7 copy, 7 execution
-//! (sync and async) — over one ADD with dims {1, 32, 32, 8} in FLOAT32 and QUANT8_ASYMM, on
+//! (sync, async and burst) — over one ADD with dims {1, 32, 32, 8} in FLOAT32 and QUANT8_ASYMM, on
 //! the in-process CPU driver, on `nnaccel-hald` over the simulated device and CPU-only;
 //! copies with every pool kind (hardware_buffer_blob from each source the machine has); two
 //! clients, one naming the other's token; a concurrent read/write stress; dynamic outputs of
@@ -13,6 +13,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nnaccel::burst::BurstConfig;
 use nnaccel::client::ServiceClient;
 use nnaccel::hal::{
     Backend, BufferDesc, BufferRole, DataLocation, Driver, ErrorStatus, ExecutionResult, HalBuffer,
@@ -251,18 +252,25 @@ fn req(inputs: &[Src], outputs: &[Src]) -> Request {
     r
 }
 
-/// How an execution is issued (the VTS sync and async paths; the burst path comes with
-/// issue 5's burst server, which calls the same `PreparedModel::execute_for`).
+/// How an execution is issued: the VTS sync and async paths, and a burst (its own FMQs and
+/// worker; the token travels as the slot's memory in the getMemories answer).
 #[derive(Clone, Copy, Debug)]
 enum Path {
     Sync,
     Async,
+    Burst,
 }
+
+const PATHS: [Path; 3] = [Path::Sync, Path::Async, Path::Burst];
 
 fn run(path: Path, pm: &Arc<dyn HalPreparedModel>, r: &Request) -> ExecutionResult {
     match path {
         Path::Sync => pm.execute_synchronously(r, MeasureTiming::No, None),
         Path::Async => execute_async(pm.clone(), r.clone(), MeasureTiming::No, None).wait(),
+        Path::Burst => pm
+            .configure_execution_burst(BurstConfig::default())
+            .expect("configure a burst")
+            .execute(r, MeasureTiming::No),
     }
 }
 
@@ -872,7 +880,7 @@ fn execution_cases(dev: &dyn HalDevice, t: Ty, path: Path) {
 fn execution_cases_check_every_token_use_in_process() {
     let dev = cpu_driver();
     for t in [F32, Q8] {
-        for path in [Path::Sync, Path::Async] {
+        for path in PATHS {
             execution_cases(&dev, t, path);
         }
     }
@@ -888,7 +896,7 @@ fn execution_cases_check_every_token_use_on_the_device_service() {
             "the fixed-shape ADD runs on the device"
         );
         for t in [F32, Q8] {
-            for path in [Path::Sync, Path::Async] {
+            for path in PATHS {
                 execution_cases(&c, t, path);
             }
         }
@@ -901,6 +909,7 @@ fn execution_cases_check_every_token_use_on_the_cpu_service() {
         let c = hald.client();
         execution_cases(&c, F32, Path::Sync);
         execution_cases(&c, Q8, Path::Async);
+        execution_cases(&c, F32, Path::Burst);
     });
 }
 

@@ -652,3 +652,36 @@ fn usage_errors_exit_2() {
     );
     ctl(&["bench", &model, "--iterations", "0"]).expect_code(2);
 }
+
+/// `nnaccelctl bench --burst`: without a model, the tiny and medium models; three series each
+/// with their ratios to the regular p50; with a model file, that model.
+#[test]
+fn bench_burst_compares_bursts_with_regular_executions() {
+    let out = ctl(&["bench", "--burst", "--cpu", "-n", "50"]);
+    out.expect_code(0);
+    for want in [
+        "tiny: ADD of 4 floats",
+        "medium: FULLY_CONNECTED 256x256",
+        "regular execution",
+        "burst, polling window 0 ",
+        "burst, polling window 50.0 us",
+        "p50 ratio to regular",
+        "worker waits with",
+    ] {
+        assert!(out.stdout.contains(want), "{want}:\n{}", out.stdout);
+    }
+    assert_eq!(out.stdout.matches("p99 ").count(), 6, "{}", out.stdout);
+    let out = ctl(&[
+        "bench",
+        "--burst",
+        &example("add.json"),
+        "--cpu",
+        "-n",
+        "20",
+    ]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("add.json"), "{}", out.stdout);
+    assert_eq!(out.stdout.matches("p50 ratio").count(), 3, "{}", out.stdout);
+    // A model is still required without --burst.
+    ctl(&["bench", "--cpu"]).expect_code(2);
+}

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use nnaccel::client::ServiceClient;
 use nnaccel::hal::{
     ErrorStatus, ExecutionResult, HalDevice, HalPreparedModel, Memory, MemoryKind, Model,
-    OperationType, Request,
+    OperationType,
 };
 use nnaccel::pools::{self, BlobSource, MappedClientPool};
 use nnaccel::protocol::{
@@ -101,63 +101,6 @@ const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
 fn round64(x: u32) -> u32 {
     x.next_multiple_of(64)
-}
-
-/// `a`, `b` and `out` of an n-element binary operation laid out in one pool: a at 0, b and out
-/// after it at 64-byte boundaries.
-struct Io3 {
-    n: u32,
-    pool: Memory,
-    map: MappedClientPool,
-}
-
-impl Io3 {
-    fn bytes_needed(n: u32) -> u64 {
-        u64::from(round64(n * 4)) * 3
-    }
-
-    fn new(pool: Memory, n: u32) -> Self {
-        let map = MappedClientPool::new(&pool).unwrap();
-        assert!(map.len() as u64 >= Self::bytes_needed(n));
-        Self { n, pool, map }
-    }
-
-    fn off(&self, i: u32) -> u32 {
-        round64(self.n * 4) * i
-    }
-
-    fn set(&self, a: &[f32], b: &[f32]) {
-        self.map.write_f32(self.off(0) as usize, a).unwrap();
-        self.map.write_f32(self.off(1) as usize, b).unwrap();
-        self.map
-            .write_f32(self.off(2) as usize, &vec![f32::NAN; self.n as usize])
-            .unwrap();
-    }
-
-    fn out(&self) -> Vec<f32> {
-        self.map
-            .read_f32(self.off(2) as usize, self.n as usize)
-            .unwrap()
-    }
-
-    fn request(&self) -> Request {
-        let len = self.n * 4;
-        request(
-            vec![arg(0, self.off(0), len), arg(0, self.off(1), len)],
-            vec![arg(0, self.off(2), len)],
-            &[&self.pool],
-        )
-    }
-}
-
-fn inputs(n: u32, seed: f32) -> (Vec<f32>, Vec<f32>) {
-    let a = (0..n).map(|i| seed + i as f32 * 0.5).collect();
-    let b = (0..n).map(|i| 100.0 - seed * 2.0 - i as f32).collect();
-    (a, b)
-}
-
-fn sum(a: &[f32], b: &[f32]) -> Vec<f32> {
-    a.iter().zip(b).map(|(x, y)| x + y).collect()
 }
 
 #[track_caller]
@@ -1102,20 +1045,16 @@ const CHILD_SOCKET_ENV: &str = "NNACCEL_TEST_SERVICE_CHILD_SOCKET";
 /// `CHILD_SOCKET_ENV` set). Without that variable it does nothing.
 #[test]
 fn child_client_process() {
-    let Some(socket) = std::env::var_os(CHILD_SOCKET_ENV) else {
+    let Some(c) = child_client(CHILD_SOCKET_ENV) else {
         return;
     };
-    let c = ServiceClient::connect(std::path::Path::new(&socket)).unwrap();
     let n = 4096;
     let pm = prepare(&c, &binary_model(OperationType::Add, n)).unwrap();
     let io = Io3::new(pools::ashmem(Io3::bytes_needed(n)).unwrap(), n);
     let (a, b) = inputs(n, 1.0);
     io.set(&a, &b);
     let req = io.request();
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready").unwrap();
-    out.flush().unwrap();
-    drop(out);
+    say_ready();
     loop {
         let _ = execute(&*pm, &req);
     }
@@ -1273,23 +1212,11 @@ fn a_service_killed_mid_execution_fails_the_call_with_device_unavailable() {
         let pm = prepare(&c, &binary_model(OperationType::Add, n)).unwrap();
         let io = Io3::new(pools::ashmem(Io3::bytes_needed(n)).unwrap(), n);
         let req = io.request();
-        let call = std::thread::spawn(move || {
-            let r = execute(&*pm, &req);
-            (r, Instant::now())
-        });
-        std::thread::sleep(Duration::from_millis(300));
-        hald.kill_hard();
-        let killed = Instant::now();
-        let (r, answered) = with_timeout(
-            scaled(Duration::from_secs(2)),
-            "in-flight call",
-            move || call.join().unwrap(),
-        );
+        let (r, took) = result_after_killing(hald, move || execute(&*pm, &req));
         assert_eq!(r.status, ErrorStatus::DeviceUnavailable);
         assert!(
-            answered.saturating_duration_since(killed) < scaled(Duration::from_secs(1)),
-            "answered {:?} after the kill",
-            answered.saturating_duration_since(killed)
+            took < scaled(Duration::from_secs(1)),
+            "answered {took:?} after the kill"
         );
     });
 }

@@ -223,36 +223,7 @@ impl HalPreparedModel for RemotePreparedModel {
         measure: MeasureTiming,
         deadline: Option<Deadline>,
     ) -> ExecutionResult {
-        let mut fds = FdList::default();
-        let wire = request_to_wire(request, &mut fds);
-        let msg = ClientMessage::Execute {
-            model_id: self.model_id,
-            request: wire,
-            measure: measure == MeasureTiming::Yes,
-            timeout_ns: timeout_ns(deadline),
-        };
-        match self.inner.call(&msg, &fds) {
-            Ok(ServiceMessage::Executed {
-                status,
-                output_shapes,
-                timing,
-            }) => ExecutionResult {
-                status: ErrorStatus::from_code(status).unwrap_or(ErrorStatus::GeneralFailure),
-                output_shapes: output_shapes
-                    .into_iter()
-                    .map(|(dimensions, is_sufficient)| OutputShape {
-                        dimensions,
-                        is_sufficient,
-                    })
-                    .collect(),
-                timing: Timing {
-                    time_on_device_us: timing.0,
-                    time_in_driver_us: timing.1,
-                },
-            },
-            Ok(m) => ExecutionResult::failure(unexpected(&m)),
-            Err(s) => ExecutionResult::failure(s),
-        }
+        execute_remote(&self.inner, self.model_id, request, measure, deadline)
     }
 
     fn runs_on_device(&self) -> bool {
@@ -261,6 +232,76 @@ impl HalPreparedModel for RemotePreparedModel {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+    fn configure_execution_burst(
+        &self,
+        config: crate::burst::BurstConfig,
+    ) -> Result<crate::burst::ExecutionBurstController, ErrorStatus> {
+        let (inner, model_id) = (self.inner.clone(), self.model_id);
+        let fallback: crate::burst::controller::Fallback =
+            Box::new(move |r, m| execute_remote(&inner, model_id, r, m, None));
+        crate::burst::controller::configure(fallback, config.result_length, |ends| {
+            let mut fds = FdList::default();
+            fds.push(ends.request.fd());
+            fds.push(ends.result.fd());
+            fds.push(std::os::fd::AsFd::as_fd(&ends.channel));
+            let msg = ClientMessage::ConfigureBurst {
+                model_id: self.model_id,
+                request_fmq: ends.request.descriptor(),
+                result_fmq: ends.result.descriptor(),
+                polling_window_us: config.polling_window_us,
+            };
+            match self.inner.call(&msg, &fds)? {
+                ServiceMessage::BurstConfigured {
+                    polling_window_us,
+                    wait,
+                } => Ok(crate::burst::controller::BurstInfo {
+                    polling_window: std::time::Duration::from_micros(u64::from(polling_window_us)),
+                    wait,
+                }),
+                m => Err(unexpected(&m)),
+            }
+        })
+    }
+}
+
+/// A regular execution over the service connection.
+fn execute_remote(
+    inner: &Inner,
+    model_id: u64,
+    request: &Request,
+    measure: MeasureTiming,
+    deadline: Option<Deadline>,
+) -> ExecutionResult {
+    let mut fds = FdList::default();
+    let wire = request_to_wire(request, &mut fds);
+    let msg = ClientMessage::Execute {
+        model_id,
+        request: wire,
+        measure: measure == MeasureTiming::Yes,
+        timeout_ns: timeout_ns(deadline),
+    };
+    match inner.call(&msg, &fds) {
+        Ok(ServiceMessage::Executed {
+            status,
+            output_shapes,
+            timing,
+        }) => ExecutionResult {
+            status: ErrorStatus::from_code(status).unwrap_or(ErrorStatus::GeneralFailure),
+            output_shapes: output_shapes
+                .into_iter()
+                .map(|(dimensions, is_sufficient)| OutputShape {
+                    dimensions,
+                    is_sufficient,
+                })
+                .collect(),
+            timing: Timing {
+                time_on_device_us: timing.0,
+                time_in_driver_us: timing.1,
+            },
+        },
+        Ok(m) => ExecutionResult::failure(unexpected(&m)),
+        Err(s) => ExecutionResult::failure(s),
     }
 }
 

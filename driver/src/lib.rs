@@ -1,8 +1,10 @@
 //! `nnaccel`: the HAL side of the stack. It reaches the device only through
 //! [`nnaccel_uapi::Device`] — a device node, or an in-process device behind the same trait.
 
+pub mod burst;
 pub mod client;
 pub mod device;
+pub mod fmq;
 pub mod hal;
 pub mod modelfile;
 pub mod pools;

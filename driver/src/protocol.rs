@@ -351,6 +351,18 @@ pub enum ClientMessage {
         /// The buffer.
         token: u32,
     },
+    /// configureExecutionBurst (`docs/burst.md`): fds 0 and 1 are the request and result
+    /// queues' memfds, fd 2 the service's end of the burst's socketpair.
+    ConfigureBurst {
+        /// Prepared model id.
+        model_id: u64,
+        /// The request queue (datums of 24 bytes).
+        request_fmq: crate::fmq::FmqDescriptor,
+        /// The result queue (datums of 24 bytes).
+        result_fmq: crate::fmq::FmqDescriptor,
+        /// Polling window in µs; None: the service's choice from the execution preference.
+        polling_window_us: Option<u32>,
+    },
 }
 
 /// A BufferRole on the wire.
@@ -452,6 +464,13 @@ pub enum ServiceMessage {
     Copied,
     /// FreeBuffer done.
     BufferFreed,
+    /// ConfigureBurst done: the burst's worker runs.
+    BurstConfigured {
+        /// The polling window the worker uses, in µs.
+        polling_window_us: u32,
+        /// How the worker sleeps (io_uring FutexWait or the futex syscall).
+        wait: String,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -470,7 +489,14 @@ impl<'a> FdList<'a> {
         &self.fds
     }
 
-    fn add(&mut self, mem: &'a Memory) -> WireMemory {
+    /// Adds an fd that is not a pool (a queue, a socket); returns its index.
+    pub fn push(&mut self, fd: BorrowedFd<'a>) -> u32 {
+        self.fds.push(fd);
+        (self.fds.len() - 1) as u32
+    }
+
+    /// Adds `mem`'s fd to the list and describes it.
+    pub fn add(&mut self, mem: &'a Memory) -> WireMemory {
         let fd_index = self.fds.len() as u32;
         self.fds.push(mem.fd.as_fd());
         let (kind, prot, offset) = match mem.kind {
@@ -577,7 +603,8 @@ impl ReceivedFds {
         }
     }
 
-    fn memory(&mut self, w: &WireMemory) -> Result<Memory, ProtocolError> {
+    /// The memory `w` describes, claiming its fd.
+    pub fn memory(&mut self, w: &WireMemory) -> Result<Memory, ProtocolError> {
         let slot = self
             .fds
             .get_mut(w.fd_index as usize)
@@ -605,6 +632,16 @@ impl ReceivedFds {
     /// Whether every fd was claimed by a pool.
     pub fn all_used(&self) -> bool {
         self.fds.iter().all(Option::is_none)
+    }
+
+    /// Claims the fd at `index` for something other than a pool (a queue, a socket).
+    pub fn take_fd(&mut self, index: usize) -> Result<OwnedFd, ProtocolError> {
+        let fd = self
+            .fds
+            .get_mut(index)
+            .and_then(Option::take)
+            .ok_or_else(|| bad(format!("no unclaimed fd at index {index}")))?;
+        Arc::try_unwrap(fd).map_err(|_| bad(format!("fd {index} is shared")))
     }
 }
 

@@ -246,6 +246,15 @@ EOF
     [[ -n "$exe" ]] || qemu_die "no test binary domains in $list"
     printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_REQUIRE_KERNEL_FEATURES=1 NNACCEL_HALD_BIN=%q\n' \
         domains-cuse "$exe" "$profile_dir/nnaccel-hald"
+    # Bursts over FMQs (nnaccel-hald's workers wait with io_uring FutexWait on the guest's
+    # kernel: NNACCEL_REQUIRE_KERNEL_FEATURES=1 makes the test insist on it), and the
+    # two-process FMQ stress test.
+    for name in burst fmq; do
+        exe="$(awk -v n="$name" '$1 == "tests" && $2 == "test" && $3 == n { print $4 }' "$list")"
+        [[ -n "$exe" ]] || qemu_die "no test binary $name in $list"
+        printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_REQUIRE_KERNEL_FEATURES=1 NNACCEL_HALD_BIN=%q\n' \
+            "$name-cuse" "$exe" "$profile_dir/nnaccel-hald"
+    done
     cat <<'EOF'
 echo "[guest] $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -24,6 +24,7 @@ use nnaccel::hal::{
     Memory, MemoryPool, Model, Operand, OperandLifetime, OperandType, Operation, OperationType,
     Priority, Request, RequestArgument,
 };
+use nnaccel::pools::MappedClientPool;
 
 use crate::{Sim, scaled};
 
@@ -519,23 +520,15 @@ pub fn fd_path(fd: impl AsFd) -> String {
 }
 
 /// Starts this test binary again to run only the test `test` — a child-process body that does
-/// its work when `env_var` is set (to `value`) and prints `ready` — with `die_with_parent`,
-/// stdout piped. Returns the child and a thread that says whether `ready` came.
+/// its work when `env_var` is set (to `value`) and prints `ready` (see [`say_ready`]) — with
+/// [`spawn_test_child`]. Returns the child and a thread that says whether `ready` came.
 pub fn spawn_child_test(
     test: &str,
     env_var: &str,
     value: &OsStr,
 ) -> (Child, std::thread::JoinHandle<bool>) {
     use std::io::BufRead;
-    let mut cmd = Command::new(std::env::current_exe().expect("the test binary"));
-    die_with_parent(&mut cmd);
-    let mut child = cmd
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(env_var, value)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the child test");
+    let mut child = spawn_test_child(test, env_var, value);
     let stdout = child.stdout.take().expect("piped stdout");
     let ready = std::thread::spawn(move || {
         std::io::BufReader::new(stdout)
@@ -545,4 +538,118 @@ pub fn spawn_child_test(
             .any(|l| l.trim().ends_with("ready"))
     });
     (child, ready)
+}
+
+/// Re-executes this test binary as a child process that runs only the test `name` (a child
+/// body that does nothing unless `env` is set), with `env` = `value`, stdout piped, stdin
+/// closed, killed when the calling thread ends ([`die_with_parent`]).
+pub fn spawn_test_child(name: &str, env: &str, value: impl AsRef<OsStr>) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
+    die_with_parent(&mut cmd);
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot re-execute the test binary for {name}: {e}"))
+}
+
+/// `a`, `b` and `out` of an n-element binary operation laid out in one pool: a at 0, b and out
+/// after it at 64-byte boundaries.
+#[derive(Debug)]
+pub struct Io3 {
+    /// Elements per argument.
+    pub n: u32,
+    /// The pool.
+    pub pool: Memory,
+    map: MappedClientPool,
+}
+
+impl Io3 {
+    /// Bytes the pool needs for `n` elements.
+    pub fn bytes_needed(n: u32) -> u64 {
+        u64::from((n * 4).next_multiple_of(64)) * 3
+    }
+
+    /// Lays the arguments out in `pool` (at least [`Io3::bytes_needed`] bytes).
+    pub fn new(pool: Memory, n: u32) -> Self {
+        let map = MappedClientPool::new(&pool).expect("Io3");
+        assert!(map.len() as u64 >= Self::bytes_needed(n));
+        Self { n, pool, map }
+    }
+
+    /// Offset of argument `i` (0 a, 1 b, 2 out).
+    pub fn off(&self, i: u32) -> u32 {
+        (self.n * 4).next_multiple_of(64) * i
+    }
+
+    /// Writes `a` and `b`, and NaN into `out`.
+    pub fn set(&self, a: &[f32], b: &[f32]) {
+        self.map.write_f32(self.off(0) as usize, a).expect("Io3");
+        self.map.write_f32(self.off(1) as usize, b).expect("Io3");
+        self.map
+            .write_f32(self.off(2) as usize, &vec![f32::NAN; self.n as usize])
+            .expect("Io3");
+    }
+
+    /// Reads `out`.
+    pub fn out(&self) -> Vec<f32> {
+        self.map
+            .read_f32(self.off(2) as usize, self.n as usize)
+            .expect("Io3")
+    }
+
+    /// The request: inputs a and b, output out, one pool.
+    pub fn request(&self) -> Request {
+        let len = self.n * 4;
+        request(
+            vec![arg(0, self.off(0), len), arg(0, self.off(1), len)],
+            vec![arg(0, self.off(2), len)],
+            &[&self.pool],
+        )
+    }
+}
+
+/// Inputs `a` and `b` of n elements derived from `seed`.
+pub fn inputs(n: u32, seed: f32) -> (Vec<f32>, Vec<f32>) {
+    let a = (0..n).map(|i| seed + i as f32 * 0.5).collect();
+    let b = (0..n).map(|i| 100.0 - seed * 2.0 - i as f32).collect();
+    (a, b)
+}
+
+/// `a + b` element-wise.
+pub fn sum(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).map(|(x, y)| x + y).collect()
+}
+
+/// In a child made by [`spawn_test_child`]: a connection to the service whose socket `env`
+/// names; None when this process is not that child (the variable is unset).
+pub fn child_client(env: &str) -> Option<ServiceClient> {
+    let socket = std::env::var_os(env)?;
+    Some(ServiceClient::connect(Path::new(&socket)).expect("the child connects to the service"))
+}
+
+/// Tells the parent of a [`spawn_test_child`] child that it is ready (a `ready` line on stdout).
+pub fn say_ready() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").expect("stdout");
+    out.flush().expect("stdout");
+}
+
+/// Runs `call` (an execution) on its own thread, kills the service with SIGKILL 300 ms later
+/// (mid-call, with the device's jobs delayed), and returns the call's result and how long after
+/// the kill it came (the wait is bounded: 2 s, scaled).
+pub fn result_after_killing<R: Send + 'static>(
+    hald: &Hald,
+    call: impl FnOnce() -> R + Send + 'static,
+) -> (R, Duration) {
+    let call = std::thread::spawn(move || (call(), Instant::now()));
+    std::thread::sleep(Duration::from_millis(300));
+    hald.kill_hard();
+    let killed = Instant::now();
+    let (r, answered) = crate::with_timeout(scaled(Duration::from_secs(2)), "in-flight call", {
+        move || call.join().expect("the call panicked")
+    });
+    (r, answered.saturating_duration_since(killed))
 }

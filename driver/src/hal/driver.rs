@@ -648,7 +648,6 @@ struct PreparedInner {
     model: Model,
     cpu: Option<CpuPlan>,
     device: Option<DevicePlan>,
-    #[allow(dead_code)]
     preference: ExecutionPreference,
     /// Identity for memory-domain roles (unique in the process, never reused).
     uid: u64,
@@ -741,6 +740,19 @@ impl PreparedModel {
         measure: MeasureTiming,
         deadline: Option<Deadline>,
     ) -> ExecutionResult {
+        self.execute_with(owner, request, measure, deadline, None)
+    }
+
+    /// An execution for `owner`, with a burst's cached resources (`burst`: the cache and the
+    /// slot of each request pool) or without.
+    fn execute_with(
+        &self,
+        owner: OwnerId,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: Option<Deadline>,
+        mut burst: Option<BurstSlots<'_, '_>>,
+    ) -> ExecutionResult {
         let start = Instant::now();
         let model = &self.inner.model;
         if let Err(e) = validate_request(request, model) {
@@ -760,9 +772,9 @@ impl PreparedModel {
                 ErrorStatus::MissedDeadlineTransient,
             ));
         }
-        let mut result = self.run_bound(&bound, deadline);
+        let mut result = self.run_bound(&bound, deadline, reborrow(&mut burst));
         if bound.grow_for(&result) {
-            result = self.run_bound(&bound, deadline);
+            result = self.run_bound(&bound, deadline, reborrow(&mut burst));
         }
         if result.status == ErrorStatus::None && deadline.is_some_and(|d| Instant::now() > d) {
             result = ExecutionResult::failure(ErrorStatus::MissedDeadlineTransient);
@@ -782,10 +794,21 @@ impl PreparedModel {
     }
 
     /// Runs a checked request on the device, or on the CPU when the device cannot take it.
-    fn run_bound(&self, bound: &BoundRequest, deadline: Option<Deadline>) -> ExecutionResult {
+    fn run_bound(
+        &self,
+        bound: &BoundRequest,
+        deadline: Option<Deadline>,
+        mut burst: Option<BurstSlots<'_, '_>>,
+    ) -> ExecutionResult {
         let request = bound.request();
         if let Some(plan) = self.inner.device.as_ref().filter(|p| p.device.alive()) {
-            match run_on_device(plan, request, &bound.device_bos(), deadline) {
+            match run_on_device(
+                plan,
+                request,
+                &bound.device_bos(),
+                deadline,
+                reborrow(&mut burst),
+            ) {
                 DeviceOutcome::Done(r) => return r,
                 DeviceOutcome::Fallback(why) => {
                     tracing::debug!("execution falls back to the CPU: {why}")
@@ -793,7 +816,7 @@ impl PreparedModel {
             }
         }
         match &self.inner.cpu {
-            Some(cpu) => run_on_cpu(cpu, &self.inner.model, request, &bound.cpu_pools()),
+            Some(cpu) => run_on_cpu(cpu, &self.inner.model, request, &bound.cpu_pools(), burst),
             None => ExecutionResult::failure(ErrorStatus::DeviceUnavailable),
         }
     }
@@ -814,6 +837,7 @@ fn run_on_device(
     request: &Request,
     device_bos: &[Option<u32>],
     deadline: Option<Deadline>,
+    mut burst: Option<BurstSlots<'_, '_>>,
 ) -> DeviceOutcome {
     let args = request
         .inputs
@@ -853,7 +877,8 @@ fn run_on_device(
         });
     }
     let dev = &plan.device.dev;
-    // Import the request's pools for this execution; memory-domain buffers are BOs already.
+    // Import the request's pools for this execution; memory-domain buffers are BOs already,
+    // and a burst imports each slot once.
     let mut handles = Vec::with_capacity(request.pools.len());
     let mut imported = Vec::with_capacity(request.pools.len());
     let release = |handles: &[u32]| {
@@ -864,6 +889,10 @@ fn run_on_device(
     for (i, pool) in request.pools.iter().enumerate() {
         if let Some(bo) = device_bos.get(i).copied().flatten() {
             handles.push(bo);
+            continue;
+        }
+        if let Some(h) = burst.as_ref().and_then(|(c, slots)| c.bo(slots.get(i))) {
+            handles.push(h);
             continue;
         }
         let MemoryPool::Memory(mem) = pool else {
@@ -884,7 +913,10 @@ fn run_on_device(
         match dev.bo_import(mem.fd.as_fd(), offset, size, access) {
             Ok(h) => {
                 handles.push(h);
-                imported.push(h);
+                match burst.as_mut() {
+                    Some((c, slots)) => c.keep_bo(&plan.device, slots.get(i), h),
+                    None => imported.push(h),
+                }
             }
             Err(e) => {
                 plan.device.note_error(&e);
@@ -915,8 +947,12 @@ fn run_on_device(
             length: *bytes,
         };
     }
+    let queue = match burst {
+        Some((c, _)) => c.queue(plan),
+        None => &plan.queue,
+    };
     let outcome = {
-        let mut q = plan.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = queue.lock().unwrap_or_else(PoisonError::into_inner);
         submit_and_wait(&plan.device, &mut q, &job, deadline)
     };
     release(&imported);
@@ -1030,33 +1066,52 @@ fn pool_size(mem: &Memory) -> u64 {
 }
 
 /// Runs `request` on the CPU plan. `mapped[i]`, where given, is pool `i` already mapped (a
-/// memory-domain buffer); the other pools are mapped for this execution.
+/// memory-domain buffer); the other pools are mapped for this execution, or, in a burst, once
+/// per slot and kept in the burst's cache.
 fn run_on_cpu(
     plan: &CpuPlan,
     model: &Model,
     request: &Request,
     mapped: &[Option<&MappedPool>],
+    burst: Option<BurstSlots<'_, '_>>,
 ) -> ExecutionResult {
     let exec_start = Instant::now();
+    let premapped = |i: usize| mapped.get(i).copied().flatten();
     let mut owned = Vec::with_capacity(request.pools.len());
-    for (i, p) in request.pools.iter().enumerate() {
-        let MemoryPool::Memory(mem) = p else {
-            return ExecutionResult::failure(ErrorStatus::InvalidArgument);
-        };
-        if mapped.get(i).copied().flatten().is_some() {
-            owned.push(None);
-            continue;
+    let mut cache = None;
+    match burst {
+        Some((c, slots)) => {
+            if let Err(s) = c.map_slots(&request.pools, slots, |i| premapped(i).is_some()) {
+                return ExecutionResult::failure(s);
+            }
+            cache = Some((&*c, slots));
         }
-        match MappedPool::map(mem) {
-            Ok(m) => owned.push(Some(m)),
-            Err(s) => return ExecutionResult::failure(s),
+        None => {
+            for (i, p) in request.pools.iter().enumerate() {
+                let MemoryPool::Memory(mem) = p else {
+                    return ExecutionResult::failure(ErrorStatus::InvalidArgument);
+                };
+                if premapped(i).is_some() {
+                    owned.push(None);
+                    continue;
+                }
+                match MappedPool::map(mem) {
+                    Ok(m) => owned.push(Some(m)),
+                    Err(s) => return ExecutionResult::failure(s),
+                }
+            }
         }
     }
-    let pools: Vec<&MappedPool> = owned
-        .iter()
-        .enumerate()
-        .filter_map(|(i, o)| o.as_ref().or(mapped.get(i).copied().flatten()))
-        .collect();
+    let mut pools: Vec<&MappedPool> = Vec::with_capacity(request.pools.len());
+    for i in 0..request.pools.len() {
+        let pool = premapped(i)
+            .or_else(|| owned.get(i).and_then(Option::as_ref))
+            .or_else(|| cache.and_then(|(c, slots)| c.mapped(slots.get(i))));
+        match pool {
+            Some(p) => pools.push(p),
+            None => return ExecutionResult::failure(ErrorStatus::GeneralFailure),
+        }
+    }
     for p in &pools {
         p.begin_access(true);
     }
@@ -1184,4 +1239,158 @@ fn run_on_cpu(
         p.end_access(false);
     }
     ExecutionResult::failure(status)
+}
+
+/// What a burst keeps across its executions (REFERENCE.md §5): per pool slot the device BO
+/// (imported once, not per execution) and the CPU mapping, and its own device queue, created
+/// with `QUEUE_FLAG_HIGH_PERFORMANCE` — the burst's lifetime is the device's hint to stay in
+/// its high-performance state. Dropping it (the burst ends) or [`BurstCache::forget`]
+/// (freeMemory) releases them.
+#[derive(Debug, Default)]
+pub struct BurstCache {
+    bos: HashMap<i32, (Arc<DeviceHandle>, u32)>,
+    maps: HashMap<i32, MappedPool>,
+    queue: Option<(Arc<DeviceHandle>, Mutex<DeviceQueue>)>,
+}
+
+impl BurstCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Drops what is cached for `slot` (freeMemory).
+    pub fn forget(&mut self, slot: i32) {
+        if let Some((device, h)) = self.bos.remove(&slot)
+            && device.alive()
+        {
+            let _ = device.dev.bo_close(h);
+        }
+        self.maps.remove(&slot);
+    }
+
+    /// Slots with a BO or a mapping.
+    pub fn len(&self) -> usize {
+        let mut slots: Vec<&i32> = self.bos.keys().chain(self.maps.keys()).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        slots.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the burst has its own high-performance device queue.
+    pub fn has_device_queue(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    fn bo(&self, slot: Option<&i32>) -> Option<u32> {
+        slot.and_then(|s| self.bos.get(s)).map(|(_, h)| *h)
+    }
+
+    fn keep_bo(&mut self, device: &Arc<DeviceHandle>, slot: Option<&i32>, h: u32) {
+        if let Some(s) = slot
+            && let Some((old_device, old)) = self.bos.insert(*s, (device.clone(), h))
+            && old != h
+        {
+            let _ = old_device.dev.bo_close(old);
+        }
+    }
+
+    /// The burst's own queue (created on first use with `QUEUE_FLAG_HIGH_PERFORMANCE`); the
+    /// model's queue if that fails.
+    fn queue<'a>(&'a mut self, plan: &'a DevicePlan) -> &'a Mutex<DeviceQueue> {
+        if self.queue.is_none() {
+            match RingQueue::create(
+                plan.device.dev.clone(),
+                QUEUE_ENTRIES,
+                nnaccel_uapi::abi::QUEUE_FLAG_HIGH_PERFORMANCE,
+            ) {
+                Ok(ring) => {
+                    let q = DeviceQueue {
+                        ring,
+                        abandoned: None,
+                    };
+                    self.queue = Some((plan.device.clone(), Mutex::new(q)));
+                }
+                Err(e) => {
+                    tracing::debug!("burst queue: {e}; using the model's queue");
+                    return &plan.queue;
+                }
+            }
+        }
+        match &self.queue {
+            Some((_, q)) => q,
+            None => &plan.queue,
+        }
+    }
+
+    /// Maps the slots not mapped yet, but for pools `skip` names (memory-domain buffers,
+    /// which have their own mapping and may be reallocated between executions).
+    fn map_slots(
+        &mut self,
+        pools: &[MemoryPool],
+        slots: &[i32],
+        skip: impl Fn(usize) -> bool,
+    ) -> Result<(), ErrorStatus> {
+        if pools.len() != slots.len() {
+            return Err(ErrorStatus::GeneralFailure);
+        }
+        for (i, (pool, slot)) in pools.iter().zip(slots).enumerate() {
+            if skip(i) || self.maps.contains_key(slot) {
+                continue;
+            }
+            let MemoryPool::Memory(mem) = pool else {
+                return Err(ErrorStatus::InvalidArgument);
+            };
+            self.maps.insert(*slot, MappedPool::map(mem)?);
+        }
+        Ok(())
+    }
+
+    fn mapped(&self, slot: Option<&i32>) -> Option<&MappedPool> {
+        slot.and_then(|s| self.maps.get(s))
+    }
+}
+
+impl Drop for BurstCache {
+    fn drop(&mut self) {
+        let slots: Vec<i32> = self.bos.keys().copied().collect();
+        for s in slots {
+            self.forget(s);
+        }
+    }
+}
+
+impl PreparedModel {
+    /// The execution preference it was prepared with (bursts derive their polling from it).
+    pub fn preference(&self) -> ExecutionPreference {
+        self.inner.preference
+    }
+
+    /// An execution of a burst: like [`PreparedModel::execute_for`] (same validation, same
+    /// paths), with the pools' BOs and mappings taken from (and added to) `cache`, `slots[i]`
+    /// naming request pool `i`, on the burst's own device queue. `owner` is the burst's
+    /// client: tokens in the request must be its own.
+    pub fn execute_in_burst(
+        &self,
+        owner: OwnerId,
+        request: &Request,
+        measure: MeasureTiming,
+        cache: &mut BurstCache,
+        slots: &[i32],
+    ) -> ExecutionResult {
+        self.execute_with(owner, request, measure, None, Some((cache, slots)))
+    }
+}
+
+/// A burst's cache and the slot of each request pool.
+type BurstSlots<'c, 's> = (&'c mut BurstCache, &'s [i32]);
+
+/// Lends the burst's cache again (for an execution that may run twice).
+fn reborrow<'a>(burst: &'a mut Option<BurstSlots<'_, '_>>) -> Option<BurstSlots<'a, 'a>> {
+    burst.as_mut().map(|(c, slots)| (&mut **c, *slots))
 }

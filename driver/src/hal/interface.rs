@@ -60,6 +60,11 @@ pub trait HalPreparedModel: Send + Sync + Debug {
     fn runs_on_device(&self) -> bool;
     /// The concrete type, for `allocate` to recognise its own prepared models.
     fn as_any(&self) -> &dyn std::any::Any;
+    /// configureExecutionBurst (`docs/burst.md`).
+    fn configure_execution_burst(
+        &self,
+        config: crate::burst::BurstConfig,
+    ) -> Result<crate::burst::ExecutionBurstController, ErrorStatus>;
 }
 
 /// `execute`: the asynchronous form, for every prepared model.
@@ -152,5 +157,11 @@ impl HalPreparedModel for PreparedModel {
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+    fn configure_execution_burst(
+        &self,
+        config: crate::burst::BurstConfig,
+    ) -> Result<crate::burst::ExecutionBurstController, ErrorStatus> {
+        crate::burst::configure_in_process(self, config)
     }
 }

@@ -8,7 +8,7 @@ pub mod memory;
 pub mod types;
 pub mod validate;
 
-pub use domain::{BufferDesc, BufferRole, DeviceBuffer};
+pub use domain::{BufferDesc, BufferRole, DeviceBuffer, LOCAL_OWNER, OwnerId};
 pub use driver::{Backend, Driver, ExecutionHandle, Placement, PreparedModel};
 pub use interface::{HalBuffer, HalDevice, HalPreparedModel, execute_async};
 pub use memory::MappedPool;

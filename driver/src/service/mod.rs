@@ -26,6 +26,8 @@ pub struct ServiceConfig {
     pub max_message_bytes: usize,
     /// Prepared models one connection may hold.
     pub max_models_per_connection: usize,
+    /// Burst workers' polling window unless the preference is LOW_POWER or the burst asks.
+    pub burst_polling_window: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -33,6 +35,7 @@ impl Default for ServiceConfig {
         Self {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_models_per_connection: 256,
+            burst_polling_window: crate::burst::DEFAULT_POLLING_WINDOW,
         }
     }
 }
@@ -382,6 +385,41 @@ impl Service {
                 buffers.handle(&self.driver, msg, &mut fds, |id| {
                     models.get(&id).map(|h| &h.model)
                 })
+            }
+            ClientMessage::ConfigureBurst {
+                model_id,
+                request_fmq,
+                result_fmq,
+                polling_window_us,
+            } => {
+                let Some(held) = models.get(&model_id) else {
+                    return error(
+                        ErrorStatus::InvalidArgument,
+                        format!("no prepared model {model_id} on this connection"),
+                    );
+                };
+                let ends = crate::burst::server::ReceivedEnds {
+                    fds: &mut fds,
+                    request: request_fmq,
+                    result: result_fmq,
+                };
+                let window = crate::burst::server::polling_window(
+                    polling_window_us,
+                    held.model.preference(),
+                    self.config.burst_polling_window,
+                );
+                match crate::burst::server::start_from_wire(
+                    held.model.clone(),
+                    buffers.owner(),
+                    ends,
+                    window,
+                ) {
+                    Ok(wait) => ServiceMessage::BurstConfigured {
+                        polling_window_us: window.as_micros() as u32,
+                        wait: wait.describe().into(),
+                    },
+                    Err((s, m)) => error(s, m),
+                }
             }
         }
     }

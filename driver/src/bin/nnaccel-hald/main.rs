@@ -43,6 +43,14 @@ struct Args {
     /// Largest client message in bytes. [default: 67108864]
     #[arg(long)]
     max_message_bytes: Option<usize>,
+
+    /// Burst workers' polling window in µs before they sleep (LOW_POWER models: 0). [default: 50]
+    #[arg(long)]
+    burst_polling_us: Option<u64>,
+
+    /// How burst workers sleep: `auto` (io_uring FutexWait where the kernel has it) or `futex`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "futex"])]
+    burst_wait: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -53,6 +61,7 @@ struct FileConfig {
     cpu: Option<bool>,
     max_message_bytes: Option<usize>,
     max_models_per_connection: Option<usize>,
+    burst_polling_us: Option<u64>,
 }
 
 fn load_config(path: &Path, explicit: bool) -> Result<FileConfig, String> {
@@ -91,6 +100,16 @@ fn main() -> ExitCode {
     }
     if let Some(n) = file.max_models_per_connection {
         config.max_models_per_connection = n;
+    }
+    if let Some(us) = args.burst_polling_us.or(file.burst_polling_us) {
+        config.burst_polling_window =
+            std::time::Duration::from_micros(us).min(nnaccel::burst::MAX_POLLING_WINDOW);
+    }
+    // Probe (or force) the burst workers' wait mechanism now, so the log says it at start.
+    if args.burst_wait == "futex" {
+        nnaccel::burst::server::force_futex_wait();
+    } else {
+        nnaccel::burst::server::wait_mechanism();
     }
 
     // Socket activation first: reading LISTEN_FDS unsets the activation variables, which is

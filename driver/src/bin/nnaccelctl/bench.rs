@@ -43,14 +43,7 @@ fn zero_inputs(model: &Model) -> Result<Vec<InputValue>, CliError> {
         .collect()
 }
 
-/// The `q`-quantile (0..=1) of sorted durations, nearest rank.
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
+use nnaccel::burst::bench::percentile;
 
 fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)
@@ -160,6 +153,47 @@ pub fn bench(
             us(percentile(&on_device, 0.50)),
             us(percentile(&on_device, 0.99))
         );
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `nnaccelctl bench --burst`: regular executions against bursts (`nnaccel::burst::bench`).
+pub fn bench_burst(
+    model_path: Option<&Path>,
+    iterations: u32,
+    device: Option<PathBuf>,
+    cpu: bool,
+    service: Option<PathBuf>,
+) -> Result<Outcome, CliError> {
+    use nnaccel::burst::bench as burst_bench;
+    let selected = backend::select(device, cpu, service)?;
+    println!("backend: {}", selected.describe());
+    let models = match model_path {
+        Some(p) => vec![(p.display().to_string(), modelfile::load_model(p)?.model)],
+        None => vec![
+            (
+                "tiny: ADD of 4 floats".to_string(),
+                burst_bench::tiny_model().map_err(CliError)?,
+            ),
+            (
+                "medium: FULLY_CONNECTED 256x256".to_string(),
+                burst_bench::medium_model().map_err(CliError)?,
+            ),
+        ],
+    };
+    for (label, model) in &models {
+        match burst_bench::run(&*selected.driver, label, model, iterations) {
+            Ok(lines) => {
+                for l in lines {
+                    println!("{l}");
+                }
+            }
+            Err(e) => {
+                println!("status: failed ({e})");
+                eprintln!("nnaccelctl: {e}");
+                return Ok(Outcome::Failed);
+            }
+        }
     }
     Ok(Outcome::Ok)
 }

@@ -99,8 +99,9 @@ enum Command {
     /// Prepare a model once and execute it repeatedly: executions per second and latency
     /// percentiles (p50/p90/p99), with a progress bar on a terminal.
     Bench {
-        /// The model file.
-        model: PathBuf,
+        /// The model file (optional with --burst).
+        #[arg(required_unless_present = "burst")]
+        model: Option<PathBuf>,
         /// The inputs file; without it every input is zero-filled (which needs the model's
         /// input dimensions fully specified).
         #[arg(long, value_name = "INPUTS.json")]
@@ -110,6 +111,11 @@ enum Command {
         iterations: u32,
         #[command(flatten)]
         device: DeviceArgs,
+        /// Compare bursts with regular executions (p50/p99 of regular execution, a burst with
+        /// polling window 0 and one with the default window, and the ratios); without MODEL,
+        /// on a tiny model (one ADD of 4 floats) and a medium one (FULLY_CONNECTED 256x256).
+        #[arg(long)]
+        burst: bool,
     },
 }
 
@@ -135,11 +141,25 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
         }
         Command::Bench {
             model,
+            iterations,
+            device,
+            burst: true,
+            ..
+        } => bench::bench_burst(
+            model.as_deref(),
+            iterations,
+            device.device,
+            device.cpu,
+            device.service,
+        ),
+        Command::Bench {
+            model,
             inputs,
             iterations,
             device,
+            burst: false,
         } => bench::bench(
-            &model,
+            &model.ok_or_else(|| CliError("bench needs a model file".into()))?,
             inputs.as_deref(),
             iterations,
             device.device,

@@ -1,6 +1,7 @@
 //! `nnaccel`: the HAL side of the stack. It reaches the device only through
 //! [`nnaccel_uapi::Device`] — a device node, or an in-process device behind the same trait.
 
+pub mod cache;
 pub mod client;
 pub mod device;
 pub mod hal;

@@ -319,6 +319,44 @@ pub enum ClientMessage {
     },
     /// Service and device state.
     Info,
+    /// getNumberOfCacheFilesNeeded.
+    GetNumberOfCacheFilesNeeded,
+    /// prepareModel with cache handles: prepares, then saves the caches (`docs/caching.md`).
+    PrepareModelWithCache {
+        /// The model.
+        model: WireModel,
+        /// ExecutionPreference code.
+        preference: i32,
+        /// Priority code.
+        priority: i32,
+        /// Time left until the deadline, in ns.
+        timeout_ns: Option<u64>,
+        /// Model-cache handles, each a list of fd indexes (a valid handle has one).
+        model_cache: Vec<Vec<u32>>,
+        /// Data-cache handles, likewise.
+        data_cache: Vec<Vec<u32>>,
+        /// The cache token.
+        token: [u8; 32],
+    },
+    /// prepareModelFromCache.
+    PrepareModelFromCache {
+        /// ExecutionPreference code.
+        preference: i32,
+        /// Priority code.
+        priority: i32,
+        /// Time left until the deadline, in ns.
+        timeout_ns: Option<u64>,
+        /// Model-cache handles, each a list of fd indexes.
+        model_cache: Vec<Vec<u32>>,
+        /// Data-cache handles.
+        data_cache: Vec<Vec<u32>>,
+        /// The cache token.
+        token: [u8; 32],
+    },
+    /// List the driver-managed cache.
+    CacheList,
+    /// Empty the driver-managed cache.
+    CacheClear,
 }
 
 /// The service's state, for `nnaccelctl info`.
@@ -394,6 +432,26 @@ pub enum ServiceMessage {
         /// What went wrong.
         message: String,
     },
+    /// getNumberOfCacheFilesNeeded's answer.
+    CacheFilesNeeded {
+        /// Model-cache files.
+        model: u32,
+        /// Data-cache files.
+        data: u32,
+    },
+    /// The driver-managed cache: whether it is on, and its entries (key, bytes, last used in
+    /// seconds since the epoch), most recently used first.
+    CacheEntries {
+        /// Whether the service keeps a driver-managed cache.
+        enabled: bool,
+        /// The entries.
+        entries: Vec<(String, u64, u64)>,
+    },
+    /// CacheClear done.
+    CacheCleared {
+        /// Entries removed.
+        removed: u64,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -410,6 +468,12 @@ impl<'a> FdList<'a> {
     /// The fds, in index order.
     pub fn fds(&self) -> &[BorrowedFd<'a>] {
         &self.fds
+    }
+
+    /// Attaches a bare fd (a cache file); returns its index.
+    pub fn push_fd(&mut self, fd: BorrowedFd<'a>) -> u32 {
+        self.fds.push(fd);
+        (self.fds.len() - 1) as u32
     }
 
     fn add(&mut self, mem: &'a Memory) -> WireMemory {
@@ -542,6 +606,15 @@ impl ReceivedFds {
             fd,
             size: w.size,
         })
+    }
+
+    /// Takes the fd at `index` for a use other than a pool (a cache file); each fd serves once.
+    pub fn take_fd(&mut self, index: u32) -> Result<Arc<OwnedFd>, ProtocolError> {
+        self.fds
+            .get_mut(index as usize)
+            .ok_or_else(|| bad(format!("fd index {index} out of range")))?
+            .take()
+            .ok_or_else(|| bad(format!("fd index {index} used twice")))
     }
 
     /// Whether every fd was claimed by a pool.

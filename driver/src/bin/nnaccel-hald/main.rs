@@ -43,6 +43,11 @@ struct Args {
     /// Largest client message in bytes. [default: 67108864]
     #[arg(long)]
     max_message_bytes: Option<usize>,
+
+    /// State directory: compilation-cache records and the driver-managed cache.
+    /// [default: $STATE_DIRECTORY (systemd's StateDirectory=), else /var/lib/nnaccel]
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -53,6 +58,8 @@ struct FileConfig {
     cpu: Option<bool>,
     max_message_bytes: Option<usize>,
     max_models_per_connection: Option<usize>,
+    state_dir: Option<PathBuf>,
+    managed_cache_max_bytes: Option<u64>,
 }
 
 fn load_config(path: &Path, explicit: bool) -> Result<FileConfig, String> {
@@ -104,6 +111,17 @@ fn main() -> ExitCode {
     };
     let (driver, status) = open_driver(cpu, &device_path);
     tracing::info!("{status}");
+    let state_dir = args
+        .state_dir
+        .or(file.state_dir)
+        .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/lib/nnaccel"));
+    let driver = with_cache(
+        driver,
+        &state_dir,
+        file.managed_cache_max_bytes
+            .unwrap_or(nnaccel::cache::managed::DEFAULT_MAX_BYTES),
+    );
     let service = Service::new(driver, config);
     // Signal handlers before READY=1: a SIGTERM that follows READY at once must find them.
     if let Err(e) = spawn_signal_thread(service.clone(), listener.clone()) {
@@ -164,6 +182,25 @@ fn open_driver(cpu: bool, device: &Path) -> (Driver, String) {
                 device.display()
             ),
         ),
+    }
+}
+
+/// Compilation caching under `state_dir`; without a usable state directory the records live
+/// in memory (caches work until the service stops) and there is no driver-managed cache.
+fn with_cache(driver: Driver, state_dir: &Path, managed_max_bytes: u64) -> Driver {
+    match nnaccel::cache::CacheState::open(state_dir, managed_max_bytes) {
+        Ok(state) => {
+            tracing::info!(
+                "compilation caching: state in {} (driver build {})",
+                state_dir.display(),
+                state.build_id()
+            );
+            driver.with_cache(state)
+        }
+        Err(e) => {
+            tracing::warn!("compilation-cache records kept in memory only: {e}");
+            driver
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::CacheError;
+use super::files::MemfdBuffer;
 use crate::hal::memory::MappedPool;
 use crate::hal::types::*;
 use crate::protocol::{self, FdList, ReceivedFds, WireModel};
@@ -104,9 +105,14 @@ pub fn encode(model: &Model, on_device: bool) -> Result<Encoded, CacheError> {
     Ok(Encoded { model: bytes, data })
 }
 
+/// Tensor constants of at least this many bytes stay in the data buffer, referenced as a pool
+/// (no copy); smaller ones, and scalars, are copied into `operand_values`.
+const REFERENCE_AT: u32 = 1024;
+
 /// Decodes a model and its placement from cache bytes (untrusted: every field checked; the
-/// caller still validates the model).
-pub fn decode(model_bytes: &[u8], data: Vec<u8>) -> Result<(Model, bool), CacheError> {
+/// caller still validates the model). `data` holds the data cache; large constants become
+/// CONSTANT_REFERENCE into it (an ashmem pool), small ones CONSTANT_COPY.
+pub fn decode(model_bytes: &[u8], data: MemfdBuffer) -> Result<(Model, bool), CacheError> {
     let corrupt = |m: String| CacheError::Corrupt(m);
     if model_bytes.len() < HEADER || model_bytes[..4] != MAGIC {
         return Err(corrupt("bad model-cache magic".into()));
@@ -127,7 +133,7 @@ pub fn decode(model_bytes: &[u8], data: Vec<u8>) -> Result<(Model, bool), CacheE
     };
     let program: CachedProgram =
         protocol::decode(&model_bytes[HEADER..]).map_err(|e| corrupt(e.to_string()))?;
-    if program.data_len != data.len() as u64 {
+    if program.data_len != data.len() {
         return Err(corrupt(format!(
             "data cache holds {} bytes, {} expected",
             data.len(),
@@ -139,10 +145,41 @@ pub fn decode(model_bytes: &[u8], data: Vec<u8>) -> Result<(Model, bool), CacheE
             "a cached model names pools or inline values".into(),
         ));
     }
-    let mut wire = program.model;
-    wire.operand_values = data;
-    let model = protocol::model_from_wire(wire, &mut ReceivedFds::new(Vec::new()))
+    let mut model = protocol::model_from_wire(program.model, &mut ReceivedFds::new(Vec::new()))
         .map_err(|e| corrupt(e.to_string()))?;
+    let mut referenced = false;
+    for o in &mut model.operands {
+        if o.lifetime != OperandLifetime::ConstantCopy {
+            continue;
+        }
+        let DataLocation { offset, length, .. } = o.location;
+        if u64::from(offset) + u64::from(length) > data.len() {
+            return Err(corrupt("a constant outside the data cache".into()));
+        }
+        if length >= REFERENCE_AT && !o.operand_type.is_scalar() {
+            o.lifetime = OperandLifetime::ConstantReference;
+            o.location.pool_index = 0;
+            referenced = true;
+        } else {
+            let mut bytes = vec![0u8; length as usize];
+            data.read_at(u64::from(offset), &mut bytes)
+                .map_err(|e| corrupt(e.to_string()))?;
+            while model.operand_values.len() % 8 != 0 {
+                model.operand_values.push(0);
+            }
+            o.location.offset = u32::try_from(model.operand_values.len())
+                .map_err(|_| corrupt("constants exceed 4 GiB".into()))?;
+            model.operand_values.extend_from_slice(&bytes);
+        }
+    }
+    let size = data.len();
+    if referenced && let Some(fd) = data.into_fd().map_err(|e| corrupt(e.to_string()))? {
+        model.pools.push(Memory {
+            kind: MemoryKind::Ashmem,
+            fd: std::sync::Arc::new(fd),
+            size,
+        });
+    }
     Ok((model, on_device))
 }
 
@@ -155,5 +192,132 @@ pub fn without_placement(model_bytes: &[u8]) -> &[u8] {
 pub fn set_placement(model_bytes: &mut [u8], on_device: bool) {
     if let Some(b) = model_bytes.get_mut(HEADER - 1) {
         *b = u8::from(on_device);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn model() -> Model {
+        let values: Vec<u8> = (0..2048u32)
+            .flat_map(|v| (v as f32).to_le_bytes())
+            .collect();
+        let operand = |ty, dims: Vec<u32>, lifetime, location| Operand {
+            operand_type: ty,
+            dimensions: dims,
+            scale: 0.0,
+            zero_point: 0,
+            lifetime,
+            location,
+            extra_params: None,
+        };
+        let mut operand_values = values.clone();
+        operand_values.extend_from_slice(&0i32.to_le_bytes());
+        Model {
+            operands: vec![
+                operand(
+                    OperandType::TensorFloat32,
+                    vec![2048],
+                    OperandLifetime::SubgraphInput,
+                    DataLocation::default(),
+                ),
+                operand(
+                    OperandType::TensorFloat32,
+                    vec![2048],
+                    OperandLifetime::ConstantCopy,
+                    DataLocation {
+                        pool_index: 0,
+                        offset: 0,
+                        length: 8192,
+                        padding: 0,
+                    },
+                ),
+                operand(
+                    OperandType::Int32,
+                    vec![],
+                    OperandLifetime::ConstantCopy,
+                    DataLocation {
+                        pool_index: 0,
+                        offset: 8192,
+                        length: 4,
+                        padding: 0,
+                    },
+                ),
+                operand(
+                    OperandType::TensorFloat32,
+                    vec![2048],
+                    OperandLifetime::SubgraphOutput,
+                    DataLocation::default(),
+                ),
+            ],
+            operations: vec![Operation {
+                operation_type: OperationType::Add,
+                inputs: vec![0, 1, 2],
+                outputs: vec![3],
+            }],
+            input_indexes: vec![0],
+            output_indexes: vec![3],
+            operand_values,
+            pools: vec![],
+            relax_computation_float32_to_float16: false,
+        }
+    }
+
+    fn buffer(bytes: &[u8]) -> MemfdBuffer {
+        let mut b = MemfdBuffer::new();
+        b.append(bytes).unwrap();
+        b
+    }
+
+    #[test]
+    fn a_model_round_trips_with_large_constants_referenced_and_small_ones_copied() {
+        let m = model();
+        let enc = encode(&m, true).unwrap();
+        let (back, on_device) = decode(&enc.model, buffer(&enc.data)).unwrap();
+        assert!(on_device);
+        assert_eq!(
+            back.operands[1].lifetime,
+            OperandLifetime::ConstantReference
+        );
+        assert_eq!(back.operands[2].lifetime, OperandLifetime::ConstantCopy);
+        assert_eq!(back.pools.len(), 1);
+        assert_eq!(back.pools[0].size, enc.data.len() as u64);
+        let loc = back.operands[2].location;
+        assert_eq!(
+            &back.operand_values[loc.offset as usize..][..4],
+            &0i32.to_le_bytes()
+        );
+        crate::hal::validate::validate_model(&back).unwrap();
+    }
+
+    #[test]
+    fn truncated_extended_or_flipped_model_caches_never_panic() {
+        let enc = encode(&model(), false).unwrap();
+        for len in 0..enc.model.len() {
+            assert!(
+                decode(&enc.model[..len], buffer(&enc.data)).is_err(),
+                "cut at {len}"
+            );
+        }
+        let mut longer = enc.model.clone();
+        longer.push(0);
+        assert!(decode(&longer, buffer(&enc.data)).is_err());
+        assert!(decode(&enc.model, buffer(&enc.data[1..])).is_err());
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut bytes = enc.model.clone();
+            let at = (x as usize) % bytes.len();
+            bytes[at] ^= 1 << (x >> 60 & 7);
+            // Decoding may succeed (the hash is what rejects damage); it must never panic,
+            // and what it gives is validated before use.
+            if let Ok((m, _)) = decode(&bytes, buffer(&enc.data)) {
+                let _ = crate::hal::validate::validate_model(&m);
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! lock them around their own updates never see, or cause, a half-written cache.
 
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use rustix::fs::FlockOperation;
@@ -45,38 +45,134 @@ pub fn lock(fd: BorrowedFd<'_>, exclusive: bool) -> io::Result<FileLock<'_>> {
     }
 }
 
-/// Reads the whole file behind `fd` from offset 0 under a shared lock (at most
-/// [`MAX_CACHE_FILE_BYTES`]; reads until end of file, whatever its size was a moment ago).
-pub fn read_file(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
-    let _lock = lock(fd, false)?;
-    let hint = rustix::fs::fstat(fd).map(|s| s.st_size.max(0) as u64)?;
-    if hint > MAX_CACHE_FILE_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "cache file too large",
-        ));
-    }
-    let mut buf = vec![0u8; hint as usize + 1];
-    let mut len = 0usize;
+/// Chunk size of streamed reads: small enough to stay in cache between the copy and the hash.
+const CHUNK: usize = 1 << 20;
+
+fn too_large() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "cache file too large")
+}
+
+/// Reads `fd` from `offset` to end of file (at most [`MAX_CACHE_FILE_BYTES`]) in chunks,
+/// handing each to `sink`; returns the bytes read. No lock: see [`read_file`].
+pub fn read_chunks(
+    fd: BorrowedFd<'_>,
+    offset: u64,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<u64> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut done = 0u64;
     loop {
-        if len == buf.len() {
-            if buf.len() as u64 > MAX_CACHE_FILE_BYTES {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "cache file too large",
-                ));
+        match rustix::io::pread(fd, &mut buf, offset + done) {
+            Ok(0) => return Ok(done),
+            Ok(n) => {
+                done += n as u64;
+                if done > MAX_CACHE_FILE_BYTES {
+                    return Err(too_large());
+                }
+                sink(&buf[..n])?;
             }
-            buf.resize(buf.len() * 2, 0);
-        }
-        match rustix::io::pread(fd, &mut buf[len..], len as u64) {
-            Ok(0) => break,
-            Ok(n) => len += n,
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
     }
-    buf.truncate(len);
-    Ok(buf)
+}
+
+/// Reads the whole file behind `fd` from offset 0 under a shared lock, whatever the fd's
+/// offset, handing the bytes to `sink` in chunks; returns the length.
+pub fn read_file_with(
+    fd: BorrowedFd<'_>,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<u64> {
+    let _lock = lock(fd, false)?;
+    read_chunks(fd, 0, sink)
+}
+
+/// Reads the whole file behind `fd` into memory (see [`read_file_with`]).
+pub fn read_file(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    read_file_with(fd, &mut |c| {
+        out.extend_from_slice(c);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Bytes copied into a private memfd (sealed against shrinking and growing once complete):
+/// the data cache as the prepared model's constant pool, shared with the device without a
+/// further copy.
+#[derive(Debug)]
+pub struct MemfdBuffer {
+    fd: Option<std::os::fd::OwnedFd>,
+    len: u64,
+}
+
+impl MemfdBuffer {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self { fd: None, len: 0 }
+    }
+
+    /// Appends `bytes`.
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let fd = match &self.fd {
+            Some(fd) => fd,
+            None => self.fd.insert(rustix::fs::memfd_create(
+                c"nnaccel-cache-data",
+                rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+            )?),
+        };
+        let mut done = 0usize;
+        while done < bytes.len() {
+            match rustix::io::pwrite(&*fd, &bytes[done..], self.len + done as u64) {
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads `buf.len()` bytes at `offset`.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let Some(fd) = &self.fd else {
+            return if buf.is_empty() {
+                Ok(())
+            } else {
+                Err(io::ErrorKind::UnexpectedEof.into())
+            };
+        };
+        nnaccel_uapi::sys::pread_exact(fd.as_fd(), offset, buf)
+    }
+
+    /// Seals the size and hands the memfd over (None when empty).
+    pub fn into_fd(self) -> io::Result<Option<std::os::fd::OwnedFd>> {
+        if let Some(fd) = &self.fd {
+            rustix::fs::fcntl_add_seals(
+                fd,
+                rustix::fs::SealFlags::SHRINK
+                    | rustix::fs::SealFlags::GROW
+                    | rustix::fs::SealFlags::SEAL,
+            )?;
+        }
+        Ok(self.fd)
+    }
+}
+
+impl Default for MemfdBuffer {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Replaces the content of the file behind `fd` with `bytes` (from offset 0, then truncated)

@@ -16,6 +16,9 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
+use std::os::fd::AsFd;
+
+use super::files::{MAX_CACHE_FILE_BYTES, MemfdBuffer, read_chunks};
 use super::records::write_atomically;
 use super::{CacheError, Hash, hex};
 
@@ -79,25 +82,29 @@ impl ManagedCache {
         self.dir.join(format!("{}.nnc", hex(key)))
     }
 
-    /// The (model, data) bytes stored under `key`, verified; None on a miss.
-    pub fn get(&self, key: &Hash) -> Option<(Vec<u8>, Vec<u8>)> {
+    /// The model bytes and the data (in a memfd) stored under `key`, verified; None on a miss.
+    /// A damaged entry is removed and is a miss.
+    pub fn get(&self, key: &Hash) -> Result<Option<(Vec<u8>, MemfdBuffer)>, CacheError> {
         let path = self.path(key);
-        let mut bytes = fs::read(&path).ok()?;
-        match split_entry(&bytes) {
-            Some((model_len, _)) => {
+        let file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(CacheError::io(&path, e)),
+        };
+        match read_entry(&file) {
+            Ok(Some(entry)) => {
                 let _ = fs::File::options()
                     .append(true)
                     .open(&path)
                     .and_then(|f| f.set_modified(SystemTime::now()));
-                let data = bytes.split_off(HEADER + model_len);
-                bytes.drain(..HEADER);
-                Some((bytes, data))
+                Ok(Some(entry))
             }
-            None => {
+            Ok(None) => {
                 tracing::warn!("{} is damaged; removing it", path.display());
                 let _ = fs::remove_file(&path);
-                None
+                Ok(None)
             }
+            Err(e) => Err(CacheError::io(&path, e)),
         }
     }
 
@@ -190,24 +197,40 @@ impl ManagedCache {
     }
 }
 
-/// Checks an entry's header and checksum: (model length, data length).
-fn split_entry(bytes: &[u8]) -> Option<(usize, usize)> {
-    if bytes.len() < HEADER || bytes[..4] != MAGIC {
-        return None;
+/// Reads an entry: the model bytes into memory, the data into a memfd, checking the header
+/// and the checksum on the way. None when damaged.
+fn read_entry(file: &fs::File) -> std::io::Result<Option<(Vec<u8>, MemfdBuffer)>> {
+    let mut header = [0u8; HEADER];
+    match nnaccel_uapi::sys::pread_exact(file.as_fd(), 0, &mut header) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
     }
-    let word = |at: usize| -> Option<u64> {
-        Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&header[at..at + 8]);
+        u64::from_le_bytes(w)
     };
-    if u32::from_le_bytes(bytes[4..8].try_into().ok()?) != VERSION {
-        return None;
+    if header[..4] != MAGIC || header[4..8] != VERSION.to_le_bytes() {
+        return Ok(None);
     }
-    let model_len = usize::try_from(word(8)?).ok()?;
-    let data_len = usize::try_from(word(16)?).ok()?;
-    if HEADER.checked_add(model_len)?.checked_add(data_len)? != bytes.len() {
-        return None;
+    let (model_len, data_len) = (word(8), word(16));
+    if model_len > MAX_CACHE_FILE_BYTES || data_len > MAX_CACHE_FILE_BYTES {
+        return Ok(None);
     }
-    let sum = Sha256::digest(&bytes[HEADER..]);
-    (sum.as_slice() == &bytes[24..HEADER]).then_some((model_len, data_len))
+    let mut h = Sha256::new();
+    let mut model = Vec::new();
+    let mut data = MemfdBuffer::new();
+    read_chunks(file.as_fd(), HEADER as u64, &mut |c| {
+        h.update(c);
+        let room = (model_len as usize).saturating_sub(model.len());
+        let (m, d) = c.split_at(room.min(c.len()));
+        model.extend_from_slice(m);
+        data.append(d)
+    })?;
+    let sum: Hash = h.finalize().into();
+    let complete = model.len() as u64 == model_len && data.len() == data_len;
+    Ok((complete && sum[..] == header[24..HEADER]).then_some((model, data)))
 }
 
 #[cfg(test)]
@@ -226,15 +249,19 @@ mod tests {
         let d = dir("rt");
         let c = ManagedCache::open(&d, 1 << 20).unwrap();
         let k = ManagedCache::key("b", b"model", b"data");
-        assert!(c.get(&k).is_none());
+        assert!(c.get(&k).unwrap().is_none());
         c.put(&k, b"model", b"data").unwrap();
-        assert_eq!(c.get(&k).unwrap(), (b"model".to_vec(), b"data".to_vec()));
+        let (m, buf) = c.get(&k).unwrap().unwrap();
+        assert_eq!(m, b"model");
+        let mut data = [0u8; 4];
+        buf.read_at(0, &mut data).unwrap();
+        assert_eq!((&data, buf.len()), (b"data", 4));
         let p = c.path(&k);
         let mut bytes = fs::read(&p).unwrap();
         let n = bytes.len();
         bytes[n - 1] ^= 0x40;
         fs::write(&p, &bytes).unwrap();
-        assert!(c.get(&k).is_none());
+        assert!(c.get(&k).unwrap().is_none());
         assert!(!p.exists(), "a damaged entry is removed");
         let _ = fs::remove_dir_all(&d);
     }
@@ -261,7 +288,10 @@ mod tests {
         let listed = c.list().unwrap();
         assert_eq!(listed.len(), 3);
         assert!(listed.iter().map(|e| e.bytes).sum::<u64>() <= 3 * entry);
-        assert!(c.get(&keys[0]).is_none(), "the oldest entry was evicted");
+        assert!(
+            c.get(&keys[0]).unwrap().is_none(),
+            "the oldest entry was evicted"
+        );
         assert_eq!(c.clear().unwrap(), 3);
         assert!(c.list().unwrap().is_empty());
         let _ = fs::remove_dir_all(&d);

@@ -173,18 +173,46 @@ impl CacheState {
     }
 }
 
-/// SHA-256 over every cache buffer, each length-prefixed, model files then data files.
+/// The hash a token's record holds: SHA-256 over the model-cache files, then the data-cache
+/// files, each kind introduced by a tag and its file count, each file followed by its length
+/// (so bytes can be hashed as they stream in, and moving bytes between files changes it).
+#[derive(Debug, Default)]
+pub struct CacheHasher(Sha256);
+
+impl CacheHasher {
+    /// Starts the model (`data` false) or data (`data` true) files, `count` of them.
+    pub fn kind(&mut self, data: bool, count: usize) {
+        self.0.update([if data { 2u8 } else { 1u8 }]);
+        self.0.update((count as u64).to_le_bytes());
+    }
+
+    /// Bytes of the current file.
+    pub fn bytes(&mut self, b: &[u8]) {
+        self.0.update(b);
+    }
+
+    /// Ends a file of `len` bytes.
+    pub fn end_file(&mut self, len: u64) {
+        self.0.update(len.to_le_bytes());
+    }
+
+    /// The hash.
+    pub fn finish(self) -> Hash {
+        self.0.finalize().into()
+    }
+}
+
+/// The record hash of whole buffers (see [`CacheHasher`]).
 pub fn hash_buffers(model: &[Vec<u8>], data: &[Vec<u8>]) -> Hash {
-    let mut h = Sha256::new();
-    for (kind, files) in [(1u8, model), (2u8, data)] {
-        h.update([kind]);
-        h.update((files.len() as u64).to_le_bytes());
+    let mut h = CacheHasher::default();
+    for (is_data, files) in [(false, model), (true, data)] {
+        h.kind(is_data, files.len());
         for f in files {
-            h.update((f.len() as u64).to_le_bytes());
-            h.update(f);
+            h.bytes(f);
+            h.end_file(f.len() as u64);
         }
     }
-    h.finalize().into()
+    h.finish()
 }
 
 /// The single fd of each handle, checking the counts this driver asked for.
@@ -274,22 +302,37 @@ impl Driver {
             ErrorStatus::GeneralFailure
         };
         let (model_fds, data_fds) = single_fds(model_cache, data_cache).map_err(failed)?;
-        let read = |fds: &[BorrowedFd<'_>]| {
-            fds.iter()
-                .map(|fd| files::read_file(*fd).map_err(CacheError::ClientFile))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        let model_bufs = read(&model_fds).map_err(failed)?;
-        let mut data_bufs = read(&data_fds).map_err(failed)?;
-        let hash = hash_buffers(&model_bufs, &data_bufs);
-        if self.cache_state().records().get(token) != Some(hash) {
+        // Every file is read once, into private memory, and hashed as it streams in; nothing
+        // is read from the files again.
+        let mut hasher = CacheHasher::default();
+        hasher.kind(false, model_fds.len());
+        let mut model_bytes = Vec::new();
+        for fd in &model_fds {
+            let len = files::read_file_with(*fd, &mut |c| {
+                hasher.bytes(c);
+                model_bytes.extend_from_slice(c);
+                Ok(())
+            })
+            .map_err(|e| failed(CacheError::ClientFile(e)))?;
+            hasher.end_file(len);
+        }
+        hasher.kind(true, data_fds.len());
+        let mut data = files::MemfdBuffer::new();
+        for fd in &data_fds {
+            let len = files::read_file_with(*fd, &mut |c| {
+                hasher.bytes(c);
+                data.append(c)
+            })
+            .map_err(|e| failed(CacheError::ClientFile(e)))?;
+            hasher.end_file(len);
+        }
+        if self.cache_state().records().get(token) != Some(hasher.finish()) {
             return Err(failed(CacheError::Mismatch));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(ErrorStatus::MissedDeadlineTransient);
         }
-        let data = data_bufs.pop().unwrap_or_default();
-        let (model, on_device) = blob::decode(&model_bufs[0], data).map_err(failed)?;
+        let (model, on_device) = blob::decode(&model_bytes, data).map_err(failed)?;
         self.prepare_from_parts(&model, on_device, preference)
             .map_err(|_| ErrorStatus::GeneralFailure)
     }
@@ -332,7 +375,12 @@ pub(crate) fn prepare_managed(
         Err(_) => return driver.prepare_model_uncached(model, preference, priority, deadline),
     };
     let key = ManagedCache::key(build_id, blob::without_placement(&enc.model), &enc.data);
-    if let Some((m, d)) = cache.get(&key) {
+    if let Some((m, d)) = cache
+        .get(&key)
+        .map_err(|e| tracing::warn!("driver-managed cache: {e}"))
+        .ok()
+        .flatten()
+    {
         match blob::decode(&m, d) {
             Ok((cached, on_device)) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -48,6 +48,10 @@ struct Args {
     /// [default: $STATE_DIRECTORY (systemd's StateDirectory=), else /var/lib/nnaccel]
     #[arg(long)]
     state_dir: Option<PathBuf>,
+
+    /// Bound on the driver-managed cache in bytes; 0 turns it off. [default: 268435456]
+    #[arg(long)]
+    managed_cache_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,7 +123,8 @@ fn main() -> ExitCode {
     let driver = with_cache(
         driver,
         &state_dir,
-        file.managed_cache_max_bytes
+        args.managed_cache_max_bytes
+            .or(file.managed_cache_max_bytes)
             .unwrap_or(nnaccel::cache::managed::DEFAULT_MAX_BYTES),
     );
     let service = Service::new(driver, config);

@@ -1,0 +1,186 @@
+//! Compilation caching: prepareModel against prepareModelFromCache (and a driver-managed cache
+//! hit) for a model of 100 chained ADD operations, each adding a `[16384]` f32 constant from a
+//! CONSTANT_REFERENCE pool (6.25 MiB of weights), through `nnaccel-hald` on the simulated
+//! device. prepareModel runs with the driver-managed cache off, so every run compiles.
+//!
+//! Needs root and `/dev/fuse` (the simulator serves a FUSE file); exits 1 otherwise.
+//!
+//! ```text
+//! cargo bench -p nnaccel-tests --bench cache
+//! ```
+//!
+//! `NNACCEL_BENCH_ITERS` sets the number of timed runs (default 10).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::ffi::OsStr;
+use std::fs::OpenOptions;
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nnaccel::hal::{
+    ExecutionPreference, HalDevice, HalPreparedModel, Model, OperationType, Priority,
+};
+use nnaccel::pools::{self, MappedClientPool};
+use nnaccel_tests::Sim;
+use nnaccel_tests::service::*;
+
+const OPS: u32 = 100;
+const ELEMENTS: u32 = 16384;
+
+fn iterations() -> usize {
+    std::env::var("NNACCEL_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(10)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// `t_{i+1} = t_i + w_i` for 100 operations; the weights in one ashmem pool.
+fn chained_model() -> Model {
+    let bytes = ELEMENTS * 4;
+    let pool = pools::ashmem(u64::from(bytes * OPS)).unwrap();
+    let map = MappedClientPool::new(&pool).unwrap();
+    for i in 0..OPS {
+        let w: Vec<f32> = (0..ELEMENTS).map(|k| (k % 13) as f32 + i as f32).collect();
+        map.write_f32((i * bytes) as usize, &w).unwrap();
+    }
+    let mut b = ModelBuilder::new();
+    let p = b.pool(pool);
+    let x = b.input(&[ELEMENTS]);
+    let act = b.int32(0);
+    let mut t = x;
+    for i in 0..OPS {
+        let w = b.constant_reference(&[ELEMENTS], loc(p, i * bytes, bytes));
+        let next = if i + 1 == OPS {
+            b.output(&[ELEMENTS])
+        } else {
+            b.temporary(&[ELEMENTS])
+        };
+        b.operation(OperationType::Add, &[t, w, act], &[next]);
+        t = next;
+    }
+    b.build()
+}
+
+fn time(iters: usize, mut f: impl FnMut() -> Box<dyn std::any::Any>) -> Duration {
+    drop(f()); // warm-up
+    median(
+        (0..iters)
+            .map(|_| {
+                let start = Instant::now();
+                let kept = f();
+                let d = start.elapsed();
+                drop(kept);
+                d
+            })
+            .collect(),
+    )
+}
+
+fn main() -> ExitCode {
+    if !nnaccel_tests::require_privileges() {
+        eprintln!("cache bench: needs root and /dev/fuse");
+        return ExitCode::FAILURE;
+    }
+    let iters = iterations();
+    let sim = Sim::start(&[]);
+    let model = chained_model();
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(dir.path().join(name))
+            .unwrap()
+    };
+    let (mf, df) = (open("model"), open("data"));
+    let token = [7u8; 32];
+    let pref = ExecutionPreference::FastSingleAnswer;
+
+    // prepareModel, compiling every time (no driver-managed cache).
+    let hald = Hald::start(&[
+        OsStr::new("--device"),
+        sim.path().as_os_str(),
+        OsStr::new("--managed-cache-max-bytes"),
+        OsStr::new("0"),
+    ]);
+    let c = hald.client();
+    let first = prepare(&c, &model).expect("prepare");
+    let on_device = first.runs_on_device();
+    drop(first);
+    let full = time(iters, || Box::new(prepare(&c, &model).unwrap()));
+    let pm = c
+        .prepare_model_with_cache(
+            &model,
+            pref,
+            Priority::Medium,
+            None,
+            &[vec![mf.as_fd()]],
+            &[vec![df.as_fd()]],
+            &token,
+        )
+        .unwrap();
+    drop(pm);
+    let from_cache = time(iters, || {
+        let pm: std::sync::Arc<dyn HalPreparedModel> = c
+            .prepare_model_from_cache(
+                pref,
+                Priority::Medium,
+                None,
+                &[vec![mf.as_fd()]],
+                &[vec![df.as_fd()]],
+                &token,
+            )
+            .unwrap();
+        assert_eq!(pm.runs_on_device(), on_device);
+        Box::new(pm)
+    });
+    drop(c);
+    drop(hald);
+
+    // The driver-managed cache: the first preparation fills it, later ones hit.
+    let hald = Hald::with_device(&sim);
+    let c = hald.client();
+    drop(prepare(&c, &model).unwrap());
+    let managed = time(iters, || Box::new(prepare(&c, &model).unwrap()));
+    drop(c);
+    drop(hald);
+
+    let size = |n: &str| std::fs::metadata(dir.path().join(n)).map_or(0, |m| m.len());
+    println!(
+        "model: {OPS} chained ADD operations, {:.2} MiB of weights in a CONSTANT_REFERENCE pool, on the {}",
+        f64::from(OPS * ELEMENTS * 4) / f64::from(1u32 << 20),
+        if on_device { "device" } else { "CPU executor" }
+    );
+    println!(
+        "cache files: model {} bytes, data {} bytes; median of {iters} runs",
+        size("model"),
+        size("data")
+    );
+    println!("prepareModel (full compilation)        {}", ms(full));
+    println!("prepareModelFromCache                  {}", ms(from_cache));
+    println!("prepareModel, driver-managed cache hit {}", ms(managed));
+    println!(
+        "ratio prepareModel / prepareModelFromCache: {:.2}x",
+        full.as_secs_f64() / from_cache.as_secs_f64()
+    );
+    println!(
+        "ratio prepareModel / driver-managed hit:    {:.2}x",
+        full.as_secs_f64() / managed.as_secs_f64()
+    );
+    ExitCode::SUCCESS
+}

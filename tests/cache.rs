@@ -623,3 +623,99 @@ fn the_in_process_driver_saves_and_loads_caches_too() {
         "flipped bit in-process",
     );
 }
+
+fn nnaccelctl(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let bin = nnaccel_tests::workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccel");
+    let out = std::process::Command::new(bin).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The output lines of `nnaccelctl run` (everything after the `status:` line).
+fn outputs(text: &str) -> String {
+    text.lines()
+        .skip_while(|l| !l.starts_with("status:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn nnaccelctl_run_with_a_cache_dir_loads_the_second_time_and_recompiles_a_damaged_cache() {
+    with_service(|_, hald| {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let dir = tempfile::tempdir().unwrap();
+        let run = || {
+            nnaccelctl(&[
+                "run".as_ref(),
+                examples.join("mlp.json").as_os_str(),
+                "--inputs".as_ref(),
+                examples.join("mlp.inputs.json").as_os_str(),
+                "--cache-dir".as_ref(),
+                dir.path().as_os_str(),
+                "--service".as_ref(),
+                hald.socket().as_os_str(),
+            ])
+        };
+        let (ok, first) = run();
+        assert!(ok && first.contains("cache saved"), "{first}");
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert_eq!(names[0].len(), 66);
+        assert!(
+            names[0].ends_with("10") && names[1].ends_with("20"),
+            "{names:?}"
+        );
+        assert_eq!(names[0][..64], names[1][..64]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(&names[0]))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let (ok, second) = run();
+        assert!(ok && second.contains("prepared from the cache"), "{second}");
+        assert_eq!(outputs(&first), outputs(&second));
+        flip_bit(&dir.path().join(&names[0]), &mut Rng::new(11));
+        let (ok, third) = run();
+        assert!(ok && third.contains("cache saved"), "{third}");
+        assert_eq!(outputs(&first), outputs(&third));
+        let (ok, fourth) = run();
+        assert!(ok && fourth.contains("prepared from the cache"), "{fourth}");
+    });
+}
+
+#[test]
+fn nnaccelctl_cache_lists_and_clears_the_services_cache() {
+    with_service(|_, hald| {
+        let c = hald.client();
+        c.cache_clear().unwrap();
+        let (model, _, _) = test_model(1.0);
+        drop(prepare(&c, &model).unwrap());
+        let sock = hald.socket().as_os_str();
+        let (ok, list) = nnaccelctl(&[
+            "cache".as_ref(),
+            "list".as_ref(),
+            "--service".as_ref(),
+            sock,
+        ]);
+        assert!(ok && list.contains("1 entry"), "{list}");
+        let key = &c.cache_list().unwrap().1[0].key;
+        assert!(list.contains(key.as_str()), "{list}");
+        let (ok, cleared) = nnaccelctl(&[
+            "cache".as_ref(),
+            "clear".as_ref(),
+            "--service".as_ref(),
+            sock,
+        ]);
+        assert!(ok && cleared.contains("removed 1 entries"), "{cleared}");
+        assert!(c.cache_list().unwrap().1.is_empty());
+    });
+}

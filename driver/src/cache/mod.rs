@@ -10,6 +10,7 @@
 //! - [`managed`]: the driver-managed cache (bounded, least recently used evicted).
 
 pub mod blob;
+pub mod client;
 pub mod files;
 pub mod managed;
 pub mod records;
@@ -144,12 +145,16 @@ impl CacheState {
     pub fn open(state_dir: &Path, managed_max_bytes: u64) -> Result<Self, CacheError> {
         let build_id = build_id();
         let records = RecordStore::open(state_dir, &build_id)?;
-        let managed = ManagedCache::open(state_dir, managed_max_bytes)?;
+        let managed = if managed_max_bytes > 0 {
+            Some(ManagedCache::open(state_dir, managed_max_bytes)?)
+        } else {
+            None
+        };
         Ok(Self {
             build_id,
             state_dir: Some(state_dir.to_path_buf()),
             records: Mutex::new(records),
-            managed: managed.enabled().then_some(managed),
+            managed,
         })
     }
 

@@ -123,7 +123,7 @@ impl MemfdBuffer {
         };
         let mut done = 0usize;
         while done < bytes.len() {
-            match rustix::io::pwrite(&*fd, &bytes[done..], self.len + done as u64) {
+            match rustix::io::pwrite(fd, &bytes[done..], self.len + done as u64) {
                 Ok(n) => done += n,
                 Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),

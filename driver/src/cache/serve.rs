@@ -8,6 +8,9 @@ use super::{CacheHandle, Token};
 use crate::hal::{Deadline, Driver, ErrorStatus, ExecutionPreference, PreparedModel, Priority};
 use crate::protocol::{ProtocolError, ReceivedFds, WireModel, model_from_wire};
 
+/// Driver-managed cache entries on the wire: (key, bytes, last used).
+pub type WireEntries = Vec<(String, u64, u64)>;
+
 /// A failed call: its status and message.
 pub type Refusal = (ErrorStatus, String);
 
@@ -76,6 +79,7 @@ pub fn prepare_with_cache(
 }
 
 /// `PrepareModelFromCache`.
+#[allow(clippy::too_many_arguments)]
 pub fn prepare_from_cache(
     driver: &Driver,
     fds: &mut ReceivedFds,
@@ -102,7 +106,7 @@ pub fn prepare_from_cache(
 }
 
 /// `CacheList`: (enabled, entries).
-pub fn list(driver: &Driver) -> Result<(bool, Vec<(String, u64, u64)>), Refusal> {
+pub fn list(driver: &Driver) -> Result<(bool, WireEntries), Refusal> {
     let Some(m) = driver.cache_state().managed() else {
         return Ok((false, Vec::new()));
     };

@@ -36,7 +36,8 @@ struct Args {
     #[arg(long)]
     cpu: bool,
 
-    /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection).
+    /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection,
+    /// state_dir, managed_cache_max_bytes).
     #[arg(long, default_value = "/etc/nnaccel/hald.toml")]
     config: PathBuf,
 

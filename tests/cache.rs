@@ -580,7 +580,7 @@ fn records_survive_a_restart_and_a_new_driver_build_invalidates_them() {
 }
 
 #[test]
-fn the_driver_managed_cache_serves_a_second_preparation_and_clears() {
+fn the_driver_managed_cache_serves_later_preparations_with_their_own_constants_and_clears() {
     with_service(|_, hald| {
         let c = hald.client();
         c.cache_clear().unwrap();
@@ -598,9 +598,17 @@ fn the_driver_managed_cache_serves_a_second_preparation_and_clears() {
             hald.log().contains("driver-managed cache hit"),
             "the second preparation was a hit"
         );
-        // Other constants are another entry.
+        // Entries hold the compiled structure and placement, not the weights: the same
+        // structure with other constants is a hit, and computes with the new constants.
+        let hits = |h: &Hald| h.log().matches("driver-managed cache hit").count();
+        let before = hits(hald);
         let (other, d1, d2) = test_model(5.0);
-        check_results(&*prepare(&c, &other).unwrap(), &d1, &d2, "another model");
+        check_results(&*prepare(&c, &other).unwrap(), &d1, &d2, "other constants");
+        assert_eq!(hits(hald), before + 1);
+        assert_eq!(c.cache_list().unwrap().1.len(), 1);
+        // Another structure is another entry.
+        let add = binary_model(OperationType::Add, 8);
+        drop(prepare(&c, &add).unwrap());
         assert_eq!(c.cache_list().unwrap().1.len(), 2);
         assert_eq!(c.cache_clear().unwrap(), 2);
         assert!(c.cache_list().unwrap().1.is_empty());

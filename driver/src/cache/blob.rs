@@ -44,7 +44,22 @@ pub struct Encoded {
 
 /// Encodes `model` (its pool constants read now) with its placement.
 pub fn encode(model: &Model, on_device: bool) -> Result<Encoded, CacheError> {
-    let mut data = model.operand_values.clone();
+    encode_with(model, on_device, true)
+}
+
+/// The model-cache bytes of `model` alone, without reading any constant (`data` stays
+/// empty): what [`encode`] would give as `model`.
+pub fn encode_structure(model: &Model) -> Result<Encoded, CacheError> {
+    encode_with(model, false, false)
+}
+
+fn encode_with(model: &Model, on_device: bool, with_data: bool) -> Result<Encoded, CacheError> {
+    let mut data = if with_data {
+        model.operand_values.clone()
+    } else {
+        Vec::new()
+    };
+    let mut data_len = model.operand_values.len() as u64;
     let mut operands = model.operands.clone();
     let mut mapped: Vec<Option<MappedPool>> = (0..model.pools.len()).map(|_| None).collect();
     for o in &mut operands {
@@ -52,6 +67,24 @@ pub fn encode(model: &Model, on_device: bool) -> Result<Encoded, CacheError> {
             continue;
         }
         let index = o.location.pool_index as usize;
+        if index >= model.pools.len() {
+            return Err(CacheError::Encode(format!("pool {index} out of range")));
+        }
+        data_len = data_len.next_multiple_of(8);
+        let offset = u32::try_from(data_len)
+            .map_err(|_| CacheError::Encode("constants exceed 4 GiB".into()))?;
+        data_len += u64::from(o.location.length);
+        o.lifetime = OperandLifetime::ConstantCopy;
+        let original = o.location;
+        o.location = DataLocation {
+            pool_index: 0,
+            offset,
+            length: original.length,
+            padding: 0,
+        };
+        if !with_data {
+            continue;
+        }
         let slot = mapped
             .get_mut(index)
             .ok_or_else(|| CacheError::Encode(format!("pool {index} out of range")))?;
@@ -65,23 +98,12 @@ pub fn encode(model: &Model, on_device: bool) -> Result<Encoded, CacheError> {
             continue;
         };
         let bytes = pool
-            .read(o.location.offset as usize, o.location.length as usize)
+            .read(original.offset as usize, original.length as usize)
             .map_err(|s| CacheError::Encode(format!("constant outside its pool: {s:?}")))?;
-        while data.len() % 8 != 0 {
-            data.push(0);
-        }
-        let offset = u32::try_from(data.len())
-            .map_err(|_| CacheError::Encode("constants exceed 4 GiB".into()))?;
+        data.resize(offset as usize, 0);
         data.extend_from_slice(&bytes);
-        o.lifetime = OperandLifetime::ConstantCopy;
-        o.location = DataLocation {
-            pool_index: 0,
-            offset,
-            length: o.location.length,
-            padding: 0,
-        };
     }
-    u32::try_from(data.len()).map_err(|_| CacheError::Encode("constants exceed 4 GiB".into()))?;
+    u32::try_from(data_len).map_err(|_| CacheError::Encode("constants exceed 4 GiB".into()))?;
     let skeleton = Model {
         operands,
         operations: model.operations.clone(),
@@ -94,7 +116,7 @@ pub fn encode(model: &Model, on_device: bool) -> Result<Encoded, CacheError> {
     let mut fds = FdList::default();
     let program = CachedProgram {
         model: protocol::model_to_wire(&skeleton, &mut fds),
-        data_len: data.len() as u64,
+        data_len,
     };
     let body = protocol::encode(&program).map_err(|e| CacheError::Encode(e.to_string()))?;
     let mut bytes = Vec::with_capacity(HEADER + body.len());
@@ -147,6 +169,19 @@ pub fn decode(model_bytes: &[u8], data: MemfdBuffer) -> Result<(Model, bool), Ca
     }
     let mut model = protocol::model_from_wire(program.model, &mut ReceivedFds::new(Vec::new()))
         .map_err(|e| corrupt(e.to_string()))?;
+    split_constants(&mut model, data)?;
+    Ok((model, on_device))
+}
+
+/// Lays out the CONSTANT_COPY constants of `model`, whose locations are offsets into `data`:
+/// large tensors become CONSTANT_REFERENCE into `data` (an ashmem pool appended to the
+/// model's pools, sealed against resizing), small ones and scalars are copied into a fresh
+/// `operand_values`. Locations outside `data` are refused.
+fn split_constants(model: &mut Model, data: MemfdBuffer) -> Result<(), CacheError> {
+    let corrupt = |m: String| CacheError::Corrupt(m);
+    let pool_index =
+        u32::try_from(model.pools.len()).map_err(|_| corrupt("too many pools".into()))?;
+    let mut values = Vec::new();
     let mut referenced = false;
     for o in &mut model.operands {
         if o.lifetime != OperandLifetime::ConstantCopy {
@@ -158,20 +193,19 @@ pub fn decode(model_bytes: &[u8], data: MemfdBuffer) -> Result<(Model, bool), Ca
         }
         if length >= REFERENCE_AT && !o.operand_type.is_scalar() {
             o.lifetime = OperandLifetime::ConstantReference;
-            o.location.pool_index = 0;
+            o.location.pool_index = pool_index;
             referenced = true;
         } else {
             let mut bytes = vec![0u8; length as usize];
             data.read_at(u64::from(offset), &mut bytes)
                 .map_err(|e| corrupt(e.to_string()))?;
-            while model.operand_values.len() % 8 != 0 {
-                model.operand_values.push(0);
-            }
-            o.location.offset = u32::try_from(model.operand_values.len())
+            values.resize(values.len().next_multiple_of(8), 0);
+            o.location.offset = u32::try_from(values.len())
                 .map_err(|_| corrupt("constants exceed 4 GiB".into()))?;
-            model.operand_values.extend_from_slice(&bytes);
+            values.extend_from_slice(&bytes);
         }
     }
+    model.operand_values = values;
     let size = data.len();
     if referenced && let Some(fd) = data.into_fd().map_err(|e| corrupt(e.to_string()))? {
         model.pools.push(Memory {
@@ -180,12 +214,45 @@ pub fn decode(model_bytes: &[u8], data: MemfdBuffer) -> Result<(Model, bool), Ca
             size,
         });
     }
-    Ok((model, on_device))
+    Ok(())
+}
+
+/// `model` with its large CONSTANT_COPY constants moved into a private memfd pool (one copy),
+/// as a model loaded from a cache has them: the device imports the pool instead of taking
+/// the constants inline in its program, and the CPU plan maps it. None when there are none.
+pub fn with_large_copies_referenced(model: &Model) -> Result<Option<Model>, CacheError> {
+    let large = model.operands.iter().any(|o| {
+        o.lifetime == OperandLifetime::ConstantCopy
+            && o.location.length >= REFERENCE_AT
+            && !o.operand_type.is_scalar()
+    });
+    if !large {
+        return Ok(None);
+    }
+    let mut data = MemfdBuffer::new();
+    data.append(&model.operand_values)
+        .map_err(|e| CacheError::Encode(e.to_string()))?;
+    let mut out = Model {
+        operands: model.operands.clone(),
+        operations: model.operations.clone(),
+        input_indexes: model.input_indexes.clone(),
+        output_indexes: model.output_indexes.clone(),
+        operand_values: Vec::new(),
+        pools: model.pools.clone(),
+        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
+    };
+    split_constants(&mut out, data)?;
+    Ok(Some(out))
 }
 
 /// The model-cache bytes without the placement byte (what identifies the model's content).
 pub fn without_placement(model_bytes: &[u8]) -> &[u8] {
     model_bytes.get(HEADER..).unwrap_or_default()
+}
+
+/// The placement byte of encoded model-cache bytes (true: the device).
+pub fn placement(model_bytes: &[u8]) -> bool {
+    model_bytes.get(HEADER - 1) == Some(&1)
 }
 
 /// Sets the placement byte of encoded model-cache bytes.

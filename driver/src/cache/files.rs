@@ -191,3 +191,38 @@ pub fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
     rustix::fs::ftruncate(fd, bytes.len() as u64)?;
     Ok(())
 }
+
+/// Runs `read`, which hands the bytes it reads to its argument in chunks: each chunk goes to
+/// `sink` on this thread and to `hash` on a second thread, so hashing overlaps reading and
+/// copying (both cost about the same per byte). Returns what `read` returns.
+pub fn read_hashing_aside(
+    hash: &mut (dyn FnMut(&[u8]) + Send),
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    read: impl FnOnce(&mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<u64>,
+) -> io::Result<u64> {
+    use std::sync::mpsc;
+    std::thread::scope(|s| {
+        let (to_hasher, chunks) = mpsc::sync_channel::<Vec<u8>>(4);
+        let (recycle, spare) = mpsc::channel::<Vec<u8>>();
+        let hasher = s.spawn(move || {
+            for chunk in chunks {
+                hash(&chunk);
+                let _ = recycle.send(chunk);
+            }
+        });
+        let result = read(&mut |c: &[u8]| {
+            sink(c)?;
+            let mut buf = spare.try_recv().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(c);
+            to_hasher
+                .send(buf)
+                .map_err(|_| io::Error::other("the hashing thread ended"))
+        });
+        drop(to_hasher);
+        hasher
+            .join()
+            .map_err(|_| io::Error::other("the hashing thread panicked"))?;
+        result
+    })
+}

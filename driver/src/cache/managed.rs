@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use std::os::fd::AsFd;
 
-use super::files::{MAX_CACHE_FILE_BYTES, MemfdBuffer, read_chunks};
+use super::files::{MAX_CACHE_FILE_BYTES, MemfdBuffer, read_chunks, read_hashing_aside};
 use super::records::write_atomically;
 use super::{CacheError, Hash, hex};
 
@@ -221,13 +221,16 @@ fn read_entry(file: &fs::File) -> std::io::Result<Option<(Vec<u8>, MemfdBuffer)>
     let mut h = Sha256::new();
     let mut model = Vec::new();
     let mut data = MemfdBuffer::new();
-    read_chunks(file.as_fd(), HEADER as u64, &mut |c| {
-        h.update(c);
-        let room = (model_len as usize).saturating_sub(model.len());
-        let (m, d) = c.split_at(room.min(c.len()));
-        model.extend_from_slice(m);
-        data.append(d)
-    })?;
+    read_hashing_aside(
+        &mut |c| h.update(c),
+        &mut |c| {
+            let room = (model_len as usize).saturating_sub(model.len());
+            let (m, d) = c.split_at(room.min(c.len()));
+            model.extend_from_slice(m);
+            data.append(d)
+        },
+        |sink| read_chunks(file.as_fd(), HEADER as u64, sink),
+    )?;
     let sum: Hash = h.finalize().into();
     let complete = model.len() as u64 == model_len && data.len() == data_len;
     Ok((complete && sum[..] == header[24..HEADER]).then_some((model, data)))

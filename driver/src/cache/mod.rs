@@ -324,10 +324,11 @@ impl Driver {
         hasher.kind(true, data_fds.len());
         let mut data = files::MemfdBuffer::new();
         for fd in &data_fds {
-            let len = files::read_file_with(*fd, &mut |c| {
-                hasher.bytes(c);
-                data.append(c)
-            })
+            let len = files::read_hashing_aside(
+                &mut |c| hasher.bytes(c),
+                &mut |c| data.append(c),
+                |sink| files::read_file_with(*fd, sink),
+            )
             .map_err(|e| failed(CacheError::ClientFile(e)))?;
             hasher.end_file(len);
         }
@@ -363,8 +364,14 @@ fn save(
     Ok(hash_buffers(&model_bufs, &data_bufs))
 }
 
-/// `prepareModel` through the driver-managed cache: a hit prepares from the stored form
-/// (no placement probing), a miss prepares fully and stores the result.
+/// `prepareModel` through the driver-managed cache. What compilation produces here is the
+/// model's structure and its placement (the device program is built from them and the
+/// constants, which come with every preparation), so an entry holds the model-cache form and
+/// the key covers everything compilation depends on: the build, the device, the structure
+/// (types, shapes, lifetimes, constant locations and lengths, operations) and the kinds and
+/// sizes of the constant pools — not the constant values, which placement never depends on.
+/// A hit validates the model and builds its plans with no probing; anything unexpected falls
+/// back to the full path, which also answers every error with its proper code.
 pub(crate) fn prepare_managed(
     driver: &Driver,
     cache: &ManagedCache,
@@ -374,38 +381,54 @@ pub(crate) fn prepare_managed(
     priority: Priority,
     deadline: Option<Deadline>,
 ) -> Result<PreparedModel, ErrorStatus> {
-    let enc = match blob::encode(model, false) {
-        Ok(e) => e,
-        // Whatever is wrong with the model, the full path reports it with the right code.
-        Err(_) => return driver.prepare_model_uncached(model, preference, priority, deadline),
+    let start = Instant::now();
+    let Ok(structure) = blob::encode_structure(model) else {
+        return driver.prepare_model_uncached(model, preference, priority, deadline);
     };
-    let key = ManagedCache::key(build_id, blob::without_placement(&enc.model), &enc.data);
-    if let Some((m, d)) = cache
+    let mut identity = format!("{build_id}\n{}\n", driver.description());
+    for p in &model.pools {
+        let (kind, prot, offset) = match p.kind {
+            crate::hal::MemoryKind::Ashmem => (0, 0, 0),
+            crate::hal::MemoryKind::MmapFd { prot, offset } => (1, prot, offset),
+            crate::hal::MemoryKind::HardwareBufferBlob => (2, 0, 0),
+            crate::hal::MemoryKind::HardwareBuffer => (3, 0, 0),
+        };
+        identity.push_str(&format!("pool {kind} {prot} {offset} {}\n", p.size));
+    }
+    let wanted = blob::without_placement(&structure.model);
+    let key = ManagedCache::key(&identity, wanted, &[]);
+    let found = cache
         .get(&key)
         .map_err(|e| tracing::warn!("driver-managed cache: {e}"))
         .ok()
-        .flatten()
+        .flatten();
+    if let Some((stored, _)) = found
+        && blob::without_placement(&stored) == wanted
     {
-        match blob::decode(&m, d) {
-            Ok((cached, on_device)) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(ErrorStatus::MissedDeadlineTransient);
-                }
-                match driver.prepare_from_parts(&cached, on_device, preference) {
-                    Ok(pm) => {
-                        tracing::debug!("driver-managed cache hit {}", hex(&key));
-                        return Ok(pm);
-                    }
-                    Err(s) => tracing::info!("driver-managed cache entry unusable ({s:?})"),
-                }
+        let on_device = blob::placement(&stored);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(ErrorStatus::MissedDeadlineTransient);
+        }
+        let moved = blob::with_large_copies_referenced(model)
+            .map_err(|e| tracing::debug!("driver-managed cache: {e}"))
+            .ok()
+            .flatten();
+        match driver.prepare_from_parts(moved.as_ref().unwrap_or(model), on_device, preference) {
+            Ok(pm) => {
+                tracing::debug!(
+                    "driver-managed cache hit {} in {:?}",
+                    hex(&key),
+                    start.elapsed()
+                );
+                return Ok(pm);
             }
-            Err(e) => tracing::warn!("driver-managed cache entry: {e}"),
+            Err(s) => tracing::debug!("driver-managed cache entry not usable ({s:?})"),
         }
     }
     let pm = driver.prepare_model_uncached(model, preference, priority, deadline)?;
-    let mut stored = enc.model;
+    let mut stored = structure.model;
     blob::set_placement(&mut stored, pm.runs_on_device());
-    if let Err(e) = cache.put(&key, &stored, &enc.data) {
+    if let Err(e) = cache.put(&key, &stored, &[]) {
         tracing::warn!("driver-managed cache: {e}");
     }
     Ok(pm)

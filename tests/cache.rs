@@ -727,3 +727,44 @@ fn nnaccelctl_cache_lists_and_clears_the_services_cache() {
         assert!(c.cache_list().unwrap().1.is_empty());
     });
 }
+
+#[test]
+fn an_o_append_fd_saves_nothing_rather_than_a_cache_that_never_loads() {
+    let driver = Driver::new(Backend::CpuOnly);
+    let (model, c1, c2) = test_model(0.0);
+    let files = CacheFiles::new();
+    let token = Rng::new(12).token();
+    let append = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(&files.model)
+        .unwrap();
+    let (_, d, _) = files.open();
+    let pm = save(&driver, &model, &one(&append), &one(&d), &token);
+    check_results(&*pm, &c1, &c2, "prepared with an O_APPEND cache fd");
+    assert_eq!(std::fs::metadata(&files.model).unwrap().len(), 0);
+    assert_general_failure(load_files(&driver, &files, &token), "nothing was recorded");
+}
+
+#[test]
+fn nnaccelctl_run_with_a_cache_dir_caches_across_runs_in_process() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let dir = tempfile::tempdir().unwrap();
+    let run = || {
+        nnaccelctl(&[
+            "run".as_ref(),
+            examples.join("add.json").as_os_str(),
+            "--inputs".as_ref(),
+            examples.join("add.inputs.json").as_os_str(),
+            "--cache-dir".as_ref(),
+            dir.path().as_os_str(),
+            "--cpu".as_ref(),
+        ])
+    };
+    let (ok, first) = run();
+    assert!(ok && first.contains("cache saved"), "{first}");
+    let (ok, second) = run();
+    assert!(ok && second.contains("prepared from the cache"), "{second}");
+    assert_eq!(outputs(&first), outputs(&second));
+    assert!(dir.path().join(".nnaccel-state/cache-records").is_file());
+}

@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::FlockOperation;
 
-/// Largest cache file read (a bigger one is refused, never allocated).
+/// Largest cache file read (a bigger one is refused, never allocated): bounds the memory a
+/// client's data cache can make the service take.
 pub const MAX_CACHE_FILE_BYTES: u64 = 1 << 30;
+/// Largest model-cache file read: its encoded structure is tens of bytes per operand.
+pub const MAX_MODEL_CACHE_BYTES: u64 = 64 << 20;
 /// How long to wait for another holder of a file's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 
@@ -52,11 +55,12 @@ fn too_large() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "cache file too large")
 }
 
-/// Reads `fd` from `offset` to end of file (at most [`MAX_CACHE_FILE_BYTES`]) in chunks,
-/// handing each to `sink`; returns the bytes read. No lock: see [`read_file`].
+/// Reads `fd` from `offset` to end of file (at most `max` bytes, else an error) in chunks,
+/// handing each to `sink`; returns the bytes read. No lock: see [`read_file_with`].
 pub fn read_chunks(
     fd: BorrowedFd<'_>,
     offset: u64,
+    max: u64,
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<u64> {
     let mut buf = vec![0u8; CHUNK];
@@ -66,7 +70,7 @@ pub fn read_chunks(
             Ok(0) => return Ok(done),
             Ok(n) => {
                 done += n as u64;
-                if done > MAX_CACHE_FILE_BYTES {
+                if done > max {
                     return Err(too_large());
                 }
                 sink(&buf[..n])?;
@@ -77,24 +81,15 @@ pub fn read_chunks(
     }
 }
 
-/// Reads the whole file behind `fd` from offset 0 under a shared lock, whatever the fd's
-/// offset, handing the bytes to `sink` in chunks; returns the length.
+/// Reads the whole file behind `fd` (at most `max` bytes) from offset 0 under a shared lock,
+/// whatever the fd's offset, handing the bytes to `sink` in chunks; returns the length.
 pub fn read_file_with(
     fd: BorrowedFd<'_>,
+    max: u64,
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<u64> {
     let _lock = lock(fd, false)?;
-    read_chunks(fd, 0, sink)
-}
-
-/// Reads the whole file behind `fd` into memory (see [`read_file_with`]).
-pub fn read_file(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    read_file_with(fd, &mut |c| {
-        out.extend_from_slice(c);
-        Ok(())
-    })?;
-    Ok(out)
+    read_chunks(fd, 0, max, sink)
 }
 
 /// Bytes copied into a private memfd (sealed against shrinking and growing once complete):
@@ -178,6 +173,13 @@ impl Default for MemfdBuffer {
 /// Replaces the content of the file behind `fd` with `bytes` (from offset 0, then truncated)
 /// under an exclusive lock.
 pub fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
+    // pwrite on an O_APPEND file appends whatever the offset: the cache would never load.
+    if rustix::fs::fcntl_getfl(fd)?.contains(rustix::fs::OFlags::APPEND) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cache file opened with O_APPEND",
+        ));
+    }
     let _lock = lock(fd, true)?;
     let mut done = 0usize;
     while done < bytes.len() {

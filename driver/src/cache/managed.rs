@@ -229,7 +229,7 @@ fn read_entry(file: &fs::File) -> std::io::Result<Option<(Vec<u8>, MemfdBuffer)>
             model.extend_from_slice(m);
             data.append(d)
         },
-        |sink| read_chunks(file.as_fd(), HEADER as u64, sink),
+        |sink| read_chunks(file.as_fd(), HEADER as u64, MAX_CACHE_FILE_BYTES, sink),
     )?;
     let sum: Hash = h.finalize().into();
     let complete = model.len() as u64 == model_len && data.len() == data_len;

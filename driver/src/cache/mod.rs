@@ -313,7 +313,7 @@ impl Driver {
         hasher.kind(false, model_fds.len());
         let mut model_bytes = Vec::new();
         for fd in &model_fds {
-            let len = files::read_file_with(*fd, &mut |c| {
+            let len = files::read_file_with(*fd, files::MAX_MODEL_CACHE_BYTES, &mut |c| {
                 hasher.bytes(c);
                 model_bytes.extend_from_slice(c);
                 Ok(())
@@ -327,7 +327,7 @@ impl Driver {
             let len = files::read_hashing_aside(
                 &mut |c| hasher.bytes(c),
                 &mut |c| data.append(c),
-                |sink| files::read_file_with(*fd, sink),
+                |sink| files::read_file_with(*fd, files::MAX_CACHE_FILE_BYTES, sink),
             )
             .map_err(|e| failed(CacheError::ClientFile(e)))?;
             hasher.end_file(len);

@@ -6,7 +6,6 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,14 +117,7 @@ struct CacheFiles {
 }
 
 fn open_rw(p: &Path) -> File {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(p)
-        .unwrap()
+    nnaccel::cache::client::open_cache_file(p).unwrap()
 }
 
 impl CacheFiles {
@@ -273,88 +265,68 @@ fn non_zero_fd_offsets_and_junk_in_the_files_do_not_matter() {
     });
 }
 
-#[test]
-fn one_handle_too_many_or_too_few_when_saving_prepares_but_saves_nothing() {
-    with_service(|_, hald| {
-        let c = hald.client();
-        let (model, c1, c2) = test_model(0.0);
-        let mut rng = Rng::new(3);
-        for case in 0..4 {
-            let files = CacheFiles::new();
-            let token = rng.token();
-            let (m, d, x) = files.open();
-            let (mc, dc): (Vec<CacheHandle>, Vec<CacheHandle>) = match case {
-                0 => (vec![vec![m.as_fd()], vec![x.as_fd()]], one(&d)),
-                1 => (vec![], one(&d)),
-                2 => (one(&m), vec![vec![d.as_fd()], vec![x.as_fd()]]),
-                _ => (one(&m), vec![]),
-            };
-            let pm = save(&c, &model, &mc, &dc, &token);
-            check_results(&*pm, &c1, &c2, &format!("case {case}"));
-            assert_general_failure(load(&c, &mc, &dc, &token), "the same wrong handles");
-            assert_general_failure(load_files(&c, &files, &token), "nothing was recorded");
-        }
-    });
+type Handles<'a> = (Vec<CacheHandle<'a>>, Vec<CacheHandle<'a>>);
+
+/// One handle too many or too few, for each kind (`x` is a spare file).
+fn wrong_handle_counts<'a>(m: &'a File, d: &'a File, x: &'a File) -> Vec<Handles<'a>> {
+    vec![
+        (vec![vec![m.as_fd()], vec![x.as_fd()]], one(d)),
+        (vec![], one(d)),
+        (one(m), vec![vec![d.as_fd()], vec![x.as_fd()]]),
+        (one(m), vec![]),
+    ]
+}
+
+/// Two fds in one handle, or none, for each kind.
+fn wrong_fd_counts<'a>(m: &'a File, d: &'a File, x: &'a File) -> Vec<Handles<'a>> {
+    vec![
+        (vec![vec![m.as_fd(), x.as_fd()]], one(d)),
+        (vec![vec![]], one(d)),
+        (one(m), vec![vec![d.as_fd(), x.as_fd()]]),
+        (one(m), vec![vec![]]),
+    ]
+}
+
+/// Saving through each of `cases` prepares (correct results) and records nothing; loading a
+/// good cache through each of them is GENERAL_FAILURE, and through good handles works.
+fn bad_handles_are_never_saved_or_loaded(
+    dev: &dyn HalDevice,
+    seed: u64,
+    cases: for<'a> fn(&'a File, &'a File, &'a File) -> Vec<Handles<'a>>,
+) {
+    let (model, c1, c2) = test_model(0.0);
+    let mut rng = Rng::new(seed);
+    for case in 0..4 {
+        let files = CacheFiles::new();
+        let token = rng.token();
+        let (m, d, x) = files.open();
+        let (mc, dc) = &cases(&m, &d, &x)[case];
+        let pm = save(dev, &model, mc, dc, &token);
+        check_results(&*pm, &c1, &c2, &format!("save case {case}"));
+        assert_general_failure(load(dev, mc, dc, &token), "the same bad handles");
+        assert_general_failure(load_files(dev, &files, &token), "nothing was recorded");
+    }
+    let files = CacheFiles::new();
+    let token = rng.token();
+    save_files(dev, &model, &files, &token);
+    let (m, d, x) = files.open();
+    for (i, (mc, dc)) in cases(&m, &d, &x).iter().enumerate() {
+        assert_general_failure(load(dev, mc, dc, &token), &format!("load case {i}"));
+    }
+    assert!(load(dev, &one(&m), &one(&d), &token).is_ok());
 }
 
 #[test]
-fn one_handle_too_many_or_too_few_when_loading_fails() {
+fn one_handle_too_many_or_too_few_saves_nothing_and_loads_nothing() {
     with_service(|_, hald| {
-        let c = hald.client();
-        let (model, _, _) = test_model(0.0);
-        let files = CacheFiles::new();
-        let token = Rng::new(4).token();
-        save_files(&c, &model, &files, &token);
-        let (m, d, x) = files.open();
-        let cases: [(Vec<CacheHandle>, Vec<CacheHandle>); 4] = [
-            (vec![vec![m.as_fd()], vec![x.as_fd()]], one(&d)),
-            (vec![], one(&d)),
-            (one(&m), vec![vec![d.as_fd()], vec![x.as_fd()]]),
-            (one(&m), vec![]),
-        ];
-        for (i, (mc, dc)) in cases.iter().enumerate() {
-            assert_general_failure(load(&c, mc, dc, &token), &format!("case {i}"));
-        }
-        assert!(load(&c, &one(&m), &one(&d), &token).is_ok());
+        bad_handles_are_never_saved_or_loaded(&hald.client(), 3, wrong_handle_counts)
     });
 }
 
 #[test]
 fn a_handle_with_two_fds_or_none_is_never_saved_or_loaded() {
     with_service(|_, hald| {
-        let c = hald.client();
-        let (model, c1, c2) = test_model(0.0);
-        let mut rng = Rng::new(5);
-        // Saving: prepares, records nothing.
-        for case in 0..4 {
-            let files = CacheFiles::new();
-            let token = rng.token();
-            let (m, d, x) = files.open();
-            let (mc, dc): (Vec<CacheHandle>, Vec<CacheHandle>) = match case {
-                0 => (vec![vec![m.as_fd(), x.as_fd()]], one(&d)),
-                1 => (vec![vec![]], one(&d)),
-                2 => (one(&m), vec![vec![d.as_fd(), x.as_fd()]]),
-                _ => (one(&m), vec![vec![]]),
-            };
-            let pm = save(&c, &model, &mc, &dc, &token);
-            check_results(&*pm, &c1, &c2, &format!("save case {case}"));
-            assert_general_failure(load_files(&c, &files, &token), "nothing was recorded");
-        }
-        // Loading a good cache through bad handles fails.
-        let files = CacheFiles::new();
-        let token = rng.token();
-        save_files(&c, &model, &files, &token);
-        let (m, d, x) = files.open();
-        let cases: [(Vec<CacheHandle>, Vec<CacheHandle>); 4] = [
-            (vec![vec![m.as_fd(), x.as_fd()]], one(&d)),
-            (vec![vec![]], one(&d)),
-            (one(&m), vec![vec![d.as_fd(), x.as_fd()]]),
-            (one(&m), vec![vec![]]),
-        ];
-        for (i, (mc, dc)) in cases.iter().enumerate() {
-            assert_general_failure(load(&c, mc, dc, &token), &format!("load case {i}"));
-        }
-        assert!(load(&c, &one(&m), &one(&d), &token).is_ok());
+        bad_handles_are_never_saved_or_loaded(&hald.client(), 5, wrong_fd_counts)
     });
 }
 

@@ -234,17 +234,8 @@ impl HalDevice for ServiceClient {
             priority: priority.code(),
             timeout_ns: timeout_ns(deadline),
         };
-        match self.inner.call(&msg, &fds)? {
-            ServiceMessage::Prepared {
-                model_id,
-                on_device,
-            } => Ok(Arc::new(RemotePreparedModel {
-                inner: self.inner.clone(),
-                model_id,
-                on_device,
-            })),
-            m => Err(unexpected(&m)),
-        }
+        let answer = self.inner.call(&msg, &fds)?;
+        self.prepared(answer)
     }
 
     fn get_number_of_cache_files_needed(&self) -> Result<(u32, u32), ErrorStatus> {

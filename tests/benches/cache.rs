@@ -13,9 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::ffi::OsStr;
-use std::fs::OpenOptions;
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -107,16 +105,8 @@ struct Figures {
 
 fn measure(sim: &Sim, model: &Model, iters: usize) -> Figures {
     let dir = tempfile::tempdir().unwrap();
-    let open = |name: &str| {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(dir.path().join(name))
-            .unwrap()
-    };
+    let open =
+        |name: &str| nnaccel::cache::client::open_cache_file(&dir.path().join(name)).unwrap();
     let (mf, df) = (open("model"), open("data"));
     let token = [7u8; 32];
     let pref = ExecutionPreference::FastSingleAnswer;

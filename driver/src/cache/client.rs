@@ -48,6 +48,17 @@ pub fn cache_file_names(
     )
 }
 
+/// Opens a cache file read-write, creating it with mode 0600 (its content is kept).
+pub fn open_cache_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
 /// How a preparation through a cache directory went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheOutcome {
@@ -80,15 +91,7 @@ impl CacheFiles {
             .map_err(|s| io::Error::other(format!("cache token: {}", s.name())))?;
         std::fs::create_dir_all(dir)?;
         let (model_names, data_names) = cache_file_names(&token, nm, nd);
-        let open = |name: &String| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(dir.join(name))
-        };
+        let open = |name: &String| open_cache_file(&dir.join(name));
         Ok(Self {
             token,
             model: model_names.iter().map(open).collect::<io::Result<_>>()?,

@@ -24,6 +24,19 @@ fn take_handles(
         .collect()
 }
 
+/// The model-cache and data-cache handles' fds.
+#[allow(clippy::type_complexity)]
+fn take_both(
+    fds: &mut ReceivedFds,
+    model_cache: &[Vec<u32>],
+    data_cache: &[Vec<u32>],
+) -> Result<(Vec<Vec<Arc<OwnedFd>>>, Vec<Vec<Arc<OwnedFd>>>), Refusal> {
+    Ok((
+        take_handles(fds, model_cache).map_err(invalid)?,
+        take_handles(fds, data_cache).map_err(invalid)?,
+    ))
+}
+
 fn borrow(handles: &[Vec<Arc<OwnedFd>>]) -> Vec<CacheHandle<'_>> {
     handles
         .iter()
@@ -63,8 +76,7 @@ pub fn prepare_with_cache(
 ) -> Result<PreparedModel, Refusal> {
     let model = model_from_wire(model, fds).map_err(invalid)?;
     let (preference, priority) = codes(preference, priority)?;
-    let mc = take_handles(fds, model_cache).map_err(invalid)?;
-    let dc = take_handles(fds, data_cache).map_err(invalid)?;
+    let (mc, dc) = take_both(fds, model_cache, data_cache)?;
     driver
         .prepare_model_with_cache(
             &model,
@@ -91,8 +103,7 @@ pub fn prepare_from_cache(
     token: &Token,
 ) -> Result<PreparedModel, Refusal> {
     let (preference, priority) = codes(preference, priority)?;
-    let mc = take_handles(fds, model_cache).map_err(invalid)?;
-    let dc = take_handles(fds, data_cache).map_err(invalid)?;
+    let (mc, dc) = take_both(fds, model_cache, data_cache)?;
     driver
         .prepare_model_from_cache(
             preference,

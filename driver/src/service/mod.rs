@@ -260,53 +260,22 @@ impl Service {
                 preference,
                 priority,
                 timeout_ns,
-            } => {
-                if models.len() >= self.config.max_models_per_connection {
-                    return error(
-                        ErrorStatus::ResourceExhaustedTransient,
-                        format!(
-                            "at most {} prepared models per connection",
-                            self.config.max_models_per_connection
-                        ),
-                    );
-                }
-                let model = match model_from_wire(model, &mut fds) {
-                    Ok(m) => m,
-                    Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
-                };
+            } => self.hold(models, next_id, cred, |driver| {
+                let model = model_from_wire(model, &mut fds)
+                    .map_err(|e| (ErrorStatus::InvalidArgument, e.to_string()))?;
                 let (Some(preference), Some(priority)) = (
                     ExecutionPreference::from_code(preference),
                     Priority::from_code(priority),
                 ) else {
-                    return error(
+                    return Err((
                         ErrorStatus::InvalidArgument,
                         "unknown preference or priority".into(),
-                    );
+                    ));
                 };
-                match self
-                    .driver
+                driver
                     .prepare_model(&model, preference, priority, deadline(timeout_ns))
-                {
-                    Ok(pm) => {
-                        let id = *next_id;
-                        *next_id += 1;
-                        let on_device = pm.runs_on_device();
-                        models.insert(
-                            id,
-                            Held {
-                                model: pm,
-                                owner: cred,
-                            },
-                        );
-                        self.stats.prepared_models.fetch_add(1, Ordering::SeqCst);
-                        ServiceMessage::Prepared {
-                            model_id: id,
-                            on_device,
-                        }
-                    }
-                    Err(s) => error(s, "preparation failed".into()),
-                }
-            }
+                    .map_err(|s| (s, "preparation failed".into()))
+            }),
             ClientMessage::ReleaseModel { model_id } => match models.remove(&model_id) {
                 Some(held) => {
                     tracing::trace!("released model {model_id} of {:?}", held.owner);

@@ -615,6 +615,26 @@ fn nnaccelctl(args: &[&std::ffi::OsStr]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `nnaccelctl run examples/<name>.json --inputs examples/<name>.inputs.json --cache-dir
+/// <dir> <backend...>`.
+fn run_example(name: &str, dir: &Path, backend: &[&std::ffi::OsStr]) -> (bool, String) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let (model, inputs) = (
+        examples.join(format!("{name}.json")),
+        examples.join(format!("{name}.inputs.json")),
+    );
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        inputs.as_os_str(),
+        "--cache-dir".as_ref(),
+        dir.as_os_str(),
+    ];
+    args.extend_from_slice(backend);
+    nnaccelctl(&args)
+}
+
 /// The output lines of `nnaccelctl run` (everything after the `status:` line).
 fn outputs(text: &str) -> String {
     text.lines()
@@ -626,19 +646,13 @@ fn outputs(text: &str) -> String {
 #[test]
 fn nnaccelctl_run_with_a_cache_dir_loads_the_second_time_and_recompiles_a_damaged_cache() {
     with_service(|_, hald| {
-        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
         let dir = tempfile::tempdir().unwrap();
         let run = || {
-            nnaccelctl(&[
-                "run".as_ref(),
-                examples.join("mlp.json").as_os_str(),
-                "--inputs".as_ref(),
-                examples.join("mlp.inputs.json").as_os_str(),
-                "--cache-dir".as_ref(),
-                dir.path().as_os_str(),
-                "--service".as_ref(),
-                hald.socket().as_os_str(),
-            ])
+            run_example(
+                "mlp",
+                dir.path(),
+                &["--service".as_ref(), hald.socket().as_os_str()],
+            )
         };
         let (ok, first) = run();
         assert!(ok && first.contains("cache saved"), "{first}");
@@ -720,19 +734,8 @@ fn an_o_append_fd_saves_nothing_rather_than_a_cache_that_never_loads() {
 
 #[test]
 fn nnaccelctl_run_with_a_cache_dir_caches_across_runs_in_process() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     let dir = tempfile::tempdir().unwrap();
-    let run = || {
-        nnaccelctl(&[
-            "run".as_ref(),
-            examples.join("add.json").as_os_str(),
-            "--inputs".as_ref(),
-            examples.join("add.inputs.json").as_os_str(),
-            "--cache-dir".as_ref(),
-            dir.path().as_os_str(),
-            "--cpu".as_ref(),
-        ])
-    };
+    let run = || run_example("add", dir.path(), &["--cpu".as_ref()]);
     let (ok, first) = run();
     assert!(ok && first.contains("cache saved"), "{first}");
     let (ok, second) = run();

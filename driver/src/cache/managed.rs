@@ -51,10 +51,10 @@ pub struct ManagedCache {
 }
 
 impl ManagedCache {
-    /// The cache under `state_dir`, bounded to `max_bytes` (0 turns it off).
+    /// The cache under `state_dir`, bounded to `max_bytes` (0 turns it off). Its directory is
+    /// created with the first entry.
     pub fn open(state_dir: &Path, max_bytes: u64) -> Result<Self, CacheError> {
         let dir = state_dir.join(PROGRAMS_DIR);
-        fs::create_dir_all(&dir).map_err(|e| CacheError::io(&dir, e))?;
         Ok(Self {
             dir,
             max_bytes,
@@ -137,7 +137,11 @@ impl ManagedCache {
     /// Every entry, most recently used first.
     pub fn list(&self) -> Result<Vec<Entry>, CacheError> {
         let mut entries = Vec::new();
-        let rd = fs::read_dir(&self.dir).map_err(|e| CacheError::io(&self.dir, e))?;
+        let rd = match fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(entries),
+            Err(e) => return Err(CacheError::io(&self.dir, e)),
+        };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let Some(key) = name.strip_suffix(".nnc") else {

@@ -42,9 +42,9 @@ impl RecordStore {
     }
 
     /// Loads the records of `dir` for this `build_id`; records of another build, or a damaged
-    /// file, are reset (and the file rewritten empty).
+    /// file, are reset (and the file rewritten empty). The directory is created with the first
+    /// record.
     pub fn open(dir: &Path, build_id: &str) -> Result<Self, CacheError> {
-        fs::create_dir_all(dir).map_err(|e| CacheError::io(dir, e))?;
         let path = dir.join(RECORDS_FILE);
         let mut store = Self {
             path: Some(path.clone()),
@@ -129,9 +129,11 @@ impl RecordStore {
     }
 }
 
-/// Writes `bytes` to `path` crash-safely: temp file, fsync, rename, fsync of the directory.
+/// Writes `bytes` to `path` crash-safely: temp file, fsync, rename, fsync of the directory
+/// (created first if missing).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(|e| CacheError::io(dir, e))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

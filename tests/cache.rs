@@ -743,3 +743,34 @@ fn nnaccelctl_run_with_a_cache_dir_caches_across_runs_in_process() {
     assert_eq!(outputs(&first), outputs(&second));
     assert!(dir.path().join(".nnaccel-state/cache-records").is_file());
 }
+
+#[test]
+fn a_client_holding_the_files_lock_keeps_the_driver_from_reading_or_writing_them() {
+    use rustix::fs::{FlockOperation, flock};
+    let driver = Driver::new(Backend::CpuOnly);
+    let (model, c1, c2) = test_model(0.0);
+    let files = CacheFiles::new();
+    let token = Rng::new(13).token();
+    save_files(&driver, &model, &files, &token);
+    let saved = std::fs::read(&files.model).unwrap();
+    // Another open of the model cache (its own open file description) holds the lock, as a
+    // client updating the file would.
+    let holder = File::open(&files.model).unwrap();
+    flock(&holder, FlockOperation::LockExclusive).unwrap();
+    assert_general_failure(
+        load_files(&driver, &files, &token),
+        "a load while a client holds the lock",
+    );
+    // A save while the lock is held prepares but leaves the file alone (and drops the record).
+    let (m, d, _) = files.open();
+    let pm = save(&driver, &model, &one(&m), &one(&d), &token);
+    check_results(&*pm, &c1, &c2, "prepared while the cache is locked");
+    assert_eq!(std::fs::read(&files.model).unwrap(), saved);
+    flock(&holder, FlockOperation::Unlock).unwrap();
+    assert_general_failure(
+        load_files(&driver, &files, &token),
+        "the record went with the skipped save",
+    );
+    save_files(&driver, &model, &files, &token);
+    assert!(load_files(&driver, &files, &token).is_ok());
+}

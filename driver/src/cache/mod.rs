@@ -306,6 +306,7 @@ impl Driver {
             tracing::info!("prepareModelFromCache: {e}");
             ErrorStatus::GeneralFailure
         };
+        let start = Instant::now();
         let (model_fds, data_fds) = single_fds(model_cache, data_cache).map_err(failed)?;
         // Every file is read once, into private memory, and hashed as it streams in; nothing
         // is read from the files again.
@@ -332,6 +333,7 @@ impl Driver {
             .map_err(|e| failed(CacheError::ClientFile(e)))?;
             hasher.end_file(len);
         }
+        let read = start.elapsed();
         if self.cache_state().records().get(token) != Some(hasher.finish()) {
             return Err(failed(CacheError::Mismatch));
         }
@@ -339,8 +341,15 @@ impl Driver {
             return Err(ErrorStatus::MissedDeadlineTransient);
         }
         let (model, on_device) = blob::decode(&model_bytes, data).map_err(failed)?;
-        self.prepare_from_parts(&model, on_device, preference)
-            .map_err(|_| ErrorStatus::GeneralFailure)
+        let decoded = start.elapsed();
+        let pm = self
+            .prepare_from_parts(&model, on_device, preference)
+            .map_err(|_| ErrorStatus::GeneralFailure)?;
+        tracing::debug!(
+            "prepared from the cache in {:?} (read and hashed {read:?}, decoded {decoded:?})",
+            start.elapsed()
+        );
+        Ok(pm)
     }
 }
 

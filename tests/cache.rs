@@ -507,7 +507,7 @@ fn damaged_caches_and_wrong_tokens_fail_over_ten_seeds() {
 }
 
 #[test]
-fn records_survive_a_restart_and_a_new_driver_build_invalidates_them() {
+fn records_and_managed_entries_survive_a_restart_and_a_new_driver_build_invalidates_them() {
     if !require_privileges() {
         return;
     }
@@ -528,18 +528,32 @@ fn records_survive_a_restart_and_a_new_driver_build_invalidates_them() {
         let (model, c1, c2) = test_model(0.0);
         let files = CacheFiles::new();
         let token = Rng::new(9).token();
+        let managed_hit = |h: &Hald| {
+            let pm = prepare(&h.client(), &model).unwrap();
+            check_results(&*pm, &c1, &c2, "prepared without cache files");
+            h.log().contains("driver-managed cache hit")
+        };
         let hald = start("build-1");
         save_files(&hald.client(), &model, &files, &token);
+        assert!(!managed_hit(&hald), "a first preparation compiles");
         drop(hald);
         let hald = start("build-1");
         let pm = load_files(&hald.client(), &files, &token).expect("the record survived");
         check_results(&*pm, &c1, &c2, "after a restart");
         drop(pm);
+        assert!(
+            managed_hit(&hald),
+            "the driver-managed cache survived the restart"
+        );
         drop(hald);
         let hald = start("build-2");
         assert_general_failure(
             load_files(&hald.client(), &files, &token),
             "a cache of another driver build",
+        );
+        assert!(
+            !managed_hit(&hald),
+            "entries of another build are never used"
         );
         drop(hald);
         // The reset is for good: the old build's records are gone too.

@@ -144,7 +144,7 @@ systemd_running() { [ "$live" = 1 ] && [ -d /run/systemd/system ] && command -v 
 udev_available() { [ "$live" = 1 ] && command -v udevadm >/dev/null 2>&1; }
 
 units=(nnaccel-hald.socket nnaccel-hald.service)
-docs=(service.md protocol.md)
+docs=(service.md protocol.md caching.md)
 
 if [ "$uninstall" = 1 ]; then
     if systemd_running; then

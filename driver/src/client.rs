@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use crate::cache::{CacheHandle, Token};
 use crate::hal::*;
 use crate::protocol::*;
 
@@ -99,6 +100,60 @@ impl ServiceClient {
             m => Err(unexpected(&m)),
         }
     }
+
+    /// The driver-managed cache: whether the service keeps one, and its entries.
+    pub fn cache_list(&self) -> Result<(bool, Vec<crate::cache::Entry>), ErrorStatus> {
+        match self
+            .inner
+            .call(&ClientMessage::CacheList, &FdList::default())?
+        {
+            ServiceMessage::CacheEntries { enabled, entries } => Ok((
+                enabled,
+                entries
+                    .into_iter()
+                    .map(|(key, bytes, last_used)| crate::cache::Entry {
+                        key,
+                        bytes,
+                        last_used,
+                    })
+                    .collect(),
+            )),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    /// Empties the driver-managed cache; returns how many entries went.
+    pub fn cache_clear(&self) -> Result<u64, ErrorStatus> {
+        match self
+            .inner
+            .call(&ClientMessage::CacheClear, &FdList::default())?
+        {
+            ServiceMessage::CacheCleared { removed } => Ok(removed),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    fn prepared(&self, answer: ServiceMessage) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
+        match answer {
+            ServiceMessage::Prepared {
+                model_id,
+                on_device,
+            } => Ok(Arc::new(RemotePreparedModel {
+                inner: self.inner.clone(),
+                model_id,
+                on_device,
+            })),
+            m => Err(unexpected(&m)),
+        }
+    }
+}
+
+/// Attaches every fd of `handles`; each handle becomes its list of fd indexes.
+fn cache_handles<'a>(handles: &[CacheHandle<'a>], fds: &mut FdList<'a>) -> Vec<Vec<u32>> {
+    handles
+        .iter()
+        .map(|h| h.iter().map(|fd| fds.push(*fd)).collect())
+        .collect()
 }
 
 impl HalDevice for ServiceClient {
@@ -179,15 +234,16 @@ impl HalDevice for ServiceClient {
             priority: priority.code(),
             timeout_ns: timeout_ns(deadline),
         };
-        match self.inner.call(&msg, &fds)? {
-            ServiceMessage::Prepared {
-                model_id,
-                on_device,
-            } => Ok(Arc::new(RemotePreparedModel {
-                inner: self.inner.clone(),
-                model_id,
-                on_device,
-            })),
+        let answer = self.inner.call(&msg, &fds)?;
+        self.prepared(answer)
+    }
+
+    fn get_number_of_cache_files_needed(&self) -> Result<(u32, u32), ErrorStatus> {
+        match self.inner.call(
+            &ClientMessage::GetNumberOfCacheFilesNeeded,
+            &FdList::default(),
+        )? {
+            ServiceMessage::CacheFilesNeeded { model, data } => Ok((model, data)),
             m => Err(unexpected(&m)),
         }
     }
@@ -205,6 +261,53 @@ impl HalDevice for ServiceClient {
             input_roles,
             output_roles,
         )?))
+    }
+
+    fn prepare_model_with_cache(
+        &self,
+        model: &Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: Option<Deadline>,
+        model_cache: &[CacheHandle<'_>],
+        data_cache: &[CacheHandle<'_>],
+        token: &Token,
+    ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
+        let mut fds = FdList::default();
+        let wire = model_to_wire(model, &mut fds);
+        let msg = ClientMessage::PrepareModelWithCache {
+            model: wire,
+            preference: preference.code(),
+            priority: priority.code(),
+            timeout_ns: timeout_ns(deadline),
+            model_cache: cache_handles(model_cache, &mut fds),
+            data_cache: cache_handles(data_cache, &mut fds),
+            token: *token,
+        };
+        let answer = self.inner.call(&msg, &fds)?;
+        self.prepared(answer)
+    }
+
+    fn prepare_model_from_cache(
+        &self,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: Option<Deadline>,
+        model_cache: &[CacheHandle<'_>],
+        data_cache: &[CacheHandle<'_>],
+        token: &Token,
+    ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
+        let mut fds = FdList::default();
+        let msg = ClientMessage::PrepareModelFromCache {
+            preference: preference.code(),
+            priority: priority.code(),
+            timeout_ns: timeout_ns(deadline),
+            model_cache: cache_handles(model_cache, &mut fds),
+            data_cache: cache_handles(data_cache, &mut fds),
+            token: *token,
+        };
+        let answer = self.inner.call(&msg, &fds)?;
+        self.prepared(answer)
     }
 }
 

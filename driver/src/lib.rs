@@ -2,6 +2,7 @@
 //! [`nnaccel_uapi::Device`] — a device node, or an in-process device behind the same trait.
 
 pub mod burst;
+pub mod cache;
 pub mod client;
 pub mod device;
 pub mod fmq;

@@ -363,6 +363,44 @@ pub enum ClientMessage {
         /// Polling window in µs; None: the service's choice from the execution preference.
         polling_window_us: Option<u32>,
     },
+    /// getNumberOfCacheFilesNeeded.
+    GetNumberOfCacheFilesNeeded,
+    /// prepareModel with cache handles: prepares, then saves the caches (`docs/caching.md`).
+    PrepareModelWithCache {
+        /// The model.
+        model: WireModel,
+        /// ExecutionPreference code.
+        preference: i32,
+        /// Priority code.
+        priority: i32,
+        /// Time left until the deadline, in ns.
+        timeout_ns: Option<u64>,
+        /// Model-cache handles, each a list of fd indexes (a valid handle has one).
+        model_cache: Vec<Vec<u32>>,
+        /// Data-cache handles, likewise.
+        data_cache: Vec<Vec<u32>>,
+        /// The cache token.
+        token: [u8; 32],
+    },
+    /// prepareModelFromCache.
+    PrepareModelFromCache {
+        /// ExecutionPreference code.
+        preference: i32,
+        /// Priority code.
+        priority: i32,
+        /// Time left until the deadline, in ns.
+        timeout_ns: Option<u64>,
+        /// Model-cache handles, each a list of fd indexes.
+        model_cache: Vec<Vec<u32>>,
+        /// Data-cache handles.
+        data_cache: Vec<Vec<u32>>,
+        /// The cache token.
+        token: [u8; 32],
+    },
+    /// List the driver-managed cache.
+    CacheList,
+    /// Empty the driver-managed cache.
+    CacheClear,
 }
 
 /// A BufferRole on the wire.
@@ -470,6 +508,26 @@ pub enum ServiceMessage {
         polling_window_us: u32,
         /// How the worker sleeps (io_uring FutexWait or the futex syscall).
         wait: String,
+    },
+    /// getNumberOfCacheFilesNeeded's answer.
+    CacheFilesNeeded {
+        /// Model-cache files.
+        model: u32,
+        /// Data-cache files.
+        data: u32,
+    },
+    /// The driver-managed cache: whether it is on, and its entries (key, bytes, last used in
+    /// seconds since the epoch), most recently used first.
+    CacheEntries {
+        /// Whether the service keeps a driver-managed cache.
+        enabled: bool,
+        /// The entries.
+        entries: Vec<(String, u64, u64)>,
+    },
+    /// CacheClear done.
+    CacheCleared {
+        /// Entries removed.
+        removed: u64,
     },
 }
 
@@ -634,7 +692,8 @@ impl ReceivedFds {
         self.fds.iter().all(Option::is_none)
     }
 
-    /// Claims the fd at `index` for something other than a pool (a queue, a socket).
+    /// Claims the fd at `index` for something other than a pool (a queue, a socket, a cache
+    /// file); each fd serves once.
     pub fn take_fd(&mut self, index: usize) -> Result<OwnedFd, ProtocolError> {
         let fd = self
             .fds

@@ -25,6 +25,7 @@ own path, for tests that read their sources). Inside the guest:
     with NNACCEL_REQUIRE_KERNEL_FEATURES=1, on CUSE;
   - the service suite (tests/service.rs: nnaccel-sim on CUSE, nnaccel-hald, clients), whose
     hardware_buffer_blob pools are real dma-bufs from the guest's dma-heap;
+  - the compilation-cache suite (tests/cache.rs) on CUSE;
   - a CUSE check: nnaccel-sim --path /dev/nnaccel-tcheck (frontend auto) logs "(cuse)" and
     makes a character device with a major/minor, which goes away on SIGTERM;
   - nnaccelctl info names dma-heap as the hardware_buffer_blob source.
@@ -255,6 +256,11 @@ EOF
         printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_REQUIRE_KERNEL_FEATURES=1 NNACCEL_HALD_BIN=%q\n' \
             "$name-cuse" "$exe" "$profile_dir/nnaccel-hald"
     done
+    # Compilation caching end to end (nnaccel-sim on CUSE, nnaccel-hald, nnaccelctl).
+    exe="$(awk '$1 == "tests" && $2 == "test" && $3 == "cache" { print $4 }' "$list")"
+    [[ -n "$exe" ]] || qemu_die "no test binary cache in $list"
+    printf 'run %q %q NNACCEL_TEST_FRONTEND=cuse NNACCEL_HALD_BIN=%q NNACCEL_CTL_BIN=%q\n' \
+        cache-cuse "$exe" "$profile_dir/nnaccel-hald" "$profile_dir/nnaccelctl"
     cat <<'EOF'
 echo "[guest] $passed passed, $failed failed"
 [ "$failed" = 0 ]

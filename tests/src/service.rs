@@ -64,6 +64,12 @@ impl Hald {
     /// until a client can shake hands with it. `NNACCEL_LOG` defaults to `debug` (the log
     /// goes to a file, printed when a test fails).
     pub fn start(extra: &[&OsStr]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// [`Hald::start`] with extra environment variables. Unless `extra` names a
+    /// `--state-dir`, the service keeps its state in `<tempdir>/state`.
+    pub fn start_with_env(extra: &[&OsStr], env: &[(&str, &str)]) -> Self {
         let bin = hald_binary();
         let dir = tempfile::Builder::new()
             .prefix("nnaccel-hald-")
@@ -78,6 +84,10 @@ impl Hald {
         let level = std::env::var("NNACCEL_LOG").unwrap_or_else(|_| "debug".into());
         let mut cmd = Command::new(&bin);
         die_with_parent(&mut cmd);
+        if !extra.iter().any(|a| *a == "--state-dir") {
+            cmd.arg("--state-dir").arg(dir.path().join("state"));
+        }
+        cmd.envs(env.iter().copied());
         let mut child = cmd
             .arg("--socket")
             .arg(&socket)

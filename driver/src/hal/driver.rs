@@ -105,6 +105,8 @@ pub struct Driver {
     device: Option<Arc<DeviceHandle>>,
     /// Memory-domain buffers (hal/domain.rs).
     domain: BufferTracker,
+    /// Compilation caching: token records and the driver-managed cache (`crate::cache`).
+    cache: Arc<crate::cache::CacheState>,
 }
 
 impl Driver {
@@ -129,6 +131,7 @@ impl Driver {
         Self {
             device,
             domain: BufferTracker::default(),
+            cache: Arc::new(crate::cache::CacheState::in_memory()),
         }
     }
 
@@ -268,8 +271,31 @@ impl Driver {
     }
 
     /// `prepareModel`: validates, compiles for the device when it runs the whole model, and
-    /// always prepares the CPU plan too (the fallback if the device goes away).
+    /// always prepares the CPU plan too (the fallback if the device goes away). With a
+    /// driver-managed cache (a state directory), a model prepared before is taken from it.
     pub fn prepare_model(
+        &self,
+        model: &Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: Option<Deadline>,
+    ) -> Result<PreparedModel, ErrorStatus> {
+        match self.cache.managed() {
+            Some(m) => crate::cache::prepare_managed(
+                self,
+                m,
+                self.cache.build_id(),
+                model,
+                preference,
+                priority,
+                deadline,
+            ),
+            None => self.prepare_model_uncached(model, preference, priority, deadline),
+        }
+    }
+
+    /// `prepareModel` without the driver-managed cache.
+    pub(crate) fn prepare_model_uncached(
         &self,
         model: &Model,
         preference: ExecutionPreference,
@@ -284,6 +310,17 @@ impl Driver {
             tracing::debug!("prepare: model has operations this driver cannot run");
             return Err(ErrorStatus::GeneralFailure);
         }
+        let on_device = placement.first() == Some(&Placement::Device);
+        self.build_plans(model, on_device, preference)
+    }
+
+    /// The CPU plan and, when `on_device`, the device plan of a validated model.
+    fn build_plans(
+        &self,
+        model: &Model,
+        on_device: bool,
+        preference: ExecutionPreference,
+    ) -> Result<PreparedModel, ErrorStatus> {
         let graph = model_to_graph(model);
         let cpu = if (0..graph.operations.len()).all(|i| graph.is_operation_supported(i)) {
             let pools = model
@@ -302,8 +339,8 @@ impl Driver {
         } else {
             None
         };
-        let device = match (&self.device, placement.first()) {
-            (Some(d), Some(Placement::Device)) if d.alive() => {
+        let device = match &self.device {
+            Some(d) if on_device && d.alive() && has_fixed_io_shapes(&graph) => {
                 match DevicePlan::compile(d, model, &graph) {
                     Ok(plan) => Some(plan),
                     Err(e) => {
@@ -382,6 +419,34 @@ impl Driver {
     /// The driver's memory-domain buffers (live counts).
     pub fn buffers(&self) -> &BufferTracker {
         &self.domain
+    }
+
+    /// Uses `state` for compilation caching (records in its state directory, the
+    /// driver-managed cache).
+    pub fn with_cache(mut self, state: crate::cache::CacheState) -> Self {
+        self.cache = Arc::new(state);
+        self
+    }
+
+    /// The driver's caching state.
+    pub fn cache_state(&self) -> &crate::cache::CacheState {
+        &self.cache
+    }
+
+    /// Prepares a model decoded from a cache: validated again (the bytes are untrusted), no
+    /// placement probing — `on_device` says where it ran when it was cached; a device that no
+    /// longer takes the program leaves the model on the CPU.
+    pub(crate) fn prepare_from_parts(
+        &self,
+        model: &Model,
+        on_device: bool,
+        preference: ExecutionPreference,
+    ) -> Result<PreparedModel, ErrorStatus> {
+        validate_model(model).map_err(|e| {
+            tracing::info!("cached model is not valid: {e}");
+            ErrorStatus::GeneralFailure
+        })?;
+        self.build_plans(model, on_device, preference)
     }
 }
 

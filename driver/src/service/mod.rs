@@ -268,53 +268,22 @@ impl Service {
                 preference,
                 priority,
                 timeout_ns,
-            } => {
-                if models.len() >= self.config.max_models_per_connection {
-                    return error(
-                        ErrorStatus::ResourceExhaustedTransient,
-                        format!(
-                            "at most {} prepared models per connection",
-                            self.config.max_models_per_connection
-                        ),
-                    );
-                }
-                let model = match model_from_wire(model, &mut fds) {
-                    Ok(m) => m,
-                    Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
-                };
+            } => self.hold(models, next_id, cred, |driver| {
+                let model = model_from_wire(model, &mut fds)
+                    .map_err(|e| (ErrorStatus::InvalidArgument, e.to_string()))?;
                 let (Some(preference), Some(priority)) = (
                     ExecutionPreference::from_code(preference),
                     Priority::from_code(priority),
                 ) else {
-                    return error(
+                    return Err((
                         ErrorStatus::InvalidArgument,
                         "unknown preference or priority".into(),
-                    );
+                    ));
                 };
-                match self
-                    .driver
+                driver
                     .prepare_model(&model, preference, priority, deadline(timeout_ns))
-                {
-                    Ok(pm) => {
-                        let id = *next_id;
-                        *next_id += 1;
-                        let on_device = pm.runs_on_device();
-                        models.insert(
-                            id,
-                            Held {
-                                model: pm,
-                                owner: cred,
-                            },
-                        );
-                        self.stats.prepared_models.fetch_add(1, Ordering::SeqCst);
-                        ServiceMessage::Prepared {
-                            model_id: id,
-                            on_device,
-                        }
-                    }
-                    Err(s) => error(s, "preparation failed".into()),
-                }
-            }
+                    .map_err(|s| (s, "preparation failed".into()))
+            }),
             ClientMessage::ReleaseModel { model_id } => match models.remove(&model_id) {
                 Some(held) => {
                     tracing::trace!("released model {model_id} of {:?}", held.owner);
@@ -421,6 +390,98 @@ impl Service {
                     Err((s, m)) => error(s, m),
                 }
             }
+            ClientMessage::GetNumberOfCacheFilesNeeded => {
+                let (model, data) = self.driver.get_number_of_cache_files_needed();
+                ServiceMessage::CacheFilesNeeded { model, data }
+            }
+            ClientMessage::PrepareModelWithCache {
+                model,
+                preference,
+                priority,
+                timeout_ns,
+                model_cache,
+                data_cache,
+                token,
+            } => self.hold(models, next_id, cred, |driver| {
+                crate::cache::serve::prepare_with_cache(
+                    driver,
+                    &mut fds,
+                    model,
+                    preference,
+                    priority,
+                    deadline(timeout_ns),
+                    &model_cache,
+                    &data_cache,
+                    &token,
+                )
+            }),
+            ClientMessage::PrepareModelFromCache {
+                preference,
+                priority,
+                timeout_ns,
+                model_cache,
+                data_cache,
+                token,
+            } => self.hold(models, next_id, cred, |driver| {
+                crate::cache::serve::prepare_from_cache(
+                    driver,
+                    &mut fds,
+                    preference,
+                    priority,
+                    deadline(timeout_ns),
+                    &model_cache,
+                    &data_cache,
+                    &token,
+                )
+            }),
+            ClientMessage::CacheList => match crate::cache::serve::list(&self.driver) {
+                Ok((enabled, entries)) => ServiceMessage::CacheEntries { enabled, entries },
+                Err((s, m)) => error(s, m),
+            },
+            ClientMessage::CacheClear => match crate::cache::serve::clear(&self.driver) {
+                Ok(removed) => ServiceMessage::CacheCleared { removed },
+                Err((s, m)) => error(s, m),
+            },
+        }
+    }
+
+    /// Prepares with `prepare` (within the per-connection limit) and holds the result for
+    /// the connection.
+    fn hold(
+        &self,
+        models: &mut HashMap<u64, Held>,
+        next_id: &mut u64,
+        cred: Option<PeerCred>,
+        prepare: impl FnOnce(&Driver) -> Result<PreparedModel, (ErrorStatus, String)>,
+    ) -> ServiceMessage {
+        if models.len() >= self.config.max_models_per_connection {
+            return error(
+                ErrorStatus::ResourceExhaustedTransient,
+                format!(
+                    "at most {} prepared models per connection",
+                    self.config.max_models_per_connection
+                ),
+            );
+        }
+        match prepare(&self.driver) {
+            Ok(pm) => {
+                let id = *next_id;
+                *next_id += 1;
+                let on_device = pm.runs_on_device();
+                models.insert(
+                    id,
+                    Held {
+                        model: pm,
+                        owner: cred,
+                    },
+                );
+                self.stats.prepared_models.fetch_add(1, Ordering::SeqCst);
+                ServiceMessage::Prepared {
+                    model_id: id,
+                    on_device,
+                }
+            }
+            Err((s, m)) => error(s, m),
         }
     }
 }

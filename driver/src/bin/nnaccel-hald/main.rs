@@ -36,7 +36,8 @@ struct Args {
     #[arg(long)]
     cpu: bool,
 
-    /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection).
+    /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection,
+    /// state_dir, managed_cache_max_bytes).
     #[arg(long, default_value = "/etc/nnaccel/hald.toml")]
     config: PathBuf,
 
@@ -51,6 +52,14 @@ struct Args {
     /// How burst workers sleep: `auto` (io_uring FutexWait where the kernel has it) or `futex`.
     #[arg(long, default_value = "auto", value_parser = ["auto", "futex"])]
     burst_wait: String,
+    /// State directory: compilation-cache records and the driver-managed cache.
+    /// [default: $STATE_DIRECTORY (systemd's StateDirectory=), else /var/lib/nnaccel]
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+
+    /// Bound on the driver-managed cache in bytes; 0 turns it off. [default: 268435456]
+    #[arg(long)]
+    managed_cache_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -62,6 +71,8 @@ struct FileConfig {
     max_message_bytes: Option<usize>,
     max_models_per_connection: Option<usize>,
     burst_polling_us: Option<u64>,
+    state_dir: Option<PathBuf>,
+    managed_cache_max_bytes: Option<u64>,
 }
 
 fn load_config(path: &Path, explicit: bool) -> Result<FileConfig, String> {
@@ -123,6 +134,18 @@ fn main() -> ExitCode {
     };
     let (driver, status) = open_driver(cpu, &device_path);
     tracing::info!("{status}");
+    let state_dir = args
+        .state_dir
+        .or(file.state_dir)
+        .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/lib/nnaccel"));
+    let driver = with_cache(
+        driver,
+        &state_dir,
+        args.managed_cache_max_bytes
+            .or(file.managed_cache_max_bytes)
+            .unwrap_or(nnaccel::cache::managed::DEFAULT_MAX_BYTES),
+    );
     let service = Service::new(driver, config);
     // Signal handlers before READY=1: a SIGTERM that follows READY at once must find them.
     if let Err(e) = spawn_signal_thread(service.clone(), listener.clone()) {
@@ -183,6 +206,25 @@ fn open_driver(cpu: bool, device: &Path) -> (Driver, String) {
                 device.display()
             ),
         ),
+    }
+}
+
+/// Compilation caching under `state_dir`; without a usable state directory the records live
+/// in memory (caches work until the service stops) and there is no driver-managed cache.
+fn with_cache(driver: Driver, state_dir: &Path, managed_max_bytes: u64) -> Driver {
+    match nnaccel::cache::CacheState::open(state_dir, managed_max_bytes) {
+        Ok(state) => {
+            tracing::info!(
+                "compilation caching: state in {} (driver build {})",
+                state_dir.display(),
+                state.build_id()
+            );
+            driver.with_cache(state)
+        }
+        Err(e) => {
+            tracing::warn!("compilation-cache records kept in memory only: {e}");
+            driver
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod backend;
 mod bench;
+mod cache;
 mod exec;
 mod info;
 mod run;
@@ -85,6 +86,11 @@ enum Command {
         /// --json object always carries measured timing.
         #[arg(long)]
         measure: bool,
+        /// Compilation cache directory: prepare from the cache files of this model and
+        /// device there when they are valid, else prepare fully and save them (files named
+        /// from the token, mode 0600). See docs/caching.md.
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
         #[command(flatten)]
         device: DeviceArgs,
     },
@@ -117,6 +123,20 @@ enum Command {
         #[arg(long)]
         burst: bool,
     },
+    /// List or clear the service's driver-managed compilation cache.
+    #[command(after_help = cache::AFTER_HELP)]
+    Cache {
+        /// What to do.
+        #[arg(value_enum, default_value_t = cache::Action::List)]
+        action: cache::Action,
+        /// Use the nnaccel-hald service listening at PATH. [default: /run/nnaccel/hal.sock]
+        #[arg(long, value_name = "PATH", conflicts_with = "state_dir")]
+        service: Option<PathBuf>,
+        /// Work on the driver-managed cache in this state directory directly, without a
+        /// service (e.g. /var/lib/nnaccel while the service is stopped).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
 }
 
 fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
@@ -126,12 +146,14 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             inputs,
             json,
             measure,
+            cache_dir,
             device,
         } => run::run(&run::RunArgs {
             model,
             inputs,
             json,
             measure,
+            cache_dir,
             device: device.device,
             cpu: device.cpu,
             service: device.service,
@@ -166,6 +188,11 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device.cpu,
             device.service,
         ),
+        Command::Cache {
+            action,
+            service,
+            state_dir,
+        } => cache::cache(action, service, state_dir),
     }
 }
 

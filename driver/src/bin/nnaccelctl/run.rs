@@ -31,6 +31,7 @@ pub struct RunArgs {
     pub inputs: PathBuf,
     pub json: bool,
     pub measure: bool,
+    pub cache_dir: Option<PathBuf>,
     pub device: Option<PathBuf>,
     pub cpu: bool,
     pub service: Option<PathBuf>,
@@ -87,7 +88,11 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
     if !args.json {
         println!("backend: {}", selected.describe());
     }
-    let prepared = match exec::prepare(&*selected.driver, model) {
+    let prepared = match args.cache_dir.as_deref() {
+        Some(dir) => crate::cache::prepare_in(&selected, model, dir, args.json),
+        None => exec::prepare(&*selected.driver, model),
+    };
+    let prepared = match prepared {
         Ok(p) => p,
         Err(status) => {
             let why = (status == ErrorStatus::InvalidArgument)

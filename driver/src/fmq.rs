@@ -303,12 +303,14 @@ impl Fmq {
         Ok(())
     }
 
-    /// Sets `bits` in the event flag; wakes the waiters only if a bit was newly set (a waiter
-    /// that finds the bit set returns without sleeping: deferred wake).
+    /// Sets `bits` in the event flag; wakes the waiters for the newly set bits only (a waiter
+    /// that finds its bit set returns without sleeping: deferred wake), with
+    /// `FUTEX_WAKE_BITSET` as libfmq does, so a waiter for another bit sleeps on.
     pub fn wake(&self, bits: u32) {
         let old = self.flag().fetch_or(bits, Ordering::SeqCst);
-        if old & bits != bits {
-            let _ = sys::futex_wake(self.flag(), i32::MAX);
+        let new = bits & !old;
+        if new != 0 {
+            let _ = sys::futex_wake_bitset(self.flag(), i32::MAX, new);
         }
     }
 
@@ -331,7 +333,7 @@ impl Fmq {
                 Ok(set) => return Ok(set),
                 Err(word) => word,
             };
-            match sys::futex_wait(self.flag(), expected, deadline_ns)? {
+            match sys::futex_wait_bitset(self.flag(), expected, deadline_ns, bits)? {
                 FutexWait::TimedOut => return Err(FmqError::TimedOut),
                 FutexWait::Woken | FutexWait::ValueChanged => {}
             }

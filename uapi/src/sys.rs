@@ -200,6 +200,22 @@ pub fn futex_wait(
     expected: u32,
     deadline_ns: Option<u64>,
 ) -> io::Result<FutexWait> {
+    futex_wait_bitset(
+        word,
+        expected,
+        deadline_ns,
+        libc::FUTEX_BITSET_MATCH_ANY as u32,
+    )
+}
+
+/// [`futex_wait`] woken only by wakes whose bitset shares a bit with `bitset` (libfmq's
+/// EventFlag: a reader waiting for NOT_EMPTY sleeps through NOT_FULL wakes).
+pub fn futex_wait_bitset(
+    word: &AtomicU32,
+    expected: u32,
+    deadline_ns: Option<u64>,
+    bitset: u32,
+) -> io::Result<FutexWait> {
     let ts = deadline_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -217,7 +233,7 @@ pub fn futex_wait(
             expected,
             ts_ptr,
             std::ptr::null::<u32>(),
-            libc::FUTEX_BITSET_MATCH_ANY,
+            bitset,
         )
     };
     if rc == 0 {
@@ -237,6 +253,29 @@ pub fn futex_wake(word: &AtomicU32, n: i32) -> io::Result<usize> {
     // SAFETY: `word` is a live aligned u32; FUTEX_WAKE does not access it beyond hashing the
     // address.
     let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// `FUTEX_WAKE_BITSET` (shared): wakes up to `n` waiters on `word` whose wait bitset shares a
+/// bit with `bitset`.
+pub fn futex_wake_bitset(word: &AtomicU32, n: i32, bitset: u32) -> io::Result<usize> {
+    // SAFETY: `word` is a live aligned u32; FUTEX_WAKE_BITSET does not access it beyond
+    // hashing the address (the timeout and second-word arguments are unused).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE_BITSET,
+            n,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            bitset,
+        )
+    };
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {

@@ -285,7 +285,8 @@ impl Worker {
             let op = io_uring::opcode::FutexWait::new(
                 flag.as_ptr().cast_const(),
                 u64::from(word),
-                u64::from(u32::MAX),
+                // Woken by NOT_EMPTY only: the worker's own NOT_FULL wakes leave it asleep.
+                u64::from(NOT_EMPTY),
                 FUTEX2_SIZE_U32,
             )
             .build()
@@ -339,7 +340,12 @@ impl Worker {
     /// Sleeps on the futex for a slice; returns whether the socket is readable (or closed).
     fn sleep_futex(&self, word: u32) -> bool {
         let deadline = nnaccel_uapi::sys::deadline_after(FALLBACK_SLICE);
-        let _ = nnaccel_uapi::sys::futex_wait(self.request.flag(), word, Some(deadline));
+        let _ = nnaccel_uapi::sys::futex_wait_bitset(
+            self.request.flag(),
+            word,
+            Some(deadline),
+            NOT_EMPTY,
+        );
         self.socket_readable()
     }
 

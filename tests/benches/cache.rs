@@ -22,27 +22,11 @@ use nnaccel::hal::{
 };
 use nnaccel::pools::{self, MappedClientPool};
 use nnaccel_tests::Sim;
+use nnaccel_tests::bench::{iterations, median, ms};
 use nnaccel_tests::service::*;
 
 const OPS: u32 = 100;
 const ELEMENTS: u32 = 16384;
-
-fn iterations() -> usize {
-    std::env::var("NNACCEL_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(10)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
 
 /// `t_{i+1} = t_i + w_i` for 100 operations; the weights in one ashmem pool
 /// (CONSTANT_REFERENCE) or in the model's operand values (CONSTANT_COPY).
@@ -178,7 +162,7 @@ fn main() -> ExitCode {
         eprintln!("cache bench: needs root and /dev/fuse");
         return ExitCode::FAILURE;
     }
-    let iters = iterations();
+    let iters = iterations(10);
     let sim = Sim::start(&[]);
     println!(
         "model: {OPS} chained ADD operations over [{ELEMENTS}] f32, {:.2} MiB of weights; median of {iters} runs",

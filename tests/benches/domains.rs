@@ -31,26 +31,10 @@ use nnaccel::hal::{
 };
 use nnaccel::pools::{self, MappedClientPool};
 use nnaccel_tests::Sim;
+use nnaccel_tests::bench::{iterations, median, ms};
 use nnaccel_tests::service::*;
 
 const CHAIN: usize = 100;
-
-fn iterations() -> usize {
-    std::env::var("NNACCEL_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(5)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
 
 fn whole(pool_index: u32, length: u32) -> RequestArgument {
     RequestArgument {
@@ -182,7 +166,7 @@ fn bench(label: &str, c: &ServiceClient) {
         // One warm-up chain each, then the timed ones, interleaved.
         chain_through_buffers(c, &pm, n, &state0, &x);
         chain_through_pools(&pm, n, &state0, &x);
-        for _ in 0..iterations() {
+        for _ in 0..iterations(5) {
             with_buffers.push(chain_through_buffers(c, &pm, n, &state0, &x));
             with_pools.push(chain_through_pools(&pm, n, &state0, &x));
         }

@@ -28,28 +28,12 @@ use nnaccel::hal::{ErrorStatus, MeasureTiming, OperationType};
 use nnaccel::pools::{self, MappedClientPool};
 use nnaccel::protocol::{self, ClientMessage, PROTOCOL_VERSION, ServiceMessage};
 use nnaccel_tests::Sim;
+use nnaccel_tests::bench::{iterations, median, ms};
 use nnaccel_tests::service::*;
 
 const ELEMENTS: u32 = 4 << 20;
 const BYTES: u64 = ELEMENTS as u64 * 4;
 const CONSTANT: f32 = 0.5;
-
-fn iterations() -> usize {
-    std::env::var("NNACCEL_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(20)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
 
 fn gib_s(d: Duration) -> String {
     format!(
@@ -181,7 +165,7 @@ fn main() -> ExitCode {
         eprintln!("pool_zero_copy: {why}");
         return ExitCode::FAILURE;
     }
-    let iters = iterations();
+    let iters = iterations(20);
     let sim = Sim::start(&[]);
     let hald = Hald::with_device(&sim);
     let client = hald.client();

@@ -962,3 +962,28 @@ pub fn deadline(d: Duration) -> u64 {
 pub fn long_deadline() -> u64 {
     deadline(Duration::from_secs(10))
 }
+
+/// What the bench binaries (`benches/`) share: how many runs, and how to report them.
+pub mod bench {
+    use std::time::Duration;
+
+    /// Runs per case: `$NNACCEL_BENCH_ITERS` when it is a positive number, else `default`.
+    pub fn iterations(default: usize) -> usize {
+        std::env::var("NNACCEL_BENCH_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(default)
+    }
+
+    /// The median of `v` (the upper one of an even count); zero for none.
+    pub fn median(mut v: Vec<Duration>) -> Duration {
+        v.sort();
+        v.get(v.len() / 2).copied().unwrap_or_default()
+    }
+
+    /// `d` in milliseconds, two decimals.
+    pub fn ms(d: Duration) -> String {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
+}

@@ -759,6 +759,9 @@ fn configure_burst_refuses_bad_queues_and_unknown_models() {
 
 #[test]
 fn a_service_runs_at_most_256_bursts_at_once() {
+    // This process holds 256 bursts' queues and channels: more fds than a soft limit of 1024
+    // (the QEMU guest's) allows.
+    nnaccel::service::raise_fd_limit().unwrap();
     with_service(false, &[], |hald| {
         let c = hald.client();
         let pm = prepare_low_power(&c, 8);

@@ -529,6 +529,23 @@ pub fn bind_socket(path: &std::path::Path) -> io::Result<UnixListener> {
     }
 }
 
+/// Raises this process's soft limit on open files to its hard limit; returns the limit now in
+/// force (None: unlimited).
+pub fn raise_fd_limit() -> io::Result<Option<u64>> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        )?;
+    }
+    Ok(limit.maximum)
+}
+
 /// Whether `fd` is a listening Unix stream socket (for socket activation checks).
 pub fn is_unix_listener(fd: &impl AsFd) -> bool {
     rustix::net::sockopt::socket_type(fd).is_ok_and(|t| t == rustix::net::SocketType::STREAM)

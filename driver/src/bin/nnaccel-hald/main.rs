@@ -116,6 +116,14 @@ fn main() -> ExitCode {
         config.burst_polling_window =
             std::time::Duration::from_micros(us).min(nnaccel::burst::MAX_POLLING_WINDOW);
     }
+    // Every client's pools, every burst's queues, channel and io_uring ring are fds here: 256
+    // bursts alone need over a thousand, past the usual soft limit of 1024, and an fd that
+    // cannot be installed is dropped from the frame that carried it (the frame is refused).
+    // The unit sets LimitNOFILE= too; this covers a service started by hand.
+    match nnaccel::service::raise_fd_limit() {
+        Ok(n) => tracing::debug!("open-file limit: {n:?}"),
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
     // Probe (or force) the burst workers' wait mechanism now, so the log says it at start.
     if args.burst_wait == "futex" {
         nnaccel::burst::server::force_futex_wait();

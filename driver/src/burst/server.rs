@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -57,6 +57,94 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The burst workers one service started, so that a stopping service can end them: `stop`
+/// shuts each worker's socket down (the worker sees the channel close, as when its client goes,
+/// and frees the burst) and waits for them a bounded time. Once stopping, it takes no new ones.
+#[derive(Debug, Default)]
+pub struct Workers {
+    state: Mutex<WorkersState>,
+    gone: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct WorkersState {
+    stopping: bool,
+    next: u64,
+    /// Per live worker, a second handle on its socket (to shut it down).
+    live: HashMap<u64, UnixStream>,
+}
+
+/// Deregisters a worker when its thread ends (or never started).
+struct Registered {
+    workers: Arc<Workers>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut state = self.workers.lock();
+        state.live.remove(&self.id);
+        drop(state);
+        self.workers.gone.notify_all();
+    }
+}
+
+impl Workers {
+    /// A new, empty set.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WorkersState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Workers running now.
+    pub fn live(&self) -> usize {
+        self.lock().live.len()
+    }
+
+    fn register(self: &Arc<Self>, channel: &UnixStream) -> io::Result<Registered> {
+        let handle = channel.try_clone()?;
+        let mut state = self.lock();
+        if state.stopping {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the service is stopping",
+            ));
+        }
+        let id = state.next;
+        state.next += 1;
+        state.live.insert(id, handle);
+        Ok(Registered {
+            workers: self.clone(),
+            id,
+        })
+    }
+
+    /// Refuses new workers, shuts every live worker's socket down and waits until they have
+    /// ended or `timeout` passed. Returns how many still run.
+    pub fn stop(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.lock();
+        state.stopping = true;
+        for socket in state.live.values() {
+            let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Both);
+        }
+        while !state.live.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = match self.gone.wait_timeout(state, left) {
+                Ok((s, _)) => s,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        state.live.len()
     }
 }
 
@@ -145,7 +233,8 @@ struct Worker {
     executions: u64,
 }
 
-/// Starts a worker for a burst on `model`, for `owner`'s requests. Returns the wait mechanism
+/// Starts a worker for a burst on `model`, for `owner`'s requests, registered in `workers`
+/// (the service's, so that stopping it ends the worker) if given. Returns the wait mechanism
 /// it uses.
 pub fn start(
     model: PreparedModel,
@@ -154,6 +243,7 @@ pub fn start(
     result: Fmq,
     channel: UnixStream,
     window: Duration,
+    workers: Option<&Arc<Workers>>,
 ) -> io::Result<WaitMechanism> {
     let place = Place::take().ok_or_else(|| {
         io::Error::new(
@@ -161,6 +251,7 @@ pub fn start(
             format!("{MAX_ACTIVE_BURSTS} bursts are running"),
         )
     })?;
+    let registered = workers.map(|w| w.register(&channel)).transpose()?;
     channel.set_read_timeout(Some(CALLBACK_TIMEOUT))?;
     channel.set_write_timeout(Some(CALLBACK_TIMEOUT))?;
     let mechanism = wait_mechanism();
@@ -180,6 +271,7 @@ pub fn start(
         .spawn(move || {
             worker.run(mechanism);
             drop(place);
+            drop(registered);
         })?;
     Ok(mechanism)
 }
@@ -588,6 +680,7 @@ pub fn start_from_wire(
     owner: OwnerId,
     ends: ReceivedEnds<'_>,
     window: Duration,
+    workers: &Arc<Workers>,
 ) -> Result<WaitMechanism, (ErrorStatus, String)> {
     let invalid = |m: String| (ErrorStatus::InvalidArgument, m);
     let fd = |fds: &mut ReceivedFds, i: usize| fds.take_fd(i).map_err(|e| invalid(e.to_string()));
@@ -605,7 +698,7 @@ pub fn start_from_wire(
         return Err(invalid("the burst channel is not a stream socket".into()));
     }
     let channel = UnixStream::from(channel_fd);
-    start(model, owner, request, result, channel, window).map_err(|e| {
+    start(model, owner, request, result, channel, window, Some(workers)).map_err(|e| {
         let status = if e.kind() == io::ErrorKind::QuotaExceeded {
             ErrorStatus::ResourceExhaustedTransient
         } else {

@@ -314,3 +314,38 @@ fn a_live_socket_is_never_replaced_but_a_stale_one_is() {
     drop(UnixListener::bind(&stale).unwrap());
     assert!(bind_socket(&stale).is_ok());
 }
+
+#[test]
+fn a_stopping_service_ends_its_burst_workers_before_serve_returns() {
+    let mut svc = Running::start(ServiceConfig::default());
+    let client = ServiceClient::connect(&svc.path).unwrap();
+    let pm = client
+        .prepare_model(
+            &add_model(),
+            ExecutionPreference::FastSingleAnswer,
+            Priority::Medium,
+            None,
+        )
+        .unwrap();
+    let bursts: Vec<_> = (0..3)
+        .map(|_| {
+            pm.configure_execution_burst(crate::burst::BurstConfig::default())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(svc.service.live_bursts(), 3);
+    svc.service.stop(&svc.listener);
+    svc.thread.take().unwrap().join().unwrap();
+    assert_eq!(
+        svc.service.live_bursts(),
+        0,
+        "serve returned with burst workers running"
+    );
+    // The connection thread still answers, but a stopped service starts no new worker.
+    assert_eq!(
+        pm.configure_execution_burst(crate::burst::BurstConfig::default())
+            .err(),
+        Some(ErrorStatus::GeneralFailure)
+    );
+    drop(bursts);
+}

@@ -206,11 +206,18 @@ pub fn wait_mechanism() -> WaitMechanism {
     })
 }
 
+/// Wake-ups in a row that found no packet (`NOT_EMPTY` set, the queue empty) after which the
+/// worker takes its client for one that floods the flag and ends the burst. A well-behaved
+/// client sets the flag once per packet, so at most one wake-up per packet finds it stale.
+pub const MAX_EMPTY_WAKES: u32 = 1000;
+
 /// Why the worker stops.
 #[derive(Debug)]
 enum Stop {
     /// The client closed its end or broke the channel.
     ChannelClosed(String),
+    /// The client misbehaved on the queues (floods `NOT_EMPTY` without data).
+    Misbehaved(String),
 }
 
 /// A cached slot: the pool the client named, kept for the life of the burst.
@@ -231,6 +238,8 @@ struct Worker {
     /// Per slot the BO and the mapping, and the burst's own high-performance device queue.
     cache: BurstCache,
     executions: u64,
+    /// Wake-ups since the last packet that found `NOT_EMPTY` set and no data.
+    empty_wakes: u32,
 }
 
 /// Starts a worker for a burst on `model`, for `owner`'s requests, registered in `workers`
@@ -265,6 +274,7 @@ pub fn start(
         slots: HashMap::new(),
         cache: BurstCache::new(),
         executions: 0,
+        empty_wakes: 0,
     };
     std::thread::Builder::new()
         .name("nnaccel-burst".into())
@@ -319,7 +329,13 @@ impl Worker {
         };
         // The ring goes first: its pending FutexWait names the request queue's flag word.
         drop(uring);
-        let Stop::ChannelClosed(why) = stop;
+        let why = match stop {
+            Stop::ChannelClosed(why) => why,
+            Stop::Misbehaved(why) => {
+                tracing::warn!("burst ended: {why}");
+                why
+            }
+        };
         tracing::debug!(
             "burst worker ends after {} executions ({why}); freeing {} slots ({} with a BO or \
              mapping){}",
@@ -353,7 +369,7 @@ impl Worker {
         let word = loop {
             match self.request.take_bits(NOT_EMPTY) {
                 Ok(_) if self.request.available_to_read() > 0 => return Ok(true),
-                Ok(_) => {}
+                Ok(_) => self.count_empty_wake()?,
                 Err(word) => break word,
             }
         };
@@ -368,6 +384,18 @@ impl Worker {
             self.drain_channel()?;
         }
         Ok(self.request.available_to_read() > 0)
+    }
+
+    /// Counts a wake-up that found the flag set and no packet; too many in a row end the burst.
+    fn count_empty_wake(&mut self) -> Result<(), Stop> {
+        self.empty_wakes += 1;
+        if self.empty_wakes > MAX_EMPTY_WAKES {
+            return Err(Stop::Misbehaved(format!(
+                "the client set NOT_EMPTY {} times without writing a packet",
+                self.empty_wakes
+            )));
+        }
+        Ok(())
     }
 
     /// Sleeps in the ring; returns whether the socket is readable (or closed).
@@ -452,7 +480,7 @@ impl Worker {
     /// Handles every message waiting on the socket (frees; stray answers are dropped).
     fn drain_channel(&mut self) -> Result<(), Stop> {
         while self.socket_readable() {
-            let msg = self.receive()?;
+            let msg = self.receive(Instant::now() + CALLBACK_TIMEOUT)?;
             if let (BurstMessage::FreeMemory { slot }, _) = msg {
                 self.free(slot);
             }
@@ -460,11 +488,13 @@ impl Worker {
         Ok(())
     }
 
-    fn receive(&mut self) -> Result<(BurstMessage, ReceivedFds), Stop> {
+    /// Receives one message, whole by `deadline` (a client trickling a frame byte by byte
+    /// cannot hold the worker longer).
+    fn receive(&mut self, deadline: Instant) -> Result<(BurstMessage, ReceivedFds), Stop> {
         // io_uring completions run as task work, which interrupts a blocking recvmsg with
         // EINTR before it took anything: retry.
         let (body, fds) = loop {
-            match protocol::recv_frame(&self.channel, 1 << 20) {
+            match protocol::recv_frame_by(&self.channel, 1 << 20, deadline) {
                 Err(protocol::ProtocolError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other.map_err(|e| Stop::ChannelClosed(e.to_string()))?,
             }
@@ -484,6 +514,7 @@ impl Worker {
 
     /// Reads one packet and answers it; a bad packet gets a GENERAL_FAILURE result.
     fn serve_packet(&mut self) {
+        self.empty_wakes = 0;
         let result = match self.take_packet() {
             Ok(datums) => {
                 self.request.wake(NOT_FULL);
@@ -590,10 +621,9 @@ impl Worker {
         protocol::send_frame(&self.channel, &ask, &[]).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + CALLBACK_TIMEOUT;
         loop {
-            if Instant::now() > deadline {
-                return Err("the client did not answer getMemories".into());
-            }
-            let (msg, mut fds) = self.receive().map_err(|e| format!("{e:?}"))?;
+            let (msg, mut fds) = self
+                .receive(deadline)
+                .map_err(|e| format!("the client did not answer getMemories: {e:?}"))?;
             let entries = match msg {
                 BurstMessage::FreeMemory { slot } => {
                     self.free(slot);

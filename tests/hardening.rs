@@ -156,12 +156,12 @@ fn a_client_trickling_its_getmemories_answer_gets_general_failure_in_bounded_tim
             protocol::decode::<nnaccel::burst::BurstMessage>(&body).unwrap(),
             nnaccel::burst::BurstMessage::GetMemories { .. }
         ));
-        // A frame header announcing 64 body bytes, then one byte every 100 ms: every read
+        // A frame header announcing 4096 body bytes, then one byte every 100 ms: every read
         // gets something long before a per-read timeout, so only a bound on the whole answer
         // ends it.
         let mut header = [0u8; 16];
         header[..4].copy_from_slice(&protocol::FRAME_MAGIC);
-        header[4..8].copy_from_slice(&64u32.to_le_bytes());
+        header[4..8].copy_from_slice(&4096u32.to_le_bytes());
         let mut w = &b.channel;
         w.write_all(&header).unwrap();
         let trickle_for = CALLBACK_TIMEOUT * 4;

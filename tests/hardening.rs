@@ -124,7 +124,11 @@ fn a_client_flooding_not_empty_without_data_loses_its_burst_and_others_are_serve
                 closed_by_service(&b.channel)
             },
         );
-        assert_eq!(b.request.available_to_read(), 0, "no datum was ever written");
+        assert_eq!(
+            b.request.available_to_read(),
+            0,
+            "no datum was ever written"
+        );
         assert!(
             hald.log().contains("NOT_EMPTY"),
             "the service says why it ended the burst"
@@ -221,9 +225,11 @@ fn sigterm_ends_running_burst_workers_before_the_service_exits() {
             rustix::process::Signal::TERM,
         )
         .unwrap();
-        poll_until(scaled(Duration::from_secs(10)), "the service exiting", || {
-            hald.has_exited()
-        });
+        poll_until(
+            scaled(Duration::from_secs(10)),
+            "the service exiting",
+            || hald.has_exited(),
+        );
         let status = hald.exit_status().unwrap();
         assert!(status.success(), "{status}");
         let log = hald.log();

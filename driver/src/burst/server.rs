@@ -728,7 +728,16 @@ pub fn start_from_wire(
         return Err(invalid("the burst channel is not a stream socket".into()));
     }
     let channel = UnixStream::from(channel_fd);
-    start(model, owner, request, result, channel, window, Some(workers)).map_err(|e| {
+    start(
+        model,
+        owner,
+        request,
+        result,
+        channel,
+        window,
+        Some(workers),
+    )
+    .map_err(|e| {
         let status = if e.kind() == io::ErrorKind::QuotaExceeded {
             ErrorStatus::ResourceExhaustedTransient
         } else {

@@ -243,3 +243,102 @@ fn sigterm_ends_running_burst_workers_before_the_service_exits() {
         drop(bursts);
     });
 }
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Sends `packet` and answers the worker's getMemories for `slots` with one fd of `pool` each;
+/// returns the result.
+fn execute_answering(
+    b: &RawBurst,
+    packet: &[packet::Datum],
+    pool: &std::os::fd::OwnedFd,
+    size: u64,
+) -> nnaccel::hal::ExecutionResult {
+    use nnaccel::burst::{BurstMessage, SlotMemory};
+    b.request
+        .write_blocking(&packet::to_bytes(packet), Duration::ZERO)
+        .unwrap();
+    b.channel
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    if let Ok((body, _)) = protocol::recv_frame(&b.channel, 1 << 20) {
+        let BurstMessage::GetMemories { slots } = protocol::decode(&body).unwrap() else {
+            panic!("the worker sent something else than getMemories");
+        };
+        let mut fds = FdList::default();
+        let entries = slots
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                fds.push(pool.as_fd());
+                SlotMemory::Memory(protocol::WireMemory {
+                    kind: 0,
+                    prot: 0,
+                    offset: 0,
+                    size,
+                    fd_index: i as u32,
+                })
+            })
+            .collect();
+        let answer = protocol::encode(&BurstMessage::Memories { entries }).unwrap();
+        protocol::send_frame(&b.channel, &answer, fds.fds()).unwrap();
+    }
+    b.channel.set_read_timeout(None).unwrap();
+    let mut bytes = vec![0u8; 2 * packet::DATUM_SIZE];
+    b.result
+        .read_blocking(&mut bytes, scaled(Duration::from_secs(10)))
+        .unwrap();
+    let mut datums = packet::from_bytes(&bytes);
+    let size = packet::result_packet_size(&datums[0]).unwrap();
+    if size > 2 {
+        let mut rest = vec![0u8; (size - 2) * packet::DATUM_SIZE];
+        b.result
+            .read_blocking(&mut rest, scaled(Duration::from_secs(10)))
+            .unwrap();
+        datums.extend(packet::from_bytes(&rest));
+    }
+    packet::deserialize_result(&datums).unwrap()
+}
+
+#[test]
+fn a_burst_caches_at_most_the_slot_limit_so_a_client_cannot_exhaust_the_service_fds() {
+    with_timeout(limit(), "slot flood", || {
+        let hald = Hald::cpu_only();
+        let b = raw_burst(&hald);
+        let size = 4096u64;
+        let pool = nnaccel_uapi::sys::memfd_create(c"slots", size).unwrap();
+        let before = open_fds(hald.pid());
+        let max = nnaccel::burst::server::MAX_SLOTS_PER_BURST;
+        let per_packet = protocol::MAX_FDS_PER_FRAME;
+        let mut next_slot = 0i32;
+        let mut refused = 0;
+        while (next_slot as usize) < max + 2 * per_packet {
+            let slots: Vec<i32> = (next_slot..next_slot + per_packet as i32).collect();
+            next_slot += per_packet as i32;
+            // No arguments: the model refuses the request, but only after the slots resolved.
+            let p = packet::serialize_request(&BurstRequest {
+                inputs: vec![],
+                outputs: vec![],
+                slots,
+                measure: MeasureTiming::No,
+            });
+            let r = execute_answering(&b, &p, &pool, size);
+            if r.status == ErrorStatus::GeneralFailure {
+                refused += 1;
+            } else {
+                assert_eq!(r.status, ErrorStatus::InvalidArgument, "{r:?}");
+            }
+        }
+        let added = open_fds(hald.pid()) - before;
+        assert!(
+            added <= max + 8,
+            "{added} fds held for {next_slot} slots named (limit {max})"
+        );
+        assert_eq!(refused, 2, "the packets beyond the limit");
+        another_client_is_served(&hald);
+    });
+}

@@ -211,6 +211,12 @@ pub fn wait_mechanism() -> WaitMechanism {
 /// client sets the flag once per packet, so at most one wake-up per packet finds it stale.
 pub const MAX_EMPTY_WAKES: u32 = 1000;
 
+/// Pool slots one burst may have cached at once. Each may hold an fd and a mapping in the
+/// service, so a client naming ever new slots without freeing them would otherwise exhaust the
+/// service's fds; a packet that would pass the limit gets GENERAL_FAILURE (freeMemory makes
+/// room).
+pub const MAX_SLOTS_PER_BURST: usize = 1024;
+
 /// Why the worker stops.
 #[derive(Debug)]
 enum Stop {
@@ -613,6 +619,13 @@ impl Worker {
         unknown.dedup();
         if let Some(s) = unknown.iter().find(|s| **s < 0) {
             return Err(format!("negative slot {s}"));
+        }
+        if self.slots.len() + unknown.len() > MAX_SLOTS_PER_BURST {
+            return Err(format!(
+                "{} new slots with {} cached pass the {MAX_SLOTS_PER_BURST}-slot limit",
+                unknown.len(),
+                self.slots.len()
+            ));
         }
         let ask = protocol::encode(&BurstMessage::GetMemories {
             slots: unknown.clone(),

@@ -38,6 +38,11 @@ fn call(sock: &UnixStream, msg: &ClientMessage, fds: &FdList<'_>) -> ServiceMess
 }
 
 fn raw_burst(hald: &Hald) -> RawBurst {
+    raw_burst_with(hald, 1024).unwrap_or_else(|m| panic!("{m:?}"))
+}
+
+/// [`raw_burst`] with queues of `capacity` datums; the service's answer if it refuses.
+fn raw_burst_with(hald: &Hald, capacity: u32) -> Result<RawBurst, ServiceMessage> {
     let conn = UnixStream::connect(hald.socket()).unwrap();
     let hello = ClientMessage::Hello {
         version: protocol::PROTOCOL_VERSION,
@@ -57,8 +62,8 @@ fn raw_burst(hald: &Hald) -> RawBurst {
     else {
         panic!("prepare failed");
     };
-    let request = Fmq::create(packet::DATUM_SIZE as u32, 1024).unwrap();
-    let result = Fmq::create(packet::DATUM_SIZE as u32, 1024).unwrap();
+    let request = Fmq::create(packet::DATUM_SIZE as u32, capacity).unwrap();
+    let result = Fmq::create(packet::DATUM_SIZE as u32, capacity).unwrap();
     let (channel, theirs) = UnixStream::pair().unwrap();
     let mut fds = FdList::default();
     fds.push(request.fd());
@@ -70,16 +75,14 @@ fn raw_burst(hald: &Hald) -> RawBurst {
         result_fmq: result.descriptor(),
         polling_window_us: Some(0),
     };
-    let answer = call(&conn, &configure, &fds);
-    assert!(
-        matches!(answer, ServiceMessage::BurstConfigured { .. }),
-        "{answer:?}"
-    );
-    RawBurst {
-        _conn: conn,
-        request,
-        result,
-        channel,
+    match call(&conn, &configure, &fds) {
+        ServiceMessage::BurstConfigured { .. } => Ok(RawBurst {
+            _conn: conn,
+            request,
+            result,
+            channel,
+        }),
+        other => Err(other),
     }
 }
 
@@ -339,6 +342,23 @@ fn a_burst_caches_at_most_the_slot_limit_so_a_client_cannot_exhaust_the_service_
             "{added} fds held for {next_slot} slots named (limit {max})"
         );
         assert_eq!(refused, 2, "the packets beyond the limit");
+        another_client_is_served(&hald);
+    });
+}
+
+#[test]
+fn queues_beyond_the_limit_are_refused_so_one_packet_cannot_take_much_memory() {
+    with_timeout(limit(), "huge queues", || {
+        let hald = Hald::cpu_only();
+        let max = nnaccel::burst::server::MAX_QUEUE_DATUMS;
+        match raw_burst_with(&hald, max + 1) {
+            Err(ServiceMessage::Error { status, message }) => {
+                assert_eq!(status, ErrorStatus::InvalidArgument.code(), "{message}")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a burst with queues of {} datums was configured", max + 1),
+        }
+        assert!(raw_burst_with(&hald, max).is_ok(), "the limit itself");
         another_client_is_served(&hald);
     });
 }

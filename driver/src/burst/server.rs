@@ -217,6 +217,11 @@ pub const MAX_EMPTY_WAKES: u32 = 1000;
 /// room).
 pub const MAX_SLOTS_PER_BURST: usize = 1024;
 
+/// Largest queue, in datums, a burst may bring (64 times the HAL's channel length): the worker
+/// reads a whole packet into memory, so the queue's size bounds what one packet makes the
+/// service allocate (about 3 MiB here, where an FMQ may be up to 64 MiB).
+pub const MAX_QUEUE_DATUMS: u32 = 64 * super::CHANNEL_LENGTH;
+
 /// Why the worker stops.
 #[derive(Debug)]
 enum Stop {
@@ -726,6 +731,14 @@ pub fn start_from_wire(
     workers: &Arc<Workers>,
 ) -> Result<WaitMechanism, (ErrorStatus, String)> {
     let invalid = |m: String| (ErrorStatus::InvalidArgument, m);
+    for (what, desc) in [("request", ends.request), ("result", ends.result)] {
+        if desc.capacity > MAX_QUEUE_DATUMS {
+            return Err(invalid(format!(
+                "a {what} queue of {} datums; at most {MAX_QUEUE_DATUMS}",
+                desc.capacity
+            )));
+        }
+    }
     let fd = |fds: &mut ReceivedFds, i: usize| fds.take_fd(i).map_err(|e| invalid(e.to_string()));
     let request_fd = fd(ends.fds, 0)?;
     let result_fd = fd(ends.fds, 1)?;

@@ -42,7 +42,7 @@ fn raw_burst(hald: &Hald) -> RawBurst {
 }
 
 /// [`raw_burst`] with queues of `capacity` datums; the service's answer if it refuses.
-fn raw_burst_with(hald: &Hald, capacity: u32) -> Result<RawBurst, ServiceMessage> {
+fn raw_burst_with(hald: &Hald, capacity: u32) -> Result<RawBurst, Box<ServiceMessage>> {
     let conn = UnixStream::connect(hald.socket()).unwrap();
     let hello = ClientMessage::Hello {
         version: protocol::PROTOCOL_VERSION,
@@ -82,7 +82,7 @@ fn raw_burst_with(hald: &Hald, capacity: u32) -> Result<RawBurst, ServiceMessage
             result,
             channel,
         }),
-        other => Err(other),
+        other => Err(Box::new(other)),
     }
 }
 
@@ -351,7 +351,7 @@ fn queues_beyond_the_limit_are_refused_so_one_packet_cannot_take_much_memory() {
     with_timeout(limit(), "huge queues", || {
         let hald = Hald::cpu_only();
         let max = nnaccel::burst::server::MAX_QUEUE_DATUMS;
-        match raw_burst_with(&hald, max + 1) {
+        match raw_burst_with(&hald, max + 1).map_err(|e| *e) {
             Err(ServiceMessage::Error { status, message }) => {
                 assert_eq!(status, ErrorStatus::InvalidArgument.code(), "{message}")
             }

@@ -95,6 +95,62 @@ pub fn recv_frame(
     sock: &UnixStream,
     max_body: usize,
 ) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtocolError> {
+    recv_frame_inner(sock, max_body, None)
+}
+
+/// [`recv_frame`] that gives up at `deadline` however the peer trickles its bytes: each read
+/// waits at most until then (the socket's read timeout is set before each one, so it is left
+/// changed), and the frame fails with a `TimedOut` I/O error when it passes.
+pub fn recv_frame_by(
+    sock: &UnixStream,
+    max_body: usize,
+    deadline: std::time::Instant,
+) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtocolError> {
+    recv_frame_inner(sock, max_body, Some(deadline))
+}
+
+/// Sets the read timeout to what is left until `deadline`; TimedOut when nothing is.
+fn wait_at_most_until(
+    sock: &UnixStream,
+    deadline: Option<std::time::Instant>,
+) -> Result<(), ProtocolError> {
+    let Some(deadline) = deadline else {
+        return Ok(());
+    };
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if left.is_zero() {
+        return Err(ProtocolError::Io(io::ErrorKind::TimedOut.into()));
+    }
+    sock.set_read_timeout(Some(left))?;
+    Ok(())
+}
+
+/// `read_exact` in reads that each wait at most until `deadline`.
+fn read_exact_by(
+    sock: &UnixStream,
+    buf: &mut [u8],
+    deadline: Option<std::time::Instant>,
+) -> Result<(), ProtocolError> {
+    let mut r = sock;
+    let mut done = 0;
+    while done < buf.len() {
+        wait_at_most_until(sock, deadline)?;
+        match r.read(&mut buf[done..]) {
+            Ok(0) => return Err(ProtocolError::Closed),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ProtocolError::Io(e)),
+        }
+    }
+    Ok(())
+}
+
+fn recv_frame_inner(
+    sock: &UnixStream,
+    max_body: usize,
+    deadline: Option<std::time::Instant>,
+) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtocolError> {
+    wait_at_most_until(sock, deadline)?;
     let mut header = [0u8; HEADER_LEN];
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_FRAME))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
@@ -120,10 +176,8 @@ pub fn recv_frame(
             "more than {MAX_FDS_PER_FRAME} fds"
         )));
     }
-    let mut r = sock;
     if msg.bytes < HEADER_LEN {
-        r.read_exact(&mut header[msg.bytes..])
-            .map_err(eof_is_closed)?;
+        read_exact_by(sock, &mut header[msg.bytes..], deadline)?;
     }
     if header[..4] != FRAME_MAGIC || header[12..16] != [0; 4] {
         return Err(ProtocolError::BadFrame(
@@ -144,16 +198,8 @@ pub fn recv_frame(
         )));
     }
     let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(eof_is_closed)?;
+    read_exact_by(sock, &mut body, deadline)?;
     Ok((body, fds))
-}
-
-fn eof_is_closed(e: io::Error) -> ProtocolError {
-    if e.kind() == io::ErrorKind::UnexpectedEof {
-        ProtocolError::Closed
-    } else {
-        ProtocolError::Io(e)
-    }
 }
 
 /// Encodes a message.

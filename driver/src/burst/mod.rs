@@ -113,6 +113,7 @@ pub fn configure_in_process(
             peer(ends.result)?,
             ends.channel,
             window,
+            None,
         )
         .map_err(|_| ErrorStatus::GeneralFailure)?;
         Ok(controller::BurstInfo {

@@ -456,6 +456,22 @@ mod tests {
         assert_eq!(f.len(), 2);
     }
 
+    /// AOSP ExecutionBurstServer.cpp: a result that does not fit becomes
+    /// `serialize(GENERAL_FAILURE, {}, kNoTiming)`, whose count is 2 + shapes + dimensions.
+    #[test]
+    fn the_overflow_failure_is_two_datums_as_aosp_serialize_gives() {
+        let f = serialize_result(&ExecutionResult::failure(ErrorStatus::GeneralFailure));
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0][0], res::PACKET_INFORMATION);
+        assert_eq!(u32_at(&f[0], 8), 2, "packetSize");
+        assert_eq!(u32_at(&f[0], 12) as i32, ErrorStatus::GeneralFailure.code());
+        assert_eq!(u32_at(&f[0], 16), 0, "numberOfOperands");
+        assert_eq!(f[1][0], res::EXECUTION_TIMING);
+        assert_eq!(&f[1][8..24], &[0xff; 16], "kNoTiming");
+        let back = deserialize_result(&f).unwrap();
+        assert_eq!(back.timing, Timing::NOT_MEASURED);
+    }
+
     #[test]
     fn every_truncation_of_a_request_is_refused() {
         let p = serialize_request(&sample());

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -57,6 +57,94 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The burst workers one service started, so that a stopping service can end them: `stop`
+/// shuts each worker's socket down (the worker sees the channel close, as when its client goes,
+/// and frees the burst) and waits for them a bounded time. Once stopping, it takes no new ones.
+#[derive(Debug, Default)]
+pub struct Workers {
+    state: Mutex<WorkersState>,
+    gone: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct WorkersState {
+    stopping: bool,
+    next: u64,
+    /// Per live worker, a second handle on its socket (to shut it down).
+    live: HashMap<u64, UnixStream>,
+}
+
+/// Deregisters a worker when its thread ends (or never started).
+struct Registered {
+    workers: Arc<Workers>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut state = self.workers.lock();
+        state.live.remove(&self.id);
+        drop(state);
+        self.workers.gone.notify_all();
+    }
+}
+
+impl Workers {
+    /// A new, empty set.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WorkersState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Workers running now.
+    pub fn live(&self) -> usize {
+        self.lock().live.len()
+    }
+
+    fn register(self: &Arc<Self>, channel: &UnixStream) -> io::Result<Registered> {
+        let handle = channel.try_clone()?;
+        let mut state = self.lock();
+        if state.stopping {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the service is stopping",
+            ));
+        }
+        let id = state.next;
+        state.next += 1;
+        state.live.insert(id, handle);
+        Ok(Registered {
+            workers: self.clone(),
+            id,
+        })
+    }
+
+    /// Refuses new workers, shuts every live worker's socket down and waits until they have
+    /// ended or `timeout` passed. Returns how many still run.
+    pub fn stop(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.lock();
+        state.stopping = true;
+        for socket in state.live.values() {
+            let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Both);
+        }
+        while !state.live.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = match self.gone.wait_timeout(state, left) {
+                Ok((s, _)) => s,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        state.live.len()
     }
 }
 
@@ -118,11 +206,29 @@ pub fn wait_mechanism() -> WaitMechanism {
     })
 }
 
+/// Wake-ups in a row that found no packet (`NOT_EMPTY` set, the queue empty) after which the
+/// worker takes its client for one that floods the flag and ends the burst. A well-behaved
+/// client sets the flag once per packet, so at most one wake-up per packet finds it stale.
+pub const MAX_EMPTY_WAKES: u32 = 1000;
+
+/// Pool slots one burst may have cached at once. Each may hold an fd and a mapping in the
+/// service, so a client naming ever new slots without freeing them would otherwise exhaust the
+/// service's fds; a packet that would pass the limit gets GENERAL_FAILURE (freeMemory makes
+/// room).
+pub const MAX_SLOTS_PER_BURST: usize = 1024;
+
+/// Largest queue, in datums, a burst may bring (64 times the HAL's channel length): the worker
+/// reads a whole packet into memory, so the queue's size bounds what one packet makes the
+/// service allocate (about 3 MiB here, where an FMQ may be up to 64 MiB).
+pub const MAX_QUEUE_DATUMS: u32 = 64 * super::CHANNEL_LENGTH;
+
 /// Why the worker stops.
 #[derive(Debug)]
 enum Stop {
     /// The client closed its end or broke the channel.
     ChannelClosed(String),
+    /// The client misbehaved on the queues (floods `NOT_EMPTY` without data).
+    Misbehaved(String),
 }
 
 /// A cached slot: the pool the client named, kept for the life of the burst.
@@ -143,9 +249,12 @@ struct Worker {
     /// Per slot the BO and the mapping, and the burst's own high-performance device queue.
     cache: BurstCache,
     executions: u64,
+    /// Wake-ups since the last packet that found `NOT_EMPTY` set and no data.
+    empty_wakes: u32,
 }
 
-/// Starts a worker for a burst on `model`, for `owner`'s requests. Returns the wait mechanism
+/// Starts a worker for a burst on `model`, for `owner`'s requests, registered in `workers`
+/// (the service's, so that stopping it ends the worker) if given. Returns the wait mechanism
 /// it uses.
 pub fn start(
     model: PreparedModel,
@@ -154,6 +263,7 @@ pub fn start(
     result: Fmq,
     channel: UnixStream,
     window: Duration,
+    workers: Option<&Arc<Workers>>,
 ) -> io::Result<WaitMechanism> {
     let place = Place::take().ok_or_else(|| {
         io::Error::new(
@@ -161,6 +271,7 @@ pub fn start(
             format!("{MAX_ACTIVE_BURSTS} bursts are running"),
         )
     })?;
+    let registered = workers.map(|w| w.register(&channel)).transpose()?;
     channel.set_read_timeout(Some(CALLBACK_TIMEOUT))?;
     channel.set_write_timeout(Some(CALLBACK_TIMEOUT))?;
     let mechanism = wait_mechanism();
@@ -174,12 +285,14 @@ pub fn start(
         slots: HashMap::new(),
         cache: BurstCache::new(),
         executions: 0,
+        empty_wakes: 0,
     };
     std::thread::Builder::new()
         .name("nnaccel-burst".into())
         .spawn(move || {
             worker.run(mechanism);
             drop(place);
+            drop(registered);
         })?;
     Ok(mechanism)
 }
@@ -227,7 +340,13 @@ impl Worker {
         };
         // The ring goes first: its pending FutexWait names the request queue's flag word.
         drop(uring);
-        let Stop::ChannelClosed(why) = stop;
+        let why = match stop {
+            Stop::ChannelClosed(why) => why,
+            Stop::Misbehaved(why) => {
+                tracing::warn!("burst ended: {why}");
+                why
+            }
+        };
         tracing::debug!(
             "burst worker ends after {} executions ({why}); freeing {} slots ({} with a BO or \
              mapping){}",
@@ -261,7 +380,7 @@ impl Worker {
         let word = loop {
             match self.request.take_bits(NOT_EMPTY) {
                 Ok(_) if self.request.available_to_read() > 0 => return Ok(true),
-                Ok(_) => {}
+                Ok(_) => self.count_empty_wake()?,
                 Err(word) => break word,
             }
         };
@@ -276,6 +395,18 @@ impl Worker {
             self.drain_channel()?;
         }
         Ok(self.request.available_to_read() > 0)
+    }
+
+    /// Counts a wake-up that found the flag set and no packet; too many in a row end the burst.
+    fn count_empty_wake(&mut self) -> Result<(), Stop> {
+        self.empty_wakes += 1;
+        if self.empty_wakes > MAX_EMPTY_WAKES {
+            return Err(Stop::Misbehaved(format!(
+                "the client set NOT_EMPTY {} times without writing a packet",
+                self.empty_wakes
+            )));
+        }
+        Ok(())
     }
 
     /// Sleeps in the ring; returns whether the socket is readable (or closed).
@@ -360,7 +491,7 @@ impl Worker {
     /// Handles every message waiting on the socket (frees; stray answers are dropped).
     fn drain_channel(&mut self) -> Result<(), Stop> {
         while self.socket_readable() {
-            let msg = self.receive()?;
+            let msg = self.receive(Instant::now() + CALLBACK_TIMEOUT)?;
             if let (BurstMessage::FreeMemory { slot }, _) = msg {
                 self.free(slot);
             }
@@ -368,11 +499,13 @@ impl Worker {
         Ok(())
     }
 
-    fn receive(&mut self) -> Result<(BurstMessage, ReceivedFds), Stop> {
+    /// Receives one message, whole by `deadline` (a client trickling a frame byte by byte
+    /// cannot hold the worker longer).
+    fn receive(&mut self, deadline: Instant) -> Result<(BurstMessage, ReceivedFds), Stop> {
         // io_uring completions run as task work, which interrupts a blocking recvmsg with
         // EINTR before it took anything: retry.
         let (body, fds) = loop {
-            match protocol::recv_frame(&self.channel, 1 << 20) {
+            match protocol::recv_frame_by(&self.channel, 1 << 20, deadline) {
                 Err(protocol::ProtocolError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other.map_err(|e| Stop::ChannelClosed(e.to_string()))?,
             }
@@ -392,6 +525,7 @@ impl Worker {
 
     /// Reads one packet and answers it; a bad packet gets a GENERAL_FAILURE result.
     fn serve_packet(&mut self) {
+        self.empty_wakes = 0;
         let result = match self.take_packet() {
             Ok(datums) => {
                 self.request.wake(NOT_FULL);
@@ -491,6 +625,13 @@ impl Worker {
         if let Some(s) = unknown.iter().find(|s| **s < 0) {
             return Err(format!("negative slot {s}"));
         }
+        if self.slots.len() + unknown.len() > MAX_SLOTS_PER_BURST {
+            return Err(format!(
+                "{} new slots with {} cached pass the {MAX_SLOTS_PER_BURST}-slot limit",
+                unknown.len(),
+                self.slots.len()
+            ));
+        }
         let ask = protocol::encode(&BurstMessage::GetMemories {
             slots: unknown.clone(),
         })
@@ -498,10 +639,9 @@ impl Worker {
         protocol::send_frame(&self.channel, &ask, &[]).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + CALLBACK_TIMEOUT;
         loop {
-            if Instant::now() > deadline {
-                return Err("the client did not answer getMemories".into());
-            }
-            let (msg, mut fds) = self.receive().map_err(|e| format!("{e:?}"))?;
+            let (msg, mut fds) = self
+                .receive(deadline)
+                .map_err(|e| format!("the client did not answer getMemories: {e:?}"))?;
             let entries = match msg {
                 BurstMessage::FreeMemory { slot } => {
                     self.free(slot);
@@ -588,8 +728,17 @@ pub fn start_from_wire(
     owner: OwnerId,
     ends: ReceivedEnds<'_>,
     window: Duration,
+    workers: &Arc<Workers>,
 ) -> Result<WaitMechanism, (ErrorStatus, String)> {
     let invalid = |m: String| (ErrorStatus::InvalidArgument, m);
+    for (what, desc) in [("request", ends.request), ("result", ends.result)] {
+        if desc.capacity > MAX_QUEUE_DATUMS {
+            return Err(invalid(format!(
+                "a {what} queue of {} datums; at most {MAX_QUEUE_DATUMS}",
+                desc.capacity
+            )));
+        }
+    }
     let fd = |fds: &mut ReceivedFds, i: usize| fds.take_fd(i).map_err(|e| invalid(e.to_string()));
     let request_fd = fd(ends.fds, 0)?;
     let result_fd = fd(ends.fds, 1)?;
@@ -605,7 +754,16 @@ pub fn start_from_wire(
         return Err(invalid("the burst channel is not a stream socket".into()));
     }
     let channel = UnixStream::from(channel_fd);
-    start(model, owner, request, result, channel, window).map_err(|e| {
+    start(
+        model,
+        owner,
+        request,
+        result,
+        channel,
+        window,
+        Some(workers),
+    )
+    .map_err(|e| {
         let status = if e.kind() == io::ErrorKind::QuotaExceeded {
             ErrorStatus::ResourceExhaustedTransient
         } else {

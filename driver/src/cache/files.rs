@@ -81,6 +81,23 @@ pub fn read_chunks(
     }
 }
 
+/// Refuses a client's cache fd that is not a regular file (a character device such as
+/// `/dev/zero` reads without end, whatever its size says) or that is already larger than
+/// `max` bytes, before anything is read or allocated.
+fn check_client_file(fd: BorrowedFd<'_>, max: u64) -> io::Result<()> {
+    let st = rustix::fs::fstat(fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a cache file must be a regular file",
+        ));
+    }
+    if u64::try_from(st.st_size).unwrap_or(u64::MAX) > max {
+        return Err(too_large());
+    }
+    Ok(())
+}
+
 /// Reads the whole file behind `fd` (at most `max` bytes) from offset 0 under a shared lock,
 /// whatever the fd's offset, handing the bytes to `sink` in chunks; returns the length.
 pub fn read_file_with(
@@ -88,6 +105,7 @@ pub fn read_file_with(
     max: u64,
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<u64> {
+    check_client_file(fd, max)?;
     let _lock = lock(fd, false)?;
     read_chunks(fd, 0, max, sink)
 }
@@ -180,6 +198,7 @@ pub fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
             "cache file opened with O_APPEND",
         ));
     }
+    check_client_file(fd, u64::MAX)?;
     let _lock = lock(fd, true)?;
     let mut done = 0usize;
     while done < bytes.len() {
@@ -227,4 +246,49 @@ pub fn read_hashing_aside(
             .map_err(|_| io::Error::other("the hashing thread panicked"))?;
         result
     })
+}
+
+#[cfg(test)]
+mod hardening_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_character_device_as_cache_file_is_refused_before_any_byte_is_read() {
+        let zero = std::fs::File::open("/dev/zero").unwrap();
+        let mut got = 0u64;
+        let r = read_file_with(zero.as_fd(), MAX_CACHE_FILE_BYTES, &mut |c| {
+            got += c.len() as u64;
+            Ok(())
+        });
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(got, 0, "bytes read from /dev/zero");
+        let null = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        assert_eq!(
+            write_file(null.as_fd(), b"cache").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn a_cache_file_larger_than_the_limit_is_refused_before_any_byte_is_read() {
+        let f = std::fs::File::from(
+            rustix::fs::memfd_create(c"cache-file", rustix::fs::MemfdFlags::CLOEXEC).unwrap(),
+        );
+        f.set_len(4096).unwrap();
+        let mut got = 0u64;
+        let r = read_file_with(f.as_fd(), 1024, &mut |c| {
+            got += c.len() as u64;
+            Ok(())
+        });
+        assert!(r.is_err());
+        assert_eq!(got, 0);
+        assert_eq!(
+            read_file_with(f.as_fd(), 4096, &mut |_| Ok(())).unwrap(),
+            4096
+        );
+    }
 }

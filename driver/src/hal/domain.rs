@@ -327,18 +327,34 @@ impl BufferTracker {
                 }
             }
             None => {
-                let used = self.inner.live_bytes.load(Ordering::SeqCst);
-                if used.saturating_add(size) > self.inner.cpu_limit {
+                // Reserve the bytes before making the memfd: a check followed by a later
+                // add would let concurrent allocations together pass the limit.
+                let limit = self.inner.cpu_limit;
+                if let Err(used) =
+                    self.inner
+                        .live_bytes
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                            used.checked_add(size).filter(|&total| total <= limit)
+                        })
+                {
                     return Err(failed(format!(
-                        "{size} bytes would pass the {}-byte memory-domain limit ({used} in use)",
-                        self.inner.cpu_limit
+                        "{size} bytes would pass the {limit}-byte memory-domain limit ({used} in use)"
                     )));
                 }
-                let fd = nnaccel_uapi::sys::memfd_create(c"nnaccel-domain", size)
-                    .map_err(|e| failed(format!("memfd of {size} bytes: {e}")))?;
-                nnaccel_uapi::sys::seal_size(fd.as_fd())
-                    .map_err(|e| failed(format!("sealing the buffer's memfd: {e}")))?;
-                (None, fd)
+                let made = nnaccel_uapi::sys::memfd_create(c"nnaccel-domain", size)
+                    .map_err(|e| failed(format!("memfd of {size} bytes: {e}")))
+                    .and_then(|fd| {
+                        nnaccel_uapi::sys::seal_size(fd.as_fd())
+                            .map_err(|e| failed(format!("sealing the buffer's memfd: {e}")))?;
+                        Ok(fd)
+                    });
+                match made {
+                    Ok(fd) => (None, fd),
+                    Err(e) => {
+                        self.inner.live_bytes.fetch_sub(size, Ordering::SeqCst);
+                        return Err(e);
+                    }
+                }
             }
         };
         // A device may export a dma-buf: CPU access to it is bracketed with syncs.
@@ -352,7 +368,10 @@ impl BufferTracker {
             fd: Arc::new(fd),
             size,
         };
-        self.inner.live_bytes.fetch_add(size, Ordering::SeqCst);
+        if bo.is_some() {
+            // The CPU path reserved its bytes above.
+            self.inner.live_bytes.fetch_add(size, Ordering::SeqCst);
+        }
         // From here `Storage`'s Drop undoes the counter and closes the BO.
         let mapped = match MappedPool::map(&memory) {
             Ok(m) => m,
@@ -1101,6 +1120,47 @@ pub(crate) mod tests {
         let third = t.allocate(1, None, &BufferDesc::default(), &models, &[role(0)], &[]);
         assert_eq!(third.unwrap_err(), ErrorStatus::GeneralFailure);
         assert_eq!(t.live_buffers(), 2);
+    }
+
+    #[test]
+    fn concurrent_allocations_never_pass_the_cpu_limit_together() {
+        let size = 1 << 20;
+        let t = BufferTracker::with_cpu_limit(2 * size);
+        let m = model(&[(size / 4) as u32]);
+        for round in 0..20 {
+            let start = std::sync::Barrier::new(8);
+            let made: Vec<Arc<DeviceBuffer>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let models = [RoleModel {
+                                uid: 1,
+                                ours: true,
+                                model: &m,
+                            }];
+                            start.wait();
+                            t.allocate(1, None, &BufferDesc::default(), &models, &[role(0)], &[])
+                                .ok()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .filter_map(|h| h.join().unwrap())
+                    .collect()
+            });
+            assert_eq!(
+                made.len(),
+                2,
+                "round {round}: buffers within a 2-buffer limit"
+            );
+            assert!(
+                t.live_bytes() <= 2 * size,
+                "round {round}: {}",
+                t.live_bytes()
+            );
+        }
+        assert_eq!(t.live_bytes(), 0);
     }
 
     fn token_request(input: &Memory, token: u32) -> Request {

@@ -64,7 +64,13 @@ pub struct Service {
     config: ServiceConfig,
     stats: Stats,
     stop: AtomicBool,
+    /// The burst workers of every connection, ended when the service stops.
+    bursts: Arc<crate::burst::server::Workers>,
 }
+
+/// How long a stopping service waits for its burst workers to end (each sees its socket shut
+/// down; one in the middle of an execution finishes it first).
+pub const BURST_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct Held {
     model: PreparedModel,
@@ -88,6 +94,7 @@ impl Service {
             config,
             stats: Stats::default(),
             stop: AtomicBool::new(false),
+            bursts: crate::burst::server::Workers::new(),
         })
     }
 
@@ -102,8 +109,28 @@ impl Service {
         let _ = rustix::net::shutdown(listener, rustix::net::Shutdown::Both);
     }
 
-    /// Accepts connections until [`Service::stop`].
+    /// Burst workers running for this service's clients.
+    pub fn live_bursts(&self) -> usize {
+        self.bursts.live()
+    }
+
+    /// Accepts connections until [`Service::stop`]; then ends the burst workers (at most
+    /// [`BURST_STOP_TIMEOUT`]) before returning.
     pub fn serve(self: &Arc<Self>, listener: &UnixListener) -> io::Result<()> {
+        self.accept_until_stopped(listener);
+        let live = self.bursts.live();
+        let left = self.bursts.stop(BURST_STOP_TIMEOUT);
+        if left == 0 {
+            tracing::info!("stopped {live} burst workers");
+        } else {
+            tracing::warn!(
+                "{left} of {live} burst workers did not end within {BURST_STOP_TIMEOUT:?}"
+            );
+        }
+        Ok(())
+    }
+
+    fn accept_until_stopped(self: &Arc<Self>, listener: &UnixListener) {
         for conn in listener.incoming() {
             if self.stop.load(Ordering::SeqCst) {
                 break;
@@ -134,7 +161,6 @@ impl Service {
                 Err(e) => tracing::warn!("accept: {e}"),
             }
         }
-        Ok(())
     }
 
     fn connection(self: Arc<Self>, stream: UnixStream) {
@@ -382,6 +408,7 @@ impl Service {
                     buffers.owner(),
                     ends,
                     window,
+                    &self.bursts,
                 ) {
                     Ok(wait) => ServiceMessage::BurstConfigured {
                         polling_window_us: window.as_micros() as u32,

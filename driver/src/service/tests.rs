@@ -163,18 +163,22 @@ fn a_client_prepares_and_executes_through_the_socket() {
     );
 }
 
-#[test]
-fn asynchronous_execute_through_the_service() {
-    let svc = Running::start(ServiceConfig::default());
-    let client = ServiceClient::connect(&svc.path).unwrap();
-    let pm = client
+fn prepare_add(client: &ServiceClient) -> Arc<dyn HalPreparedModel> {
+    client
         .prepare_model(
             &add_model(),
             ExecutionPreference::FastSingleAnswer,
             Priority::Medium,
             None,
         )
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn asynchronous_execute_through_the_service() {
+    let svc = Running::start(ServiceConfig::default());
+    let client = ServiceClient::connect(&svc.path).unwrap();
+    let pm = prepare_add(&client);
     let r = execute_async(pm, Request::default(), MeasureTiming::No, None).wait();
     assert_eq!(
         r,
@@ -313,4 +317,32 @@ fn a_live_socket_is_never_replaced_but_a_stale_one_is() {
     let stale = svc._dir.join("stale.sock");
     drop(UnixListener::bind(&stale).unwrap());
     assert!(bind_socket(&stale).is_ok());
+}
+
+#[test]
+fn a_stopping_service_ends_its_burst_workers_before_serve_returns() {
+    let mut svc = Running::start(ServiceConfig::default());
+    let client = ServiceClient::connect(&svc.path).unwrap();
+    let pm = prepare_add(&client);
+    let bursts: Vec<_> = (0..3)
+        .map(|_| {
+            pm.configure_execution_burst(crate::burst::BurstConfig::default())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(svc.service.live_bursts(), 3);
+    svc.service.stop(&svc.listener);
+    svc.thread.take().unwrap().join().unwrap();
+    assert_eq!(
+        svc.service.live_bursts(),
+        0,
+        "serve returned with burst workers running"
+    );
+    // The connection thread still answers, but a stopped service starts no new worker.
+    assert_eq!(
+        pm.configure_execution_burst(crate::burst::BurstConfig::default())
+            .err(),
+        Some(ErrorStatus::GeneralFailure)
+    );
+    drop(bursts);
 }

@@ -1063,7 +1063,7 @@ fn child_client_process() {
 #[test]
 fn a_client_killed_mid_execution_releases_everything() {
     with_device_service(&["--fault-delay-job-ms", "500"], |_sim, hald| {
-        let c = hald.client();
+        let c = hald.only_client();
         let baseline = c.info().unwrap();
         assert_eq!(baseline.prepared_models, 0);
         let (mut child, ready) = spawn_child_test(
@@ -1272,17 +1272,11 @@ fn header(len: u32, nfds: u32) -> Vec<u8> {
 
 fn check_malformed(hald: &Hald) {
     // A client connected before, with a prepared model.
-    let good = hald.client();
+    let good = hald.only_client();
     let n = 32;
     let pm = prepare(&good, &binary_model(OperationType::Add, n)).unwrap();
     let io = Io3::new(pools::ashmem(Io3::bytes_needed(n)).unwrap(), n);
     run_add_in(&good, &*pm, &io, "before", 1.0);
-    // Count fds once `good` is the only connection (the start-up probe may not be gone yet).
-    poll_until(
-        scaled(Duration::from_secs(5)),
-        "earlier clients to go",
-        || good.info().unwrap().connections == 1,
-    );
     let connections = good.info().unwrap().connections;
     let open_fds = || {
         std::fs::read_dir(format!("/proc/{}/fd", hald.pid()))
@@ -1453,13 +1447,8 @@ fn more_than_64_fds_on_a_frame_are_refused() {
                 .unwrap()
                 .count()
         };
-        // Count fds once `watcher` is the only connection (the start-up probe may not be gone).
-        let watcher = hald.client();
-        poll_until(
-            scaled(Duration::from_secs(5)),
-            "earlier clients to go",
-            || watcher.info().unwrap().connections == 1,
-        );
+        // Count fds once this connection is the only one.
+        let _watcher = hald.only_client();
         let fds_before = open_fds();
         let raw = Raw::hello(hald);
         send_with_fds(&raw, protocol::MAX_FDS_PER_FRAME);

@@ -172,6 +172,19 @@ impl Hald {
         })
     }
 
+    /// A client that is the service's only connection: waits for earlier ones (the start-up
+    /// probe's, whose end the service notices asynchronously) to be gone, for tests that count
+    /// the service's connections or fds.
+    pub fn only_client(&self) -> ServiceClient {
+        let c = self.client();
+        crate::poll_until(
+            crate::scaled(Duration::from_secs(5)),
+            "earlier clients to go",
+            || c.info().is_ok_and(|i| i.connections == 1),
+        );
+        c
+    }
+
     /// Whether the service process has exited (reaps it if so).
     pub fn has_exited(&self) -> bool {
         let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,205 @@
+//! Fuzz target 5: compilation-cache files.
+//!
+//! - Model and data caches through `cache::blob::decode`, beyond the truncation and bit-flip
+//!   tests of blob.rs: caches encoded from structurally mutated models (so the damage reaches
+//!   the model validator and the CPU compiler past every blob-level check, as a cache written
+//!   by a buggy or hostile client would), byte-mutated caches, and data caches of the wrong
+//!   length or content. A decoded model is validated and, when valid, prepared, as a cache
+//!   load does: nothing may panic.
+//! - The token-record store file, mutated and re-checksummed so the damage reaches the parser
+//!   past the SHA-256: opening loads consistent records or resets them, and reopening agrees.
+
+use std::fs;
+use std::path::PathBuf;
+
+use nnaccel_uapi::fuzz::{self, Rng};
+use sha2::{Digest, Sha256};
+
+use super::hal::mutate_model;
+use super::*;
+use crate::cache::blob;
+use crate::cache::files::MemfdBuffer;
+use crate::cache::records::{MAX_RECORDS, RECORDS_FILE, RecordStore};
+use crate::cache::{CacheError, Hash, Token};
+use crate::hal::driver::{Backend, Driver};
+use crate::hal::validate::validate_model;
+
+fn buffer(bytes: &[u8]) -> MemfdBuffer {
+    let mut b = MemfdBuffer::new();
+    b.append(bytes).unwrap();
+    b
+}
+
+/// out = a + c over 512 floats, c a 2 KiB constant: a cache that references its data.
+fn large_constant_model() -> Model {
+    let tensor = |lifetime, location| Operand {
+        operand_type: OperandType::TensorFloat32,
+        dimensions: vec![1, 512],
+        scale: 0.0,
+        zero_point: 0,
+        lifetime,
+        location,
+        extra_params: None,
+    };
+    let mut values: Vec<u8> = (0..512u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+    values.extend_from_slice(&0i32.to_le_bytes());
+    let at = |offset, length| DataLocation {
+        pool_index: 0,
+        offset,
+        length,
+        padding: 0,
+    };
+    Model {
+        operands: vec![
+            tensor(OperandLifetime::SubgraphInput, DataLocation::default()),
+            tensor(OperandLifetime::ConstantCopy, at(0, 2048)),
+            Operand {
+                operand_type: OperandType::Int32,
+                dimensions: vec![],
+                lifetime: OperandLifetime::ConstantCopy,
+                location: at(2048, 4),
+                ..tensor(OperandLifetime::ConstantCopy, at(0, 0))
+            },
+            tensor(OperandLifetime::SubgraphOutput, DataLocation::default()),
+        ],
+        operations: vec![Operation {
+            operation_type: OperationType::Add,
+            inputs: vec![0, 1, 2],
+            outputs: vec![3],
+        }],
+        input_indexes: vec![0],
+        output_indexes: vec![3],
+        operand_values: values,
+        pools: vec![],
+        relax_computation_float32_to_float16: false,
+    }
+}
+
+#[test]
+fn mutated_model_and_data_caches_are_corrupt_or_validated_never_panic() {
+    let mut models: Vec<Model> = seeds().into_iter().map(|s| s.model).collect();
+    models.push(large_constant_model());
+    let driver = Driver::new(Backend::CpuOnly);
+    let (mut decoded, mut valid, mut refused) = (0usize, 0usize, 0usize);
+    fuzz::run("cache-blob", 3000, |rng| {
+        let mut model = rng.pick(&models).clone();
+        if rng.chance(1, 2) {
+            for _ in 0..=rng.below(2) {
+                mutate_model(rng, &mut model);
+            }
+        }
+        // A mutated model may not encode at all (a reference outside its pools): that is
+        // the writer's side, refused before any bytes exist.
+        let Ok(enc) = blob::encode(&model, rng.chance(1, 2)) else {
+            return;
+        };
+        let mut model_bytes = enc.model;
+        let mut data = enc.data;
+        match rng.below(4) {
+            0 => fuzz::mutate(rng, &mut model_bytes),
+            1 => fuzz::mutate(rng, &mut data),
+            2 => {
+                // Keep the header and mutate only the postcard body.
+                let mut body = model_bytes.split_off(9.min(model_bytes.len()));
+                fuzz::mutate(rng, &mut body);
+                model_bytes.extend(body);
+            }
+            _ => {}
+        }
+        match blob::decode(&model_bytes, buffer(&data)) {
+            Ok((m, _on_device)) => {
+                decoded += 1;
+                // A decoded model carries its constants itself: at most the data pool.
+                assert!(m.pools.len() <= 1);
+                for o in &m.operands {
+                    if o.lifetime == OperandLifetime::ConstantReference {
+                        assert_eq!(o.location.pool_index, 0);
+                        let end = u64::from(o.location.offset) + u64::from(o.location.length);
+                        assert!(m.pools.first().is_some_and(|p| end <= p.size));
+                    }
+                }
+                if validate_model(&m).is_ok() {
+                    valid += 1;
+                    let _ = driver.prepare_model(
+                        &m,
+                        ExecutionPreference::FastSingleAnswer,
+                        Priority::Medium,
+                        None,
+                    );
+                }
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(matches!(e, CacheError::Corrupt(_)), "{e}");
+            }
+        }
+    });
+    println!("cache blobs: {decoded} decoded ({valid} valid models), {refused} refused");
+    assert!(decoded > valid && valid > 0 && refused > 0 || fuzz::cases(3000) < 100);
+}
+
+/// A fresh directory for records files (in /dev/shm when there is one: cheap fsyncs).
+fn records_dir(n: usize) -> PathBuf {
+    let base = PathBuf::from("/dev/shm");
+    let base = if base.is_dir() {
+        base
+    } else {
+        std::env::temp_dir()
+    };
+    let d = base.join(format!("nnaccel-fuzz-records-{}-{n}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    d
+}
+
+fn record(rng: &mut Rng) -> (Token, Hash) {
+    let mut t = [0u8; 32];
+    let mut h = [0u8; 32];
+    rng.fill(&mut t);
+    rng.fill(&mut h);
+    (t, h)
+}
+
+#[test]
+fn mutated_record_files_load_consistently_or_reset() {
+    let mut n = 0usize;
+    let (mut loaded, mut reset) = (0usize, 0usize);
+    fuzz::run("cache-records", 400, |rng| {
+        n += 1;
+        let dir = records_dir(n);
+        let mut store = RecordStore::open(&dir, "build").unwrap();
+        let records: Vec<(Token, Hash)> = (0..1 + rng.below(4)).map(|_| record(rng)).collect();
+        for (t, h) in &records {
+            store.insert(*t, *h).unwrap();
+        }
+        let path = dir.join(RECORDS_FILE);
+        let file = fs::read(&path).unwrap();
+        let (body, _sum) = file.split_at(file.len() - 32);
+        let mut body = body.to_vec();
+        fuzz::mutate(rng, &mut body);
+        if rng.chance(1, 8) {
+            // A count field claiming more than the limit (offset: magic, version, id).
+            let at = 12 + "build".len();
+            if body.len() >= at + 4 {
+                body[at..at + 4].copy_from_slice(&(MAX_RECORDS as u32 + 1).to_le_bytes());
+            }
+        }
+        let mut damaged = body.clone();
+        if rng.chance(3, 4) {
+            damaged.extend_from_slice(&Sha256::digest(&body));
+        }
+        fs::write(&path, &damaged).unwrap();
+        let store = RecordStore::open(&dir, "build").unwrap();
+        assert!(store.len() <= MAX_RECORDS);
+        if store.is_empty() {
+            reset += 1;
+        } else {
+            loaded += 1;
+        }
+        // Whatever the first open decided is on disk now: a second open agrees.
+        let again = RecordStore::open(&dir, "build").unwrap();
+        assert_eq!(again.len(), store.len());
+        let _ = fs::remove_dir_all(&dir);
+    });
+    println!("record files: {loaded} loaded, {reset} reset");
+    assert!(reset > 0 || fuzz::cases(400) < 50);
+}

@@ -7,16 +7,21 @@
 //! The in-process device resolves fds and user pointers in this process, where other tests run
 //! concurrently: fd fields therefore name only this test's own fds or numbers no process has
 //! open (a random fd could be another test's socket or memfd). Pointers stay random (they are
-//! only read, through process_vm_readv).
+//! only read, through process_vm_readv). Queues the fuzzer creates live in its own memfd, and
+//! some cases scribble into that ring as a hostile client would (jobs, tails, doorbells): the
+//! engine must refuse the damage without disturbing the ioctls.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use nnaccel_uapi::abi::*;
 use nnaccel_uapi::fuzz::{self, Rng};
 use nnaccel_uapi::ioctl::*;
 use nnaccel_uapi::program::{Location, Operand, Operation, Program};
-use nnaccel_uapi::{Device, DeviceExt, sys};
+use nnaccel_uapi::ring::RingView;
+use nnaccel_uapi::sys::{self, Mapping};
+use nnaccel_uapi::{Device, DeviceExt};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::{Config, InprocFile, SimDevice};
@@ -73,6 +78,8 @@ fn add_program() -> Vec<u8> {
 /// What the fuzzer owns and what it saw the device create.
 struct State {
     memfd: OwnedFd,
+    /// The fuzzer's view of the ring(s) QUEUE_CREATE placed at the start of `memfd`.
+    ring: RingView,
     socket: (OwnedFd, OwnedFd),
     program: Vec<u8>,
     bos: Vec<u32>,
@@ -343,6 +350,26 @@ impl State {
         }
     }
 
+    /// Writes a random or mutated job into the ring, moves its tail (sanely or not) and rings
+    /// the doorbell.
+    fn scribble(&self, rng: &mut Rng) {
+        let mut bytes = self.valid(rng, NNACCEL_IOCTL_SUBMIT);
+        fuzz::mutate(rng, &mut bytes);
+        bytes.resize(size_of::<Submit>(), 0);
+        if let Ok(submit) = Submit::read_from_bytes(&bytes) {
+            let _ = self.ring.write_job(rng.below(4) as u64, &submit.job);
+        }
+        let head = self.ring.sq_head().load(Ordering::Acquire);
+        let tail = match rng.below(3) {
+            0 => head + 1,
+            1 => rng.edgy_u64(),
+            _ => head.wrapping_add(rng.below(20) as u64),
+        };
+        self.ring.sq_tail().store(tail, Ordering::Release);
+        self.ring.sq_doorbell().fetch_add(1, Ordering::SeqCst);
+        let _ = sys::futex_wake(self.ring.sq_doorbell(), i32::MAX);
+    }
+
     fn forget_objects(&mut self) {
         self.bos.clear();
         self.programs.clear();
@@ -388,8 +415,16 @@ fn random_and_mutated_ioctl_arguments_get_an_errno_or_success_and_leak_nothing()
     ) else {
         panic!("memfd or socketpair");
     };
+    let map = match Mapping::map_shared(memfd.as_fd(), 0, 3 * 4096, true) {
+        Ok(m) => Arc::new(m),
+        Err(e) => panic!("mapping the ring memfd: {e}"),
+    };
+    let Ok(ring) = RingView::new(map, 0, 1) else {
+        panic!("a one-entry ring fits 12 KiB");
+    };
     let mut state = State {
         memfd,
+        ring,
         socket,
         program: add_program(),
         bos: Vec::new(),
@@ -406,6 +441,10 @@ fn random_and_mutated_ioctl_arguments_get_an_errno_or_success_and_leak_nothing()
         if n % REOPEN_EVERY == 0 {
             file = Arc::new(InprocFile::open(&sim));
             state.forget_objects();
+        }
+        if !state.queues.is_empty() && rng.chance(1, 20) {
+            state.scribble(rng);
+            return;
         }
         let cmd = match rng.below(40) {
             0 => rng.u32(),

@@ -4,8 +4,8 @@
 //!   tests of blob.rs: caches encoded from structurally mutated models (so the damage reaches
 //!   the model validator and the CPU compiler past every blob-level check, as a cache written
 //!   by a buggy or hostile client would), byte-mutated caches, and data caches of the wrong
-//!   length or content. A decoded model is validated and, when valid, prepared, as a cache
-//!   load does: nothing may panic.
+//!   length or content. A decoded model goes through `prepare_from_parts`, the cache load
+//!   path (validated again, then compiled): nothing may panic.
 //! - The token-record store file, mutated and re-checksummed so the damage reaches the parser
 //!   past the SHA-256: opening loads consistent records or resets them, and reopening agrees.
 
@@ -107,25 +107,28 @@ fn mutated_model_and_data_caches_are_corrupt_or_validated_never_panic() {
             _ => {}
         }
         match blob::decode(&model_bytes, buffer(&data)) {
-            Ok((m, _on_device)) => {
+            Ok((m, on_device)) => {
                 decoded += 1;
                 // A decoded model carries its constants itself: at most the data pool.
                 assert!(m.pools.len() <= 1);
-                for o in &m.operands {
-                    if o.lifetime == OperandLifetime::ConstantReference {
-                        assert_eq!(o.location.pool_index, 0);
-                        let end = u64::from(o.location.offset) + u64::from(o.location.length);
-                        assert!(m.pools.first().is_some_and(|p| end <= p.size));
-                    }
-                }
+                // The cache load path: validated again, then compiled; an invalid model is
+                // GENERAL_FAILURE (the cache is unusable), never a panic.
+                let prepared = driver.prepare_from_parts(
+                    &m,
+                    on_device,
+                    ExecutionPreference::FastSingleAnswer,
+                );
                 if validate_model(&m).is_ok() {
                     valid += 1;
-                    let _ = driver.prepare_model(
-                        &m,
-                        ExecutionPreference::FastSingleAnswer,
-                        Priority::Medium,
-                        None,
-                    );
+                    for o in &m.operands {
+                        if o.lifetime == OperandLifetime::ConstantReference {
+                            let end = u64::from(o.location.offset) + u64::from(o.location.length);
+                            let pool = m.pools.get(o.location.pool_index as usize);
+                            assert!(pool.is_some_and(|p| end <= p.size), "{o:?}");
+                        }
+                    }
+                } else {
+                    assert_eq!(prepared.err(), Some(ErrorStatus::GeneralFailure));
                 }
             }
             Err(e) => {

@@ -499,3 +499,51 @@ fn random_and_mutated_ioctl_arguments_get_an_errno_or_success_and_leak_nothing()
     );
     assert_eq!(probe.get_param(PARAM_LIVE_FILES).ok(), Some(1));
 }
+
+/// Found by the ioctl target: BO_EXPORT into a socket nobody reads parked the ioctl (and, on
+/// FUSE or CUSE, the device worker thread serving it) forever once the socket's buffer was
+/// full; a few such clients stopped the device for everyone. The send no longer waits.
+#[test]
+fn bo_export_into_a_full_socket_is_eagain_not_a_hang() {
+    use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
+    let sim = SimDevice::new(Config::default()).unwrap_or_else(|e| panic!("device: {e}"));
+    let file = Arc::new(InprocFile::open(&sim));
+    let bo = file.bo_create(4096).unwrap_or_else(|e| panic!("BO_CREATE: {e}"));
+    let (full, _unread) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap_or_else(|e| panic!("socketpair: {e}"));
+    let _ = rustix::net::sockopt::set_socket_send_buffer_size(&full, 4096);
+    loop {
+        match rustix::net::send(&full, &[0u8; 1024], SendFlags::DONTWAIT) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::AGAIN) => break,
+            Err(e) => panic!("filling the socket: {e}"),
+        }
+    }
+    let export = BoExport {
+        handle: bo,
+        socket_fd: full.as_raw_fd(),
+        ..Default::default()
+    };
+    // A watchdog, not a timing: a regression hangs, and the test should fail rather than stall.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f = file.clone();
+    std::thread::spawn(move || {
+        let mut arg = export.as_bytes().to_vec();
+        let _ = tx.send(f.ioctl(NNACCEL_IOCTL_BO_EXPORT, &mut arg));
+    });
+    let result = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("BO_EXPORT still blocked on a full socket after a minute"));
+    assert_eq!(
+        result.err().and_then(|e| e.raw_os_error()),
+        Some(libc::EAGAIN)
+    );
+    // The device and the BO are unaffected.
+    assert!(file.get_param(PARAM_API_VERSION).is_ok());
+    assert!(file.bo_export(bo).is_ok());
+}

@@ -508,7 +508,9 @@ fn bo_export_into_a_full_socket_is_eagain_not_a_hang() {
     use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
     let sim = SimDevice::new(Config::default()).unwrap_or_else(|e| panic!("device: {e}"));
     let file = Arc::new(InprocFile::open(&sim));
-    let bo = file.bo_create(4096).unwrap_or_else(|e| panic!("BO_CREATE: {e}"));
+    let bo = file
+        .bo_create(4096)
+        .unwrap_or_else(|e| panic!("BO_CREATE: {e}"));
     let (full, _unread) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::STREAM,

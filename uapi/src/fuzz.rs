@@ -136,11 +136,9 @@ pub fn base_seed() -> u64 {
 /// propagates, so the case can be replayed.
 pub fn run(target: &str, default_cases: usize, mut case: impl FnMut(&mut Rng)) {
     let base = base_seed();
-    let salt = target
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
+    let salt = target.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
     for n in 0..cases(default_cases) {
         let mut rng = Rng::new(base ^ salt ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| case(&mut rng))) {
@@ -230,7 +228,10 @@ mod tests {
             assert!(b.len() <= original.len() + 4 * 32);
             changed += usize::from(b != original);
         }
-        assert!(changed > 900, "{changed} of 1000 mutations changed something");
+        assert!(
+            changed > 900,
+            "{changed} of 1000 mutations changed something"
+        );
     }
 
     #[test]

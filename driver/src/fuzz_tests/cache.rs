@@ -113,11 +113,8 @@ fn mutated_model_and_data_caches_are_corrupt_or_validated_never_panic() {
                 assert!(m.pools.len() <= 1);
                 // The cache load path: validated again, then compiled; an invalid model is
                 // GENERAL_FAILURE (the cache is unusable), never a panic.
-                let prepared = driver.prepare_from_parts(
-                    &m,
-                    on_device,
-                    ExecutionPreference::FastSingleAnswer,
-                );
+                let prepared =
+                    driver.prepare_from_parts(&m, on_device, ExecutionPreference::FastSingleAnswer);
                 if validate_model(&m).is_ok() {
                     valid += 1;
                     for o in &m.operands {

@@ -93,8 +93,7 @@ pub(crate) fn mutate_model(rng: &mut Rng, model: &mut Model) {
             }
         }
         14 => {
-            model.relax_computation_float32_to_float16 =
-                !model.relax_computation_float32_to_float16
+            model.relax_computation_float32_to_float16 = !model.relax_computation_float32_to_float16
         }
         _ => {
             if model.pools.is_empty() || rng.chance(1, 2) {
@@ -254,7 +253,8 @@ pub(crate) fn mutate_json(rng: &mut Rng, text: &str) -> String {
             .char_indices()
             .filter(|(i, c)| {
                 let prev = out[..*i].chars().next_back();
-                (c.is_ascii_digit() || *c == '-') && !prev.is_some_and(|p| p.is_ascii_alphanumeric() || p == '.' || p == '-')
+                (c.is_ascii_digit() || *c == '-')
+                    && !prev.is_some_and(|p| p.is_ascii_alphanumeric() || p == '.' || p == '-')
                     || *c == '"'
                     || *c == '['
                     || *c == '{'
@@ -292,10 +292,7 @@ pub(crate) fn mutate_json(rng: &mut Rng, text: &str) -> String {
                 ]);
                 (end, name.to_string())
             }
-            b'[' | b'{' => (
-                1,
-                rng.pick(&["", "[", "{", "[[", "[]", "null"]).to_string(),
-            ),
+            b'[' | b'{' => (1, rng.pick(&["", "[", "{", "[[", "[]", "null"]).to_string()),
             _ => {
                 let end = rest
                     .find(|ch: char| !(ch.is_ascii_digit() || "+-.eE".contains(ch)))

@@ -87,10 +87,7 @@ fn seed_messages(seeds: &[Seed], queue: &Fmq) -> Vec<(ClientMessage, usize)> {
             },
             fds.fds().len(),
         ));
-        out.push((
-            ClientMessage::CopyTo { token: 1, memory },
-            1,
-        ));
+        out.push((ClientMessage::CopyTo { token: 1, memory }, 1));
     }
     out
 }
@@ -107,7 +104,11 @@ fn received(n: usize) -> ReceivedFds {
 /// Applies what the service does to a decoded message; nothing may panic, and what converts
 /// claims only fds the frame had.
 fn convert(rng: &mut Rng, msg: ClientMessage, n_fds: usize, seeds: &[Seed], driver: &Driver) {
-    let n = if rng.chance(3, 4) { n_fds } else { rng.below(4) };
+    let n = if rng.chance(3, 4) {
+        n_fds
+    } else {
+        rng.below(4)
+    };
     let mut fds = received(n);
     match msg {
         ClientMessage::PrepareModel { model, .. }
@@ -234,7 +235,11 @@ fn wire_models_with_random_codes_and_fd_indexes_convert_or_fail() {
             }
             _ => {}
         }
-        let mut fds = received(if rng.chance(3, 4) { n } else { rng.below(n + 2) });
+        let mut fds = received(if rng.chance(3, 4) {
+            n
+        } else {
+            rng.below(n + 2)
+        });
         let model_pools = w.pools.len();
         if let Ok(m) = model_from_wire(w, &mut fds) {
             assert_eq!(m.pools.len(), model_pools);
@@ -252,7 +257,10 @@ fn check_received_queue(fd: OwnedFd, desc: FmqDescriptor) {
     match Fmq::from_fd(fd, desc, DATUM_SIZE as u32) {
         Ok(q) => {
             assert_eq!(q.datum_size(), DATUM_SIZE);
-            assert_eq!(region_size(desc.datum_size, desc.capacity), Some(desc.region_size));
+            assert_eq!(
+                region_size(desc.datum_size, desc.capacity),
+                Some(desc.region_size)
+            );
             assert!(desc.region_size <= size, "mapped past the memfd's end");
             assert_eq!(q.available_to_read(), 0);
         }
@@ -332,7 +340,10 @@ fn corrupt_fmq_counters_are_errors_and_sane_ones_move_exactly() {
             corrupt += 1;
             assert!(matches!(r, Err(FmqError::Corrupt { .. })), "{r:?}");
             assert!(matches!(w, Err(FmqError::Corrupt { .. })), "{w:?}");
-            assert!(matches!(theirs.discard_all(), Err(FmqError::Corrupt { .. })));
+            assert!(matches!(
+                theirs.discard_all(),
+                Err(FmqError::Corrupt { .. })
+            ));
             assert_eq!(theirs.available_to_read(), 0);
             assert_eq!(theirs.available_to_write(), 0);
             assert_eq!((counter(&ours, 0), counter(&ours, 8)), (read, write));
@@ -347,7 +358,10 @@ fn corrupt_fmq_counters_are_errors_and_sane_ones_move_exactly() {
         assert_eq!(write_ok, ring - after_read >= len);
         let expect_read = read.wrapping_add(if read_ok { len } else { 0 });
         let expect_write = write.wrapping_add(if write_ok { len } else { 0 });
-        assert_eq!((counter(&ours, 0), counter(&ours, 8)), (expect_read, expect_write));
+        assert_eq!(
+            (counter(&ours, 0), counter(&ours, 8)),
+            (expect_read, expect_write)
+        );
         theirs.discard_all().unwrap();
         assert_eq!(theirs.available_to_read(), 0);
     });

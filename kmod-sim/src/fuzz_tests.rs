@@ -107,7 +107,7 @@ impl State {
 
     /// Keeps an fd field to our own fds or to numbers nobody has open.
     fn tame_fd(&self, fd: i32) -> i32 {
-        if fd < 0 || fd >= 1 << 30 || self.own_fds().contains(&fd) {
+        if !(0..1 << 30).contains(&fd) || self.own_fds().contains(&fd) {
             fd
         } else {
             (1 << 30) | (fd & 0xffff)

@@ -32,47 +32,21 @@ fn buffer(bytes: &[u8]) -> MemfdBuffer {
 
 /// out = a + c over 512 floats, c a 2 KiB constant: a cache that references its data.
 fn large_constant_model() -> Model {
-    let tensor = |lifetime, location| Operand {
-        operand_type: OperandType::TensorFloat32,
-        dimensions: vec![1, 512],
-        scale: 0.0,
-        zero_point: 0,
-        lifetime,
-        location,
-        extra_params: None,
-    };
-    let mut values: Vec<u8> = (0..512u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
-    values.extend_from_slice(&0i32.to_le_bytes());
-    let at = |offset, length| DataLocation {
-        pool_index: 0,
-        offset,
-        length,
-        padding: 0,
-    };
-    Model {
-        operands: vec![
-            tensor(OperandLifetime::SubgraphInput, DataLocation::default()),
-            tensor(OperandLifetime::ConstantCopy, at(0, 2048)),
-            Operand {
-                operand_type: OperandType::Int32,
-                dimensions: vec![],
-                lifetime: OperandLifetime::ConstantCopy,
-                location: at(2048, 4),
-                ..tensor(OperandLifetime::ConstantCopy, at(0, 0))
-            },
-            tensor(OperandLifetime::SubgraphOutput, DataLocation::default()),
-        ],
-        operations: vec![Operation {
-            operation_type: OperationType::Add,
-            inputs: vec![0, 1, 2],
-            outputs: vec![3],
-        }],
-        input_indexes: vec![0],
-        output_indexes: vec![3],
-        operand_values: values,
-        pools: vec![],
-        relax_computation_float32_to_float16: false,
-    }
+    let values: Vec<String> = (0..512).map(|v| v.to_string()).collect();
+    let json = format!(
+        r#"{{"version": 1,
+            "operands": [
+              {{"type": "TENSOR_FLOAT32", "dimensions": [1, 512], "lifetime": "MODEL_INPUT"}},
+              {{"type": "TENSOR_FLOAT32", "dimensions": [1, 512], "lifetime": "CONSTANT_COPY",
+               "value": [{}]}},
+              {{"type": "INT32", "dimensions": [], "lifetime": "CONSTANT_COPY", "value": [0]}},
+              {{"type": "TENSOR_FLOAT32", "dimensions": [1, 512], "lifetime": "MODEL_OUTPUT"}}
+            ],
+            "operations": [{{"type": "ADD", "inputs": [0, 1, 2], "outputs": [3]}}],
+            "inputIndexes": [0], "outputIndexes": [3]}}"#,
+        values.join(", ")
+    );
+    crate::modelfile::parse_model(&json).unwrap().model
 }
 
 #[test]

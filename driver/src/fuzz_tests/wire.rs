@@ -16,7 +16,7 @@ use nnaccel_uapi::fuzz::{self, Rng};
 
 use super::hal::{mutate_model, mutate_request};
 use super::*;
-use crate::burst::packet::{self, BurstRequest, DATUM_SIZE};
+use crate::burst::packet::{self, BurstRequest, DATUM_SIZE, Datum};
 use crate::fmq::{Fmq, FmqDescriptor, FmqError, region_size};
 use crate::hal::driver::{Backend, Driver};
 use crate::hal::validate::{validate_model, validate_request};
@@ -369,6 +369,22 @@ fn corrupt_fmq_counters_are_errors_and_sane_ones_move_exactly() {
     assert!(corrupt > 0 && moved > 0 || fuzz::cases(4000) < 100);
 }
 
+/// Whether `datums` decode; if they do, their re-encoding has as many datums and decodes to
+/// the same value.
+fn reencodes<T: PartialEq + std::fmt::Debug>(
+    datums: &[Datum],
+    decode: fn(&[Datum]) -> Result<T, packet::PacketError>,
+    encode: fn(&T) -> Vec<Datum>,
+) -> bool {
+    let Ok(value) = decode(datums) else {
+        return false;
+    };
+    let again = encode(&value);
+    assert_eq!(again.len(), datums.len());
+    assert_eq!(decode(&again), Ok(value));
+    true
+}
+
 fn request_packet(rng: &mut Rng, seeds: &[Seed]) -> Vec<u8> {
     let s = rng.pick(seeds);
     let mut request = s.request.clone();
@@ -416,26 +432,23 @@ fn mutated_burst_packets_decode_to_what_they_reencode_or_are_refused() {
                 assert!(size >= 2);
             }
         }
-        if result_packet {
-            match packet::deserialize_result(&datums) {
-                Ok(r) => {
-                    ok += 1;
-                    let again = packet::serialize_result(&r);
-                    assert_eq!(again.len(), datums.len());
-                    assert_eq!(packet::deserialize_result(&again), Ok(r));
-                }
-                Err(_) => refused += 1,
-            }
+        let decoded = if result_packet {
+            reencodes(
+                &datums,
+                packet::deserialize_result,
+                packet::serialize_result,
+            )
         } else {
-            match packet::deserialize_request(&datums) {
-                Ok(r) => {
-                    ok += 1;
-                    let again = packet::serialize_request(&r);
-                    assert_eq!(again.len(), datums.len());
-                    assert_eq!(packet::deserialize_request(&again), Ok(r));
-                }
-                Err(_) => refused += 1,
-            }
+            reencodes(
+                &datums,
+                packet::deserialize_request,
+                packet::serialize_request,
+            )
+        };
+        if decoded {
+            ok += 1;
+        } else {
+            refused += 1;
         }
     });
     println!("burst packets: {ok} decoded, {refused} refused");

@@ -5,6 +5,7 @@
 //! status. Prepared models then run mutated requests: an invalid request is INVALID_ARGUMENT,
 //! a successful execution reports one shape per output. Nothing may panic.
 
+use nnaccel_kmod_sim::{Config, InprocFile, SimDevice};
 use nnaccel_uapi::fuzz::{self, Rng};
 
 use super::*;
@@ -173,10 +174,22 @@ fn known_bytes(model: &Model) -> u64 {
 
 const MAX_EXECUTED_BYTES: u64 = 16 << 20;
 
+/// A driver over a fresh in-process device (the CPU executor as its fallback), and a probe
+/// file on the same device for its counters.
+fn device_driver() -> (Driver, InprocFile) {
+    let sim = SimDevice::new(Config::default()).unwrap();
+    let probe = InprocFile::open(&sim);
+    let dev: Arc<dyn nnaccel_uapi::Device> = Arc::new(InprocFile::open(&sim));
+    (Driver::new(Backend::Device(dev)), probe)
+}
+
 #[test]
 fn mutated_models_and_requests_are_invalid_argument_or_run_never_panic() {
     let seeds = seeds();
-    let driver = Driver::new(Backend::CpuOnly);
+    let cpu = Driver::new(Backend::CpuOnly);
+    // The same models compiled for the device: programs from models the validator let
+    // through reach the device's program checks, requests its BO imports.
+    let (device, probe) = device_driver();
     let (mut invalid, mut prepared, mut executed) = (0usize, 0usize, 0usize);
     fuzz::run("hal-model", 5000, |rng| {
         let seed = rng.pick(&seeds);
@@ -184,6 +197,7 @@ fn mutated_models_and_requests_are_invalid_argument_or_run_never_panic() {
         for _ in 0..=rng.below(3) {
             mutate_model(rng, &mut model);
         }
+        let driver = if rng.chance(1, 2) { &cpu } else { &device };
         let valid = validate_model(&model);
         let prepare = driver.prepare_model(
             &model,
@@ -236,6 +250,12 @@ fn mutated_models_and_requests_are_invalid_argument_or_run_never_panic() {
     });
     println!("models: {invalid} invalid, {prepared} prepared, {executed} executed");
     assert!(invalid > 0 && (prepared > 0 && executed > 0 || fuzz::cases(5000) < 100));
+    // The device ran some of them; every prepared model is gone, and so are the device
+    // programs compiled for them.
+    let param = |p| nnaccel_uapi::DeviceExt::get_param(&probe, p).ok();
+    assert!(param(nnaccel_uapi::abi::PARAM_JOBS_COMPLETED) > Some(0) || fuzz::cases(5000) < 100);
+    drop(device);
+    assert_eq!(param(nnaccel_uapi::abi::PARAM_LIVE_PROGRAMS), Some(0));
 }
 
 /// A JSON text mutated: bytes (lossily back to UTF-8) or tokens (a number replaced with a

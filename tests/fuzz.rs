@@ -257,3 +257,84 @@ fn mutated_frames_through_a_live_service_get_answers_or_drop_only_their_connecti
         );
     });
 }
+
+/// Sets the fd field of fd-carrying commands to numbers no process has open: the device
+/// resolves them in this test process, where other tests run.
+fn no_foreign_fds(cmd: u32, arg: &mut [u8], rng: &mut Rng) {
+    use nnaccel_tests::uapi::ioctl::*;
+    let at = match cmd {
+        NNACCEL_IOCTL_BO_IMPORT | NNACCEL_IOCTL_QUEUE_CREATE => 0,
+        NNACCEL_IOCTL_BO_EXPORT => 8,
+        _ => return,
+    };
+    let fd: i32 = if rng.chance(1, 2) { -1 } else { 1 << 30 };
+    arg[at..at + 4].copy_from_slice(&fd.to_le_bytes());
+}
+
+/// Fuzz target 1 through the real frontend: random command numbers (ours, ours with another
+/// size or direction, anything) with random argument bytes through `ioctl(2)` on the
+/// simulator's device file, so the kernel's FUSE (or CUSE) ioctl path and the frontend's
+/// handling of it are in the loop. Every call is success or an errno; afterwards the device
+/// answers, still runs, and holds no object of the closed file.
+#[test]
+fn random_ioctls_through_the_device_file_get_an_errno_or_success() {
+    use nnaccel_tests::uapi::DeviceExt;
+    use nnaccel_tests::uapi::abi::*;
+    use nnaccel_tests::uapi::ioctl::*;
+    nnaccel_tests::run_with_sim(&[], |ctx| {
+        let live = |dev: &dyn Fn(u32) -> u64| {
+            [PARAM_LIVE_BOS, PARAM_LIVE_PROGRAMS, PARAM_LIVE_QUEUES].map(dev)
+        };
+        let before = live(&|p| ctx.param(p));
+        let file = ctx.open();
+        let (mut ok, mut failed) = (0usize, 0usize);
+        fuzz::run("ioctl-file", 10_000, |rng| {
+            let known = rng.pick(ALL_IOCTLS).1;
+            let cmd = match rng.below(6) {
+                0 => rng.u32(),
+                1 => known ^ (1 << (16 + rng.below(16))),
+                2 => ioc(
+                    rng.below(4) as u32,
+                    NNACCEL_IOCTL_TYPE,
+                    rng.below(32) as u32,
+                    rng.below(1024),
+                ),
+                _ => known,
+            };
+            let mut arg = if rng.chance(1, 2) {
+                rng.bytes(ioc_size(cmd))
+            } else {
+                vec![0u8; ioc_size(cmd)]
+            };
+            if cmd == NNACCEL_IOCTL_WAIT {
+                // A deadline in the past: a WAIT for a job never submitted must not sleep.
+                arg[16..24].copy_from_slice(&0u64.to_le_bytes());
+            }
+            no_foreign_fds(cmd, &mut arg, rng);
+            match sys::ioctl_raw(file.as_fd(), cmd, &mut arg) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    failed += 1;
+                    let errno = e.raw_os_error();
+                    assert!(
+                        errno.is_some_and(|e| e > 0 && e < 4096),
+                        "{cmd:#x}: {e} is not an errno"
+                    );
+                }
+            }
+        });
+        println!("ioctls through the file: {ok} succeeded, {failed} failed");
+        assert!(failed > 0 && (ok > 0 || fuzz::cases(10_000) < 100));
+        assert_eq!(
+            file.get_param(PARAM_API_VERSION).ok(),
+            Some(NNACCEL_API_VERSION)
+        );
+        drop(file);
+        poll_until(
+            scaled(Duration::from_secs(10)),
+            "the file's objects to go",
+            || live(&|p| ctx.param(p)) == before,
+        );
+        assert!(!ctx.sim.has_exited(), "the simulator died");
+    });
+}

@@ -46,17 +46,6 @@ fn seed_messages(seeds: &[Seed], queue: &Fmq) -> Vec<(ClientMessage, usize)> {
             },
             2,
         ),
-        (
-            ClientMessage::PrepareModelFromCache {
-                preference: 1,
-                priority: 90,
-                timeout_ns: None,
-                model_cache: vec![vec![0]],
-                data_cache: vec![vec![1]],
-                token: [7; 32],
-            },
-            2,
-        ),
     ];
     for s in seeds {
         let mut fds = FdList::default();
@@ -70,6 +59,18 @@ fn seed_messages(seeds: &[Seed], queue: &Fmq) -> Vec<(ClientMessage, usize)> {
                 timeout_ns: Some(1_000_000_000),
             },
             n,
+        ));
+        out.push((
+            ClientMessage::PrepareModelWithCache {
+                model: model.clone(),
+                preference: 1,
+                priority: 90,
+                timeout_ns: None,
+                model_cache: vec![vec![n as u32]],
+                data_cache: vec![vec![n as u32 + 1]],
+                token: [7; 32],
+            },
+            n + 2,
         ));
         out.push((ClientMessage::GetSupportedOperations { model }, n));
         let mut fds = FdList::default();

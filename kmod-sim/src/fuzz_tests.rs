@@ -292,9 +292,17 @@ impl State {
                     "{a:?}"
                 );
             }
-            NNACCEL_IOCTL_BO_CLOSE => {
-                let a = BoClose::read_from_bytes(arg).ok();
-                self.bos.retain(|h| a.is_none_or(|a| a.handle != *h));
+            NNACCEL_IOCTL_BO_CLOSE
+            | NNACCEL_IOCTL_PROGRAM_DESTROY
+            | NNACCEL_IOCTL_QUEUE_DESTROY => {
+                // { handle or queue id: u32, pad: u32 }: that object is gone.
+                let gone = u32::from_le_bytes([arg[0], arg[1], arg[2], arg[3]]);
+                let list = match cmd {
+                    NNACCEL_IOCTL_BO_CLOSE => &mut self.bos,
+                    NNACCEL_IOCTL_PROGRAM_DESTROY => &mut self.programs,
+                    _ => &mut self.queues,
+                };
+                list.retain(|h| *h != gone);
             }
             NNACCEL_IOCTL_PROGRAM_CREATE => {
                 let a = ProgramCreate::read_from_bytes(arg).ok();
@@ -302,19 +310,11 @@ impl State {
                 assert_ne!(handle, 0);
                 self.programs.push(handle);
             }
-            NNACCEL_IOCTL_PROGRAM_DESTROY => {
-                let a = ProgramDestroy::read_from_bytes(arg).ok();
-                self.programs.retain(|h| a.is_none_or(|a| a.handle != *h));
-            }
             NNACCEL_IOCTL_QUEUE_CREATE => {
                 let a = QueueCreate::read_from_bytes(arg).ok();
                 let id = a.map_or(0, |a| a.queue_id);
                 assert_ne!(id, 0, "queue 0 is the default queue");
                 self.queues.push(id);
-            }
-            NNACCEL_IOCTL_QUEUE_DESTROY => {
-                let a = QueueDestroy::read_from_bytes(arg).ok();
-                self.queues.retain(|h| a.is_none_or(|a| a.queue_id != *h));
             }
             NNACCEL_IOCTL_SUBMIT => {
                 let a = Submit::read_from_bytes(arg).ok();

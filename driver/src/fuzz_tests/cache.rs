@@ -6,6 +6,9 @@
 //!   by a buggy or hostile client would), byte-mutated caches, and data caches of the wrong
 //!   length or content. A decoded model goes through `prepare_from_parts`, the cache load
 //!   path (validated again, then compiled): nothing may panic.
+//! - Driver-managed cache entries on disk (`cache::managed`): header fields and bytes
+//!   mutated, or the body mutated and re-checksummed; a damaged entry is a miss and is
+//!   removed, a verified one goes on to the decoder and the load path.
 //! - The token-record store file, mutated and re-checksummed so the damage reaches the parser
 //!   past the SHA-256: opening loads consistent records or resets them, and reopening agrees.
 
@@ -19,8 +22,9 @@ use super::hal::mutate_model;
 use super::*;
 use crate::cache::blob;
 use crate::cache::files::MemfdBuffer;
+use crate::cache::managed::PROGRAMS_DIR;
 use crate::cache::records::{MAX_RECORDS, RECORDS_FILE, RecordStore};
-use crate::cache::{CacheError, Hash, Token};
+use crate::cache::{CacheError, Hash, ManagedCache, Token};
 use crate::hal::driver::{Backend, Driver};
 use crate::hal::validate::validate_model;
 
@@ -176,4 +180,63 @@ fn mutated_record_files_load_consistently_or_reset() {
     });
     println!("record files: {loaded} loaded, {reset} reset");
     assert!(reset > 0 || fuzz::cases(400) < 50);
+}
+
+#[test]
+fn mutated_managed_cache_entries_are_misses_or_verified_never_panic() {
+    let mut models: Vec<Model> = seeds().into_iter().map(|s| s.model).collect();
+    models.push(large_constant_model());
+    let driver = Driver::new(Backend::CpuOnly);
+    let mut n = 0usize;
+    let (mut hits, mut misses) = (0usize, 0usize);
+    fuzz::run("cache-managed", 400, |rng| {
+        n += 1;
+        let dir = records_dir(n);
+        let cache = ManagedCache::open(&dir, 64 << 20).unwrap();
+        let enc = blob::encode(rng.pick(&models), false).unwrap();
+        let key = ManagedCache::key("build", &enc.model, &enc.data);
+        cache.put(&key, &enc.model, &enc.data).unwrap();
+        let path = dir
+            .join(PROGRAMS_DIR)
+            .join(format!("{}.nnc", crate::cache::hex(&key)));
+        let mut bytes = fs::read(&path).unwrap();
+        // Header: magic, version, model length, data length (u64s at 8 and 16), SHA-256 at 24.
+        match rng.below(3) {
+            0 => fuzz::mutate(rng, &mut bytes),
+            1 => {
+                let at = *rng.pick(&[8usize, 16]);
+                bytes[at..at + 8].copy_from_slice(&rng.edgy_u64().to_le_bytes());
+            }
+            _ => {
+                // The body mutated and re-checksummed: only the decoder can refuse it.
+                let mut body = bytes.split_off(56);
+                fuzz::mutate(rng, &mut body);
+                let model_len = (body.len() as u64).min(enc.model.len() as u64);
+                bytes[8..16].copy_from_slice(&model_len.to_le_bytes());
+                bytes[16..24].copy_from_slice(&(body.len() as u64 - model_len).to_le_bytes());
+                bytes[24..56].copy_from_slice(&Sha256::digest(&body));
+                bytes.extend(body);
+            }
+        }
+        fs::write(&path, &bytes).unwrap();
+        match cache.get(&key).unwrap() {
+            Some((model_bytes, data)) => {
+                hits += 1;
+                if let Ok((m, on_device)) = blob::decode(&model_bytes, data) {
+                    let _ = driver.prepare_from_parts(
+                        &m,
+                        on_device,
+                        ExecutionPreference::FastSingleAnswer,
+                    );
+                }
+            }
+            None => {
+                misses += 1;
+                assert!(!path.exists(), "a damaged entry is removed");
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+    });
+    println!("managed entries: {hits} verified, {misses} damaged");
+    assert!(hits > 0 && misses > 0 || fuzz::cases(400) < 50);
 }

@@ -13,3 +13,6 @@ pub mod protocol;
 pub mod service;
 
 pub use device::{DeviceInfo, LiveObjects, open_node};
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -17,6 +17,8 @@ pub mod device;
 pub mod dispatch;
 pub mod engine;
 pub mod fuse;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod inproc;
 pub mod program;
 pub mod timers;

@@ -11,6 +11,8 @@
 
 pub mod abi;
 pub mod device;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod ioctl;
 pub mod program;
 pub mod ring;

@@ -362,7 +362,9 @@ pub fn tgid_of(tid: i32) -> io::Result<i32> {
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
 }
 
-/// Sends `fd` over a connected Unix socket with `SCM_RIGHTS` (one byte of payload).
+/// Sends `fd` over a connected Unix socket with `SCM_RIGHTS` (one byte of payload). Never
+/// blocks: a socket whose buffer is full is `EAGAIN` (the device sends into sockets its
+/// callers choose, and must not be parked by one nobody reads).
 pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     let fds = [fd];
@@ -375,7 +377,7 @@ pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
         sock,
         &[io::IoSlice::new(b"F")],
         &mut cmsg,
-        SendFlags::NOSIGNAL,
+        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
     )?;
     if n != 1 {
         return Err(io::Error::from_raw_os_error(libc::EIO));

@@ -136,9 +136,7 @@ pub fn workspace_binary(env_var: &str, name: &str, package: &str) -> PathBuf {
         exe_dir
     };
     let bin = profile_dir.join(name);
-    if !bin.is_file() || is_stale(&bin, package) {
-        build_with_cargo(profile_dir, name, package);
-    }
+    ensure_built_once(&bin, profile_dir, name, package);
     if !bin.is_file() {
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         panic!(
@@ -148,7 +146,6 @@ pub fn workspace_binary(env_var: &str, name: &str, package: &str) -> PathBuf {
             if release { " --release" } else { "" }
         );
     }
-    warn_if_stale(&bin, package);
     bin
 }
 
@@ -157,37 +154,44 @@ pub fn sim_binary() -> PathBuf {
     workspace_binary("NNACCEL_SIM_BIN", "nnaccel-sim", "nnaccel-kmod-sim")
 }
 
-/// Builds `name` into `profile_dir` with the cargo that runs this test or bench (`$CARGO`, set
-/// by `cargo test` and `cargo bench`), once per process: cargo does not build another package's
-/// binary for this package's tests, so a fresh `cargo bench` would otherwise find none. Without
-/// `$CARGO` (a test binary run by hand, the QEMU guest) nothing is built.
-fn build_with_cargo(profile_dir: &Path, name: &str, package: &str) {
-    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let Some(cargo) = std::env::var_os("CARGO") else {
-        return;
-    };
-    let mut built = BUILT
+/// Once per process and binary: when `bin` is missing or older than its package's sources,
+/// builds it with the cargo that runs this test or bench (`$CARGO`, set by `cargo test` and
+/// `cargo bench`) — cargo does not build another package's binary for this package's tests,
+/// so a fresh `cargo bench` would otherwise find none — and warns if it is still stale.
+/// Without `$CARGO` (a test binary run by hand, the QEMU guest) nothing is built.
+fn ensure_built_once(bin: &Path, profile_dir: &Path, name: &str, package: &str) {
+    static CHECKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut checked = CHECKED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if built.iter().any(|b| b == name) {
+    if checked.iter().any(|b| b == name) {
         return;
     }
-    built.push(name.to_string());
-    let Some(target_dir) = profile_dir.parent() else {
+    checked.push(name.to_string());
+    if bin.is_file() && !is_stale(bin, package) {
         return;
-    };
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", package, "--bin", name])
-        .env("CARGO_TARGET_DIR", target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
     }
-    eprintln!("building {name}: {cmd:?}");
-    match cmd.status() {
-        Ok(s) if s.success() => {}
-        Ok(s) => eprintln!("warning: building {name} failed ({s})"),
-        Err(e) => eprintln!("warning: cannot run cargo to build {name}: {e}"),
+    if let (Some(cargo), Some(target_dir)) = (std::env::var_os("CARGO"), profile_dir.parent()) {
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", package, "--bin", name])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        eprintln!("building {name}: {cmd:?}");
+        match cmd.status() {
+            Ok(s) if s.success() => return,
+            Ok(s) => eprintln!("warning: building {name} failed ({s})"),
+            Err(e) => eprintln!("warning: cannot run cargo to build {name}: {e}"),
+        }
+    }
+    if bin.is_file() {
+        eprintln!(
+            "warning: {} is older than the sources of {package}: rebuild it \
+             (`cargo build -p {package} --bins`)",
+            bin.display()
+        );
     }
 }
 
@@ -218,18 +222,6 @@ fn is_stale(bin: &Path, package: &str) -> bool {
         return false;
     };
     newest(&src).is_some_and(|n| n > built)
-}
-
-/// Cargo does not rebuild another package's binary for this package's tests: say so when the
-/// binary is older than its package's sources (and could not be rebuilt).
-fn warn_if_stale(bin: &Path, package: &str) {
-    if is_stale(bin, package) {
-        eprintln!(
-            "warning: {} is older than the sources of {package}: rebuild it \
-             (`cargo build -p {package} --bins`)",
-            bin.display()
-        );
-    }
 }
 
 /// Whether `path` is the root of a live FUSE mount.

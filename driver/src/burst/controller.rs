@@ -440,22 +440,8 @@ impl ExecutionBurstController {
             let _ = q.discard_all();
             Exchange::Failed(ErrorStatus::GeneralFailure)
         };
-        let mut first = [0u8; DATUM_SIZE];
-        if !q.read(&mut first).map_err(|e| bad(e.to_string()))? {
-            return Err(bad("no datum".into()));
-        }
-        let size = packet::result_packet_size(&first).map_err(|e| bad(e.to_string()))?;
-        if size > q.capacity() {
-            return Err(bad(format!("{size} datums")));
-        }
-        let mut rest = vec![0u8; (size - 1) * DATUM_SIZE];
-        if !q.read(&mut rest).map_err(|e| bad(e.to_string()))? {
-            return Err(bad("truncated result".into()));
-        }
+        let datums = packet::read_packet(q, packet::result_packet_size).map_err(bad)?;
         q.wake(NOT_FULL);
-        let mut datums = Vec::with_capacity(size);
-        datums.push(first);
-        datums.extend(packet::from_bytes(&rest));
         Ok(datums)
     }
 }

@@ -368,6 +368,32 @@ pub fn to_bytes(datums: &[Datum]) -> Vec<u8> {
     datums.concat()
 }
 
+/// Reads one packet from `queue`: its first datum, the size `packet_size` reads from it (at most
+/// the queue's capacity), then the rest, straight into the datums. The writer commits a whole
+/// packet at once, so the rest is there or never will be. Errors say what was wrong.
+pub fn read_packet(
+    queue: &crate::fmq::Fmq,
+    packet_size: fn(&Datum) -> Result<usize, PacketError>,
+) -> Result<Vec<Datum>, String> {
+    let mut first = [0u8; DATUM_SIZE];
+    if !queue.read(&mut first).map_err(|e| e.to_string())? {
+        return Err("no datum".into());
+    }
+    let size = packet_size(&first).map_err(|e| e.to_string())?;
+    if size == 0 || size > queue.capacity() {
+        return Err(format!("a packet of {size} datums does not fit the queue"));
+    }
+    let mut datums = vec![[0u8; DATUM_SIZE]; size];
+    datums[0] = first;
+    if !queue
+        .read(datums[1..].as_flattened_mut())
+        .map_err(|e| e.to_string())?
+    {
+        return Err(format!("truncated packet of {size} datums"));
+    }
+    Ok(datums)
+}
+
 /// Splits queue bytes into datums (a trailing partial datum is dropped; queues carry whole
 /// datums only).
 pub fn from_bytes(bytes: &[u8]) -> Vec<Datum> {

@@ -543,32 +543,13 @@ impl Worker {
     }
 
     fn take_packet(&self) -> Result<Vec<Datum>, String> {
-        let mut first = [0u8; DATUM_SIZE];
-        match self.request.read(&mut first) {
-            Ok(true) => {}
-            Ok(false) => return Err("no datum".into()),
-            Err(e) => return Err(e.to_string()),
-        }
-        let size = packet::request_packet_size(&first).map_err(|e| e.to_string())?;
-        if size > self.request.capacity() {
-            return Err(format!("packet of {size} datums exceeds the queue"));
-        }
-        // The writer commits a whole packet at once: the rest is there or never will be.
-        let mut rest = vec![0u8; (size - 1) * DATUM_SIZE];
-        match self.request.read(&mut rest) {
-            Ok(true) => {}
-            Ok(false) => return Err(format!("truncated packet of {size} datums")),
-            Err(e) => return Err(e.to_string()),
-        }
+        let datums = packet::read_packet(&self.request, packet::request_packet_size)?;
         // One execution is in flight per burst: the client writes the next packet only after
         // reading this one's result, so datums beyond the packet are junk, and answering them as
         // a packet of their own would put every later result one packet off.
         if self.request.available_to_read() > 0 {
-            return Err(format!("datums follow a packet of {size}"));
+            return Err(format!("datums follow a packet of {}", datums.len()));
         }
-        let mut datums = Vec::with_capacity(size);
-        datums.push(first);
-        datums.extend(packet::from_bytes(&rest));
         Ok(datums)
     }
 

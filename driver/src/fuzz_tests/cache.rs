@@ -116,15 +116,18 @@ fn mutated_model_and_data_caches_are_corrupt_or_validated_never_panic() {
     assert!(decoded > valid && valid > 0 && refused > 0 || fuzz::cases(3000) < 100);
 }
 
-/// A fresh directory for records files (in /dev/shm when there is one: cheap fsyncs).
-fn records_dir(n: usize) -> PathBuf {
+/// A fresh directory for case `n` of fuzz target `target` (in /dev/shm when there is one:
+/// cheap fsyncs). The target is in the name because the targets run in parallel threads of
+/// one process: with the pid and case number alone, one target's clean-up removed the
+/// directory the other was writing to.
+fn case_dir(target: &str, n: usize) -> PathBuf {
     let base = PathBuf::from("/dev/shm");
     let base = if base.is_dir() {
         base
     } else {
         std::env::temp_dir()
     };
-    let d = base.join(format!("nnaccel-fuzz-records-{}-{n}", std::process::id()));
+    let d = base.join(format!("nnaccel-fuzz-{target}-{}-{n}", std::process::id()));
     let _ = fs::remove_dir_all(&d);
     d
 }
@@ -143,7 +146,7 @@ fn mutated_record_files_load_consistently_or_reset() {
     let (mut loaded, mut reset) = (0usize, 0usize);
     fuzz::run("cache-records", 400, |rng| {
         n += 1;
-        let dir = records_dir(n);
+        let dir = case_dir("cache-records", n);
         let mut store = RecordStore::open(&dir, "build").unwrap();
         let records: Vec<(Token, Hash)> = (0..1 + rng.below(4)).map(|_| record(rng)).collect();
         for (t, h) in &records {
@@ -191,7 +194,7 @@ fn mutated_managed_cache_entries_are_misses_or_verified_never_panic() {
     let (mut hits, mut misses) = (0usize, 0usize);
     fuzz::run("cache-managed", 400, |rng| {
         n += 1;
-        let dir = records_dir(n);
+        let dir = case_dir("cache-managed", n);
         let cache = ManagedCache::open(&dir, 64 << 20).unwrap();
         let enc = blob::encode(rng.pick(&models), false).unwrap();
         let key = ManagedCache::key("build", &enc.model, &enc.data);

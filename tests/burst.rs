@@ -759,28 +759,48 @@ fn configure_burst_refuses_bad_queues_and_unknown_models() {
 }
 
 #[test]
-fn a_service_runs_at_most_256_bursts_at_once() {
+fn a_service_runs_at_most_256_bursts_at_once_and_64_per_client() {
     // This process holds 256 bursts' queues and channels: more fds than a soft limit of 1024
     // (the QEMU guest's) allows.
     nnaccel::service::raise_fd_limit().unwrap();
     with_service(false, &[], |hald| {
-        let c = hald.client();
-        let pm = prepare_low_power(&c, 8);
         let max = nnaccel::burst::server::MAX_ACTIVE_BURSTS;
-        let mut bursts: Vec<ExecutionBurstController> = (0..max).map(|_| burst(&*pm)).collect();
-        let refused = pm.configure_execution_burst(BurstConfig::default());
+        let per_client = nnaccel::service::DEFAULT_MAX_BURSTS_PER_CONNECTION;
+        let clients: Vec<(ServiceClient, Arc<dyn HalPreparedModel>)> = (0..max / per_client)
+            .map(|_| {
+                let c = hald.client();
+                let pm = prepare_low_power(&c, 8);
+                (c, pm)
+            })
+            .collect();
+        let mut bursts: Vec<ExecutionBurstController> = Vec::new();
+        for (_, pm) in &clients {
+            bursts.extend((0..per_client).map(|_| burst(&**pm)));
+            assert_eq!(
+                pm.configure_execution_burst(BurstConfig::default()).err(),
+                Some(ErrorStatus::ResourceExhaustedTransient),
+                "burst {} of one client",
+                per_client + 1
+            );
+        }
+        assert_eq!(bursts.len(), max);
+        // Every place is taken now: a new client gets none either.
+        let late = hald.client();
+        let late_pm = prepare_low_power(&late, 8);
         assert_eq!(
-            refused.err(),
+            late_pm
+                .configure_execution_burst(BurstConfig::default())
+                .err(),
             Some(ErrorStatus::ResourceExhaustedTransient),
             "burst {}",
             max + 1
         );
-        // A released burst's place is free again once its worker has gone.
+        // A released burst's place is free again once its worker has gone, for the new client.
         drop(bursts.pop());
         poll_until(
             scaled(Duration::from_secs(5)),
             "a place for a new burst",
-            || match pm.configure_execution_burst(BurstConfig::default()) {
+            || match late_pm.configure_execution_burst(BurstConfig::default()) {
                 Ok(b) => {
                     bursts.push(b);
                     true

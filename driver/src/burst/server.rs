@@ -63,18 +63,22 @@ impl Drop for Place {
 /// The burst workers one service started, so that a stopping service can end them: `stop`
 /// shuts each worker's socket down (the worker sees the channel close, as when its client goes,
 /// and frees the burst) and waits for them a bounded time. Once stopping, it takes no new ones.
-#[derive(Debug, Default)]
+/// It also holds each client to its share of the [`MAX_ACTIVE_BURSTS`] places, so that one
+/// client cannot take them all and leave the others none.
+#[derive(Debug)]
 pub struct Workers {
     state: Mutex<WorkersState>,
     gone: Condvar,
+    /// Workers one owner (a service connection) may have running at once.
+    per_owner: usize,
 }
 
 #[derive(Debug, Default)]
 struct WorkersState {
     stopping: bool,
     next: u64,
-    /// Per live worker, a second handle on its socket (to shut it down).
-    live: HashMap<u64, UnixStream>,
+    /// Per live worker, its owner and a second handle on its socket (to shut it down).
+    live: HashMap<u64, (OwnerId, UnixStream)>,
 }
 
 /// Deregisters a worker when its thread ends (or never started).
@@ -93,9 +97,13 @@ impl Drop for Registered {
 }
 
 impl Workers {
-    /// A new, empty set.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    /// A new, empty set in which each owner may run at most `per_owner` workers.
+    pub fn new(per_owner: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::default(),
+            gone: Condvar::new(),
+            per_owner,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, WorkersState> {
@@ -107,7 +115,7 @@ impl Workers {
         self.lock().live.len()
     }
 
-    fn register(self: &Arc<Self>, channel: &UnixStream) -> io::Result<Registered> {
+    fn register(self: &Arc<Self>, owner: OwnerId, channel: &UnixStream) -> io::Result<Registered> {
         let handle = channel.try_clone()?;
         let mut state = self.lock();
         if state.stopping {
@@ -116,9 +124,18 @@ impl Workers {
                 "the service is stopping",
             ));
         }
+        // At most MAX_ACTIVE_BURSTS entries: counting them is cheaper than keeping a second map
+        // in step.
+        let owned = state.live.values().filter(|(o, _)| *o == owner).count();
+        if owned >= self.per_owner {
+            return Err(io::Error::new(
+                io::ErrorKind::QuotaExceeded,
+                format!("this client runs {owned} bursts, its limit (max_bursts_per_connection)"),
+            ));
+        }
         let id = state.next;
         state.next += 1;
-        state.live.insert(id, handle);
+        state.live.insert(id, (owner, handle));
         Ok(Registered {
             workers: self.clone(),
             id,
@@ -131,7 +148,7 @@ impl Workers {
         let deadline = Instant::now() + timeout;
         let mut state = self.lock();
         state.stopping = true;
-        for socket in state.live.values() {
+        for (_, socket) in state.live.values() {
             let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Both);
         }
         while !state.live.is_empty() {
@@ -271,7 +288,7 @@ pub fn start(
             format!("{MAX_ACTIVE_BURSTS} bursts are running"),
         )
     })?;
-    let registered = workers.map(|w| w.register(&channel)).transpose()?;
+    let registered = workers.map(|w| w.register(owner, &channel)).transpose()?;
     channel.set_read_timeout(Some(CALLBACK_TIMEOUT))?;
     channel.set_write_timeout(Some(CALLBACK_TIMEOUT))?;
     let mechanism = wait_mechanism();

@@ -26,6 +26,10 @@ pub struct ServiceConfig {
     pub max_message_bytes: usize,
     /// Prepared models one connection may hold.
     pub max_models_per_connection: usize,
+    /// Bursts one connection may have running at once (each of the service's
+    /// [`crate::burst::server::MAX_ACTIVE_BURSTS`] places is a thread, two queue mappings and a
+    /// socket); a burst counts until its worker ends, even after the connection has gone.
+    pub max_bursts_per_connection: usize,
     /// Burst workers' polling window unless the preference is LOW_POWER or the burst asks.
     pub burst_polling_window: Duration,
 }
@@ -35,10 +39,15 @@ impl Default for ServiceConfig {
         Self {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_models_per_connection: 256,
+            max_bursts_per_connection: DEFAULT_MAX_BURSTS_PER_CONNECTION,
             burst_polling_window: crate::burst::DEFAULT_POLLING_WINDOW,
         }
     }
 }
+
+/// Default of [`ServiceConfig::max_bursts_per_connection`]: a quarter of the service's burst
+/// places, so that one client leaves room for others.
+pub const DEFAULT_MAX_BURSTS_PER_CONNECTION: usize = crate::burst::server::MAX_ACTIVE_BURSTS / 4;
 
 /// The credentials of a connected client (`SO_PEERCRED`), recorded with its objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,12 +98,13 @@ impl Drop for CountGuard<'_> {
 impl Service {
     /// A service over `driver`.
     pub fn new(driver: Driver, config: ServiceConfig) -> Arc<Self> {
+        let bursts = crate::burst::server::Workers::new(config.max_bursts_per_connection);
         Arc::new(Self {
             driver,
             config,
             stats: Stats::default(),
             stop: AtomicBool::new(false),
-            bursts: crate::burst::server::Workers::new(),
+            bursts,
         })
     }
 

@@ -346,3 +346,48 @@ fn a_stopping_service_ends_its_burst_workers_before_serve_returns() {
     );
     drop(bursts);
 }
+
+#[test]
+fn one_connection_runs_at_most_its_share_of_bursts_and_leaves_room_for_others() {
+    let svc = Running::start(ServiceConfig {
+        max_bursts_per_connection: 2,
+        ..ServiceConfig::default()
+    });
+    let greedy = ServiceClient::connect(&svc.path).unwrap();
+    let pm = prepare_add(&greedy);
+    let config = crate::burst::BurstConfig::default;
+    let mut held: Vec<_> = (0..2)
+        .map(|_| pm.configure_execution_burst(config()).unwrap())
+        .collect();
+    assert_eq!(
+        pm.configure_execution_burst(config()).err(),
+        Some(ErrorStatus::ResourceExhaustedTransient),
+        "a third burst on a connection limited to two"
+    );
+    // Another client still gets its bursts.
+    let other = ServiceClient::connect(&svc.path).unwrap();
+    let other_pm = prepare_add(&other);
+    let theirs: Vec<_> = (0..2)
+        .map(|_| other_pm.configure_execution_burst(config()).unwrap())
+        .collect();
+    assert_eq!(svc.service.live_bursts(), 4);
+    drop(theirs);
+    // A released burst's place is the connection's again once its worker has gone.
+    drop(held.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match pm.configure_execution_burst(config()) {
+            Ok(b) => {
+                held.push(b);
+                break;
+            }
+            Err(s) => assert_eq!(s, ErrorStatus::ResourceExhaustedTransient),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the released burst's place never came back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(held.len(), 2);
+}

@@ -37,7 +37,7 @@ struct Args {
     cpu: bool,
 
     /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection,
-    /// state_dir, managed_cache_max_bytes).
+    /// max_bursts_per_connection, burst_polling_us, state_dir, managed_cache_max_bytes).
     #[arg(long, default_value = "/etc/nnaccel/hald.toml")]
     config: PathBuf,
 
@@ -70,6 +70,7 @@ struct FileConfig {
     cpu: Option<bool>,
     max_message_bytes: Option<usize>,
     max_models_per_connection: Option<usize>,
+    max_bursts_per_connection: Option<usize>,
     burst_polling_us: Option<u64>,
     state_dir: Option<PathBuf>,
     managed_cache_max_bytes: Option<u64>,
@@ -111,6 +112,9 @@ fn main() -> ExitCode {
     }
     if let Some(n) = file.max_models_per_connection {
         config.max_models_per_connection = n;
+    }
+    if let Some(n) = file.max_bursts_per_connection {
+        config.max_bursts_per_connection = n;
     }
     if let Some(us) = args.burst_polling_us.or(file.burst_polling_us) {
         config.burst_polling_window =

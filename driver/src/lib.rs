@@ -7,6 +7,7 @@ pub mod client;
 pub mod device;
 pub mod fmq;
 pub mod hal;
+pub mod live_sockets;
 pub mod modelfile;
 pub mod pools;
 pub mod protocol;

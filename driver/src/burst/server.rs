@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -23,6 +23,7 @@ use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL};
 use crate::hal::driver::BurstCache;
 use crate::hal::types::*;
 use crate::hal::{MemoryPool, OwnerId, PreparedModel};
+use crate::live_sockets::LiveSockets;
 use crate::protocol::{self, ReceivedFds};
 
 /// `FUTEX2_SIZE_U32`: a 32-bit futex word, shared (no `FUTEX2_PRIVATE`: the peer is another
@@ -60,110 +61,11 @@ impl Drop for Place {
     }
 }
 
-/// The burst workers one service started, so that a stopping service can end them: `stop`
-/// shuts each worker's socket down (the worker sees the channel close, as when its client goes,
-/// and frees the burst) and waits for them a bounded time. Once stopping, it takes no new ones.
-/// It also holds each client to its share of the [`MAX_ACTIVE_BURSTS`] places, so that one
-/// client cannot take them all and leave the others none.
-#[derive(Debug)]
-pub struct Workers {
-    state: Mutex<WorkersState>,
-    gone: Condvar,
-    /// Workers one owner (a service connection) may have running at once.
-    per_owner: usize,
-}
-
-#[derive(Debug, Default)]
-struct WorkersState {
-    stopping: bool,
-    next: u64,
-    /// Per live worker, its owner and a second handle on its socket (to shut it down).
-    live: HashMap<u64, (OwnerId, UnixStream)>,
-}
-
-/// Deregisters a worker when its thread ends (or never started).
-struct Registered {
-    workers: Arc<Workers>,
-    id: u64,
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        let mut state = self.workers.lock();
-        state.live.remove(&self.id);
-        drop(state);
-        self.workers.gone.notify_all();
-    }
-}
-
-impl Workers {
-    /// A new, empty set in which each owner may run at most `per_owner` workers.
-    pub fn new(per_owner: usize) -> Arc<Self> {
-        Arc::new(Self {
-            state: Mutex::default(),
-            gone: Condvar::new(),
-            per_owner,
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, WorkersState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Workers running now.
-    pub fn live(&self) -> usize {
-        self.lock().live.len()
-    }
-
-    fn register(self: &Arc<Self>, owner: OwnerId, channel: &UnixStream) -> io::Result<Registered> {
-        let handle = channel.try_clone()?;
-        let mut state = self.lock();
-        if state.stopping {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the service is stopping",
-            ));
-        }
-        // At most MAX_ACTIVE_BURSTS entries: counting them is cheaper than keeping a second map
-        // in step.
-        let owned = state.live.values().filter(|(o, _)| *o == owner).count();
-        if owned >= self.per_owner {
-            return Err(io::Error::new(
-                io::ErrorKind::QuotaExceeded,
-                format!("this client runs {owned} bursts, its limit (max_bursts_per_connection)"),
-            ));
-        }
-        let id = state.next;
-        state.next += 1;
-        state.live.insert(id, (owner, handle));
-        Ok(Registered {
-            workers: self.clone(),
-            id,
-        })
-    }
-
-    /// Refuses new workers, shuts every live worker's socket down and waits until they have
-    /// ended or `timeout` passed. Returns how many still run.
-    pub fn stop(&self, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.lock();
-        state.stopping = true;
-        for (_, socket) in state.live.values() {
-            let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Both);
-        }
-        while !state.live.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            state = match self.gone.wait_timeout(state, left) {
-                Ok((s, _)) => s,
-                Err(e) => e.into_inner().0,
-            };
-        }
-        state.live.len()
-    }
-}
+/// The burst workers one service started: a stopping service shuts each worker's socket down
+/// (the worker sees the channel close, as when its client goes, and frees the burst) and waits
+/// for them a bounded time. The set also holds each client to its share of the
+/// [`MAX_ACTIVE_BURSTS`] places, so that one client cannot take them all.
+pub type Workers = LiveSockets;
 
 const UD_FUTEX: u64 = 1;
 const UD_POLL: u64 = 2;
@@ -288,7 +190,7 @@ pub fn start(
             format!("{MAX_ACTIVE_BURSTS} bursts are running"),
         )
     })?;
-    let registered = workers.map(|w| w.register(owner, &channel)).transpose()?;
+    let registered = workers.map(|w| w.join(owner, &channel)).transpose()?;
     channel.set_read_timeout(Some(CALLBACK_TIMEOUT))?;
     channel.set_write_timeout(Some(CALLBACK_TIMEOUT))?;
     let mechanism = wait_mechanism();

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use crate::hal::{
     Driver, ErrorStatus, ExecutionPreference, MeasureTiming, Placement, PreparedModel, Priority,
 };
+use crate::live_sockets::LiveSockets;
 use crate::protocol::*;
+use rustix::net::Shutdown;
 
 /// Service limits.
 #[derive(Debug, Clone)]
@@ -73,9 +75,16 @@ pub struct Service {
     config: ServiceConfig,
     stats: Stats,
     stop: AtomicBool,
+    /// The client connections' threads, drained when the service stops.
+    connections: Arc<LiveSockets>,
     /// The burst workers of every connection, ended when the service stops.
     bursts: Arc<crate::burst::server::Workers>,
 }
+
+/// How long a stopping service waits for its connections to end. Each connection's socket is
+/// shut down for reading: a call in progress (a preparation, an execution) finishes and is
+/// answered, then the thread sees end-of-file and releases the connection's objects.
+pub const CONNECTION_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a stopping service waits for its burst workers to end (each sees its socket shut
 /// down; one in the middle of an execution finishes it first).
@@ -104,6 +113,7 @@ impl Service {
             config,
             stats: Stats::default(),
             stop: AtomicBool::new(false),
+            connections: LiveSockets::new(usize::MAX),
             bursts,
         })
     }
@@ -121,21 +131,39 @@ impl Service {
 
     /// Burst workers running for this service's clients.
     pub fn live_bursts(&self) -> usize {
-        self.bursts.live()
+        self.bursts.len()
     }
 
-    /// Accepts connections until [`Service::stop`]; then ends the burst workers (at most
-    /// [`BURST_STOP_TIMEOUT`]) before returning.
+    /// Client connections being served.
+    pub fn live_connections(&self) -> usize {
+        self.connections.len()
+    }
+
+    /// Accepts connections until [`Service::stop`]; then drains the connections (each answers
+    /// the call it is in, at most [`CONNECTION_STOP_TIMEOUT`]) and ends the burst workers (at
+    /// most [`BURST_STOP_TIMEOUT`]) before returning.
     pub fn serve(self: &Arc<Self>, listener: &UnixListener) -> io::Result<()> {
         self.accept_until_stopped(listener);
-        let live = self.bursts.live();
-        let left = self.bursts.stop(BURST_STOP_TIMEOUT);
-        if left == 0 {
-            tracing::info!("stopped {live} burst workers");
-        } else {
-            tracing::warn!(
-                "{left} of {live} burst workers did not end within {BURST_STOP_TIMEOUT:?}"
-            );
+        let stops = [
+            (
+                "connections",
+                &self.connections,
+                Shutdown::Read,
+                CONNECTION_STOP_TIMEOUT,
+            ),
+            (
+                "burst workers",
+                &self.bursts,
+                Shutdown::Both,
+                BURST_STOP_TIMEOUT,
+            ),
+        ];
+        for (what, set, how, timeout) in stops {
+            let live = set.len();
+            match set.stop(how, timeout) {
+                0 => tracing::info!("stopped {live} {what}"),
+                left => tracing::warn!("{left} of {live} {what} did not end within {timeout:?}"),
+            }
         }
         Ok(())
     }
@@ -147,10 +175,20 @@ impl Service {
             }
             match conn {
                 Ok(stream) => {
+                    let membership = match self.connections.join(0, &stream) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            tracing::warn!("not serving a new connection: {e}");
+                            continue;
+                        }
+                    };
                     let me = self.clone();
                     let spawned = std::thread::Builder::new()
                         .name("nnaccel-conn".into())
-                        .spawn(move || me.connection(stream));
+                        .spawn(move || {
+                            me.connection(stream);
+                            drop(membership);
+                        });
                     if let Err(e) = spawned {
                         tracing::error!("cannot start a connection thread: {e}");
                     }

@@ -320,7 +320,7 @@ fn a_live_socket_is_never_replaced_but_a_stale_one_is() {
 }
 
 #[test]
-fn a_stopping_service_ends_its_burst_workers_before_serve_returns() {
+fn a_stopping_service_ends_its_connections_and_burst_workers_before_serve_returns() {
     let mut svc = Running::start(ServiceConfig::default());
     let client = ServiceClient::connect(&svc.path).unwrap();
     let pm = prepare_add(&client);
@@ -331,6 +331,7 @@ fn a_stopping_service_ends_its_burst_workers_before_serve_returns() {
         })
         .collect();
     assert_eq!(svc.service.live_bursts(), 3);
+    assert_eq!(svc.service.live_connections(), 1);
     svc.service.stop(&svc.listener);
     svc.thread.take().unwrap().join().unwrap();
     assert_eq!(
@@ -338,13 +339,53 @@ fn a_stopping_service_ends_its_burst_workers_before_serve_returns() {
         0,
         "serve returned with burst workers running"
     );
-    // The connection thread still answers, but a stopped service starts no new worker.
+    assert_eq!(
+        svc.service.live_connections(),
+        0,
+        "serve returned with connections open"
+    );
+    // The connection is closed: the client's next call fails at once, it does not hang.
     assert_eq!(
         pm.configure_execution_burst(crate::burst::BurstConfig::default())
             .err(),
-        Some(ErrorStatus::GeneralFailure)
+        Some(ErrorStatus::DeviceUnavailable)
     );
     drop(bursts);
+}
+
+#[test]
+fn a_call_sent_as_the_service_stops_is_answered_before_the_connection_closes() {
+    let mut svc = Running::start(ServiceConfig::default());
+    let sock = UnixStream::connect(&svc.path).unwrap();
+    let send = |msg: &ClientMessage| {
+        protocol::send_frame(&sock, &protocol::encode(msg).unwrap(), &[]).unwrap();
+    };
+    let recv = || {
+        let (body, _) = protocol::recv_frame(&sock, 1 << 20).unwrap();
+        protocol::decode::<ServiceMessage>(&body).unwrap()
+    };
+    send(&ClientMessage::Hello {
+        version: protocol::PROTOCOL_VERSION,
+        client: "stop test".into(),
+    });
+    assert!(matches!(recv(), ServiceMessage::Hello { .. }));
+    // The call is in the connection's socket (or already being served) when the stop comes.
+    send(&ClientMessage::GetCapabilities);
+    svc.service.stop(&svc.listener);
+    svc.thread.take().unwrap().join().unwrap();
+    let answer = recv();
+    assert!(
+        matches!(answer, ServiceMessage::Capabilities { .. }),
+        "{answer:?}"
+    );
+    // Then the service's end is gone (end-of-file; a timeout means the connection lingers).
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let end = protocol::recv_frame(&sock, 1 << 20);
+    assert!(
+        matches!(end, Err(protocol::ProtocolError::Closed)),
+        "{end:?}"
+    );
 }
 
 #[test]

@@ -163,14 +163,17 @@ fn save(
     dc: &[CacheHandle<'_>],
     token: &Token,
 ) -> Arc<dyn HalPreparedModel> {
+    let files = nnaccel::cache::CacheFiles {
+        model: mc,
+        data: dc,
+        token,
+    };
     dev.prepare_model_with_cache(
         model,
         ExecutionPreference::FastSingleAnswer,
         Priority::Medium,
         None,
-        mc,
-        dc,
-        token,
+        files,
     )
     .expect("prepareModel with cache handles succeeds whatever happens to the cache")
 }
@@ -181,13 +184,16 @@ fn load(
     dc: &[CacheHandle<'_>],
     token: &Token,
 ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
+    let files = nnaccel::cache::CacheFiles {
+        model: mc,
+        data: dc,
+        token,
+    };
     dev.prepare_model_from_cache(
         ExecutionPreference::FastSingleAnswer,
         Priority::Medium,
         None,
-        mc,
-        dc,
-        token,
+        files,
     )
 }
 

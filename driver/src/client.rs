@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use crate::cache::{CacheHandle, Token};
+use crate::cache::{CacheFiles, CacheHandle};
 use crate::hal::*;
 use crate::protocol::*;
 
@@ -148,12 +148,18 @@ impl ServiceClient {
     }
 }
 
-/// Attaches every fd of `handles`; each handle becomes its list of fd indexes.
-fn cache_handles<'a>(handles: &[CacheHandle<'a>], fds: &mut FdList<'a>) -> Vec<Vec<u32>> {
-    handles
-        .iter()
-        .map(|h| h.iter().map(|fd| fds.push(*fd)).collect())
-        .collect()
+/// Attaches every fd of the cache handles; each handle becomes its list of fd indexes.
+fn cache_to_wire<'a>(cache: &CacheFiles<'a>, fds: &mut FdList<'a>) -> WireCacheFiles {
+    let mut handles = |hs: &[CacheHandle<'a>]| -> Vec<Vec<u32>> {
+        hs.iter()
+            .map(|h| h.iter().map(|fd| fds.push(*fd)).collect())
+            .collect()
+    };
+    WireCacheFiles {
+        model: handles(cache.model),
+        data: handles(cache.data),
+        token: *cache.token,
+    }
 }
 
 impl HalDevice for ServiceClient {
@@ -269,9 +275,7 @@ impl HalDevice for ServiceClient {
         preference: ExecutionPreference,
         priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
         let mut fds = FdList::default();
         let wire = model_to_wire(model, &mut fds);
@@ -280,9 +284,7 @@ impl HalDevice for ServiceClient {
             preference: preference.code(),
             priority: priority.code(),
             timeout_ns: timeout_ns(deadline),
-            model_cache: cache_handles(model_cache, &mut fds),
-            data_cache: cache_handles(data_cache, &mut fds),
-            token: *token,
+            cache: cache_to_wire(&cache, &mut fds),
         };
         let answer = self.inner.call(&msg, &fds)?;
         self.prepared(answer)
@@ -293,18 +295,14 @@ impl HalDevice for ServiceClient {
         preference: ExecutionPreference,
         priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
         let mut fds = FdList::default();
         let msg = ClientMessage::PrepareModelFromCache {
             preference: preference.code(),
             priority: priority.code(),
             timeout_ns: timeout_ns(deadline),
-            model_cache: cache_handles(model_cache, &mut fds),
-            data_cache: cache_handles(data_cache, &mut fds),
-            token: *token,
+            cache: cache_to_wire(&cache, &mut fds),
         };
         let answer = self.inner.call(&msg, &fds)?;
         self.prepared(answer)

@@ -319,6 +319,19 @@ pub struct WireRequest {
     pub pools: Vec<WirePool>,
 }
 
+/// The cache arguments of `PrepareModelWithCache` and `PrepareModelFromCache`. Postcard
+/// encodes a struct as its fields in order, so these bytes are the same as three fields of
+/// the message itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireCacheFiles {
+    /// Model-cache handles, each a list of fd indexes (a valid handle has one).
+    pub model: Vec<Vec<u32>>,
+    /// Data-cache handles, likewise.
+    pub data: Vec<Vec<u32>>,
+    /// The cache token.
+    pub token: [u8; 32],
+}
+
 /// Client to service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ClientMessage {
@@ -421,12 +434,8 @@ pub enum ClientMessage {
         priority: i32,
         /// Time left until the deadline, in ns.
         timeout_ns: Option<u64>,
-        /// Model-cache handles, each a list of fd indexes (a valid handle has one).
-        model_cache: Vec<Vec<u32>>,
-        /// Data-cache handles, likewise.
-        data_cache: Vec<Vec<u32>>,
-        /// The cache token.
-        token: [u8; 32],
+        /// The cache files and token.
+        cache: WireCacheFiles,
     },
     /// prepareModelFromCache.
     PrepareModelFromCache {
@@ -436,12 +445,8 @@ pub enum ClientMessage {
         priority: i32,
         /// Time left until the deadline, in ns.
         timeout_ns: Option<u64>,
-        /// Model-cache handles, each a list of fd indexes.
-        model_cache: Vec<Vec<u32>>,
-        /// Data-cache handles.
-        data_cache: Vec<Vec<u32>>,
-        /// The cache token.
-        token: [u8; 32],
+        /// The cache files and token.
+        cache: WireCacheFiles,
     },
     /// List the driver-managed cache.
     CacheList,

@@ -17,6 +17,7 @@ use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use nnaccel::cache::CacheFiles;
 use nnaccel::hal::{
     ExecutionPreference, HalDevice, HalPreparedModel, Model, OperationType, Priority,
 };
@@ -109,28 +110,19 @@ fn measure(sim: &Sim, model: &Model, iters: usize) -> Figures {
     let on_device = first.runs_on_device();
     drop(first);
     let full = time(iters, || Box::new(prepare(&c, model).unwrap()));
+    let (model_cache, data_cache) = ([vec![mf.as_fd()]], [vec![df.as_fd()]]);
+    let files = CacheFiles {
+        model: &model_cache,
+        data: &data_cache,
+        token: &token,
+    };
     let pm = c
-        .prepare_model_with_cache(
-            model,
-            pref,
-            Priority::Medium,
-            None,
-            &[vec![mf.as_fd()]],
-            &[vec![df.as_fd()]],
-            &token,
-        )
+        .prepare_model_with_cache(model, pref, Priority::Medium, None, files)
         .unwrap();
     drop(pm);
     let from_cache = time(iters, || {
         let pm: std::sync::Arc<dyn HalPreparedModel> = c
-            .prepare_model_from_cache(
-                pref,
-                Priority::Medium,
-                None,
-                &[vec![mf.as_fd()]],
-                &[vec![df.as_fd()]],
-                &token,
-            )
+            .prepare_model_from_cache(pref, Priority::Medium, None, files)
             .unwrap();
         assert_eq!(pm.runs_on_device(), on_device);
         Box::new(pm)

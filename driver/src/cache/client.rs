@@ -68,9 +68,9 @@ pub enum CacheOutcome {
     Saved,
 }
 
-/// The cache files of one model in `dir`.
+/// The cache files of one model in a cache directory, open.
 #[derive(Debug)]
-pub struct CacheFiles {
+pub struct OpenCacheFiles {
     /// The token.
     pub token: Token,
     /// Model-cache files, opened read-write.
@@ -81,7 +81,7 @@ pub struct CacheFiles {
     pub paths: Vec<PathBuf>,
 }
 
-impl CacheFiles {
+impl OpenCacheFiles {
     /// Opens (creating, mode 0600) the files `dev` needs for `model` in `dir`.
     pub fn open(dev: &dyn HalDevice, model: &Model, dir: &Path) -> io::Result<Self> {
         let (nm, nd) = dev
@@ -115,24 +115,21 @@ pub fn prepare_with_cache_dir(
     deadline: Option<Deadline>,
     dir: &Path,
 ) -> Result<(Arc<dyn HalPreparedModel>, CacheOutcome), ErrorStatus> {
-    let files = CacheFiles::open(dev, model, dir).map_err(|e| {
+    let files = OpenCacheFiles::open(dev, model, dir).map_err(|e| {
         tracing::warn!("cache directory {}: {e}", dir.display());
         ErrorStatus::GeneralFailure
     })?;
-    let (mc, dc) = (handles(&files.model), handles(&files.data));
-    match dev.prepare_model_from_cache(preference, priority, deadline, &mc, &dc, &files.token) {
+    let (model_cache, data_cache) = (handles(&files.model), handles(&files.data));
+    let cache = super::CacheFiles {
+        model: &model_cache,
+        data: &data_cache,
+        token: &files.token,
+    };
+    match dev.prepare_model_from_cache(preference, priority, deadline, cache) {
         Ok(pm) => Ok((pm, CacheOutcome::Hit)),
         Err(ErrorStatus::MissedDeadlineTransient) => Err(ErrorStatus::MissedDeadlineTransient),
         Err(_) => dev
-            .prepare_model_with_cache(
-                model,
-                preference,
-                priority,
-                deadline,
-                &mc,
-                &dc,
-                &files.token,
-            )
+            .prepare_model_with_cache(model, preference, priority, deadline, cache)
             .map(|pm| (pm, CacheOutcome::Saved)),
     }
 }

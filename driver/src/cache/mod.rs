@@ -50,6 +50,18 @@ pub type Hash = [u8; 32];
 /// One cache handle: the fds of one `hidl_handle` (valid handles hold exactly one).
 pub type CacheHandle<'a> = Vec<BorrowedFd<'a>>;
 
+/// The cache arguments of `prepareModel` and `prepareModelFromCache`: the model- and
+/// data-cache handles and the token that names them.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheFiles<'a> {
+    /// Model-cache handles, as many as `getNumberOfCacheFilesNeeded` asks for.
+    pub model: &'a [CacheHandle<'a>],
+    /// Data-cache handles, likewise.
+    pub data: &'a [CacheHandle<'a>],
+    /// The token.
+    pub token: &'a Token,
+}
+
 /// Cache errors (logged; the HAL answers GENERAL_FAILURE for a failed load and never fails a
 /// preparation because its cache could not be written).
 #[derive(Debug, thiserror::Error)]
@@ -222,9 +234,9 @@ pub fn hash_buffers(model: &[Vec<u8>], data: &[Vec<u8>]) -> Hash {
 
 /// The single fd of each handle, checking the counts this driver asked for.
 fn single_fds<'a>(
-    model_cache: &[CacheHandle<'a>],
-    data_cache: &[CacheHandle<'a>],
+    cache: &CacheFiles<'a>,
 ) -> Result<(Vec<BorrowedFd<'a>>, Vec<BorrowedFd<'a>>), CacheError> {
+    let (model_cache, data_cache) = (cache.model, cache.data);
     if model_cache.len() != MODEL_CACHE_FILES as usize
         || data_cache.len() != DATA_CACHE_FILES as usize
     {
@@ -258,31 +270,28 @@ impl Driver {
     /// caches and records `token → hash`. A cache that cannot be saved (wrong handle counts, a
     /// read-only fd, ...) is logged and never fails the preparation; the token's record is
     /// dropped then, so stale files never load. With both lists empty the token is ignored.
-    #[allow(clippy::too_many_arguments)]
     pub fn prepare_model_with_cache(
         &self,
         model: &Model,
         preference: ExecutionPreference,
         priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<PreparedModel, ErrorStatus> {
-        if model_cache.is_empty() && data_cache.is_empty() {
+        if cache.model.is_empty() && cache.data.is_empty() {
             return self.prepare_model(model, preference, priority, deadline);
         }
         let pm = self.prepare_model_uncached(model, preference, priority, deadline)?;
         let state = self.cache_state();
-        match save(model, pm.runs_on_device(), model_cache, data_cache) {
+        match save(model, pm.runs_on_device(), &cache) {
             Ok(hash) => {
-                if let Err(e) = state.records().insert(*token, hash) {
+                if let Err(e) = state.records().insert(*cache.token, hash) {
                     tracing::warn!("cache saved but its record was not: {e}");
                 }
             }
             Err(e) => {
                 tracing::info!("compilation cache not saved: {e}");
-                if let Err(e) = state.records().remove(token) {
+                if let Err(e) = state.records().remove(cache.token) {
                     tracing::warn!("cannot drop the token's record: {e}");
                 }
             }
@@ -298,16 +307,14 @@ impl Driver {
         preference: ExecutionPreference,
         _priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<PreparedModel, ErrorStatus> {
         let failed = |e: CacheError| {
             tracing::info!("prepareModelFromCache: {e}");
             ErrorStatus::GeneralFailure
         };
         let start = Instant::now();
-        let (model_fds, data_fds) = single_fds(model_cache, data_cache).map_err(failed)?;
+        let (model_fds, data_fds) = single_fds(&cache).map_err(failed)?;
         // Every file is read once, into private memory, and hashed as it streams in; nothing
         // is read from the files again.
         let mut hasher = CacheHasher::default();
@@ -334,7 +341,7 @@ impl Driver {
             hasher.end_file(len);
         }
         let read = start.elapsed();
-        if self.cache_state().records().get(token) != Some(hasher.finish()) {
+        if self.cache_state().records().get(cache.token) != Some(hasher.finish()) {
             return Err(failed(CacheError::Mismatch));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -354,13 +361,8 @@ impl Driver {
 }
 
 /// Writes the caches of `model`; the hash of what was written.
-fn save(
-    model: &Model,
-    on_device: bool,
-    model_cache: &[CacheHandle<'_>],
-    data_cache: &[CacheHandle<'_>],
-) -> Result<Hash, CacheError> {
-    let (model_fds, data_fds) = single_fds(model_cache, data_cache)?;
+fn save(model: &Model, on_device: bool, cache: &CacheFiles<'_>) -> Result<Hash, CacheError> {
+    let (model_fds, data_fds) = single_fds(cache)?;
     let enc = blob::encode(model, on_device)?;
     let (model_bufs, data_bufs) = (vec![enc.model], vec![enc.data]);
     for (fd, bytes) in model_fds

@@ -4,9 +4,9 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use super::{CacheHandle, Token};
+use super::{CacheFiles, CacheHandle};
 use crate::hal::{Deadline, Driver, ErrorStatus, ExecutionPreference, PreparedModel, Priority};
-use crate::protocol::{ProtocolError, ReceivedFds, WireModel, model_from_wire};
+use crate::protocol::{ProtocolError, ReceivedFds, WireCacheFiles, WireModel, model_from_wire};
 
 /// Driver-managed cache entries on the wire: (key, bytes, last used).
 pub type WireEntries = Vec<(String, u64, u64)>;
@@ -28,17 +28,21 @@ fn take_handles(
         .collect()
 }
 
-/// The model-cache and data-cache handles' fds.
-#[allow(clippy::type_complexity)]
-fn take_both(
+/// Takes the cache handles' fds out of the frame and lends them to `prepare` as
+/// [`CacheFiles`].
+fn with_cache_files<T>(
     fds: &mut ReceivedFds,
-    model_cache: &[Vec<u32>],
-    data_cache: &[Vec<u32>],
-) -> Result<(Vec<Vec<Arc<OwnedFd>>>, Vec<Vec<Arc<OwnedFd>>>), Refusal> {
-    Ok((
-        take_handles(fds, model_cache).map_err(invalid)?,
-        take_handles(fds, data_cache).map_err(invalid)?,
-    ))
+    cache: &WireCacheFiles,
+    prepare: impl FnOnce(CacheFiles<'_>) -> T,
+) -> Result<T, Refusal> {
+    let model = take_handles(fds, &cache.model).map_err(invalid)?;
+    let data = take_handles(fds, &cache.data).map_err(invalid)?;
+    let (model, data) = (borrow(&model), borrow(&data));
+    Ok(prepare(CacheFiles {
+        model: &model,
+        data: &data,
+        token: &cache.token,
+    }))
 }
 
 fn borrow(handles: &[Vec<Arc<OwnedFd>>]) -> Vec<CacheHandle<'_>> {
@@ -66,7 +70,6 @@ fn invalid(e: ProtocolError) -> Refusal {
 }
 
 /// `PrepareModelWithCache`.
-#[allow(clippy::too_many_arguments)]
 pub fn prepare_with_cache(
     driver: &Driver,
     fds: &mut ReceivedFds,
@@ -74,50 +77,30 @@ pub fn prepare_with_cache(
     preference: i32,
     priority: i32,
     deadline: Option<Deadline>,
-    model_cache: &[Vec<u32>],
-    data_cache: &[Vec<u32>],
-    token: &Token,
+    cache: &WireCacheFiles,
 ) -> Result<PreparedModel, Refusal> {
     let model = model_from_wire(model, fds).map_err(invalid)?;
     let (preference, priority) = codes(preference, priority)?;
-    let (mc, dc) = take_both(fds, model_cache, data_cache)?;
-    driver
-        .prepare_model_with_cache(
-            &model,
-            preference,
-            priority,
-            deadline,
-            &borrow(&mc),
-            &borrow(&dc),
-            token,
-        )
-        .map_err(|s| (s, "preparation failed".into()))
+    with_cache_files(fds, cache, |files| {
+        driver.prepare_model_with_cache(&model, preference, priority, deadline, files)
+    })?
+    .map_err(|s| (s, "preparation failed".into()))
 }
 
 /// `PrepareModelFromCache`.
-#[allow(clippy::too_many_arguments)]
 pub fn prepare_from_cache(
     driver: &Driver,
     fds: &mut ReceivedFds,
     preference: i32,
     priority: i32,
     deadline: Option<Deadline>,
-    model_cache: &[Vec<u32>],
-    data_cache: &[Vec<u32>],
-    token: &Token,
+    cache: &WireCacheFiles,
 ) -> Result<PreparedModel, Refusal> {
     let (preference, priority) = codes(preference, priority)?;
-    let (mc, dc) = take_both(fds, model_cache, data_cache)?;
-    driver
-        .prepare_model_from_cache(
-            preference,
-            priority,
-            deadline,
-            &borrow(&mc),
-            &borrow(&dc),
-            token,
-        )
-        .map_err(|s| (s, "preparation from the cache failed".into()))
+    with_cache_files(fds, cache, |files| {
+        driver.prepare_model_from_cache(preference, priority, deadline, files)
+    })?
+    .map_err(|s| (s, "preparation from the cache failed".into()))
 }
 
 /// `CacheList`: (enabled, entries).

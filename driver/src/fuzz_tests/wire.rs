@@ -66,9 +66,11 @@ fn seed_messages(seeds: &[Seed], queue: &Fmq) -> Vec<(ClientMessage, usize)> {
                 preference: 1,
                 priority: 90,
                 timeout_ns: None,
-                model_cache: vec![vec![n as u32]],
-                data_cache: vec![vec![n as u32 + 1]],
-                token: [7; 32],
+                cache: WireCacheFiles {
+                    model: vec![vec![n as u32]],
+                    data: vec![vec![n as u32 + 1]],
+                    token: [7; 32],
+                },
             },
             n + 2,
         ));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::domain::{BufferDesc, BufferRole, DeviceBuffer, LOCAL_OWNER};
 use super::driver::{Driver, Placement, PreparedModel};
 use super::types::*;
-use crate::cache::{CacheHandle, Token};
+use crate::cache::CacheFiles;
 
 /// The NN HAL `IDevice`.
 pub trait HalDevice: Send + Sync + Debug {
@@ -30,16 +30,13 @@ pub trait HalDevice: Send + Sync + Debug {
     /// `getNumberOfCacheFilesNeeded`: (model cache files, data cache files).
     fn get_number_of_cache_files_needed(&self) -> Result<(u32, u32), ErrorStatus>;
     /// `prepareModel` with cache handles and a token (`docs/caching.md`).
-    #[allow(clippy::too_many_arguments)]
     fn prepare_model_with_cache(
         &self,
         model: &Model,
         preference: ExecutionPreference,
         priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus>;
     /// `prepareModelFromCache`.
     fn prepare_model_from_cache(
@@ -47,9 +44,7 @@ pub trait HalDevice: Send + Sync + Debug {
         preference: ExecutionPreference,
         priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus>;
     /// `allocate` (1.3): a memory-domain buffer for roles of `models` (prepared by this
     /// device), and its token. Dropping the buffer frees it.
@@ -137,19 +132,10 @@ impl HalDevice for Driver {
         preference: ExecutionPreference,
         priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
         Ok(Arc::new(Driver::prepare_model_with_cache(
-            self,
-            model,
-            preference,
-            priority,
-            deadline,
-            model_cache,
-            data_cache,
-            token,
+            self, model, preference, priority, deadline, cache,
         )?))
     }
     fn prepare_model_from_cache(
@@ -157,18 +143,10 @@ impl HalDevice for Driver {
         preference: ExecutionPreference,
         priority: Priority,
         deadline: Option<Deadline>,
-        model_cache: &[CacheHandle<'_>],
-        data_cache: &[CacheHandle<'_>],
-        token: &Token,
+        cache: CacheFiles<'_>,
     ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
         Ok(Arc::new(Driver::prepare_model_from_cache(
-            self,
-            preference,
-            priority,
-            deadline,
-            model_cache,
-            data_cache,
-            token,
+            self, preference, priority, deadline, cache,
         )?))
     }
     fn allocate(

@@ -474,9 +474,7 @@ impl Service {
                 preference,
                 priority,
                 timeout_ns,
-                model_cache,
-                data_cache,
-                token,
+                cache,
             } => self.hold(models, next_id, cred, |driver| {
                 crate::cache::serve::prepare_with_cache(
                     driver,
@@ -485,18 +483,14 @@ impl Service {
                     preference,
                     priority,
                     deadline(timeout_ns),
-                    &model_cache,
-                    &data_cache,
-                    &token,
+                    &cache,
                 )
             }),
             ClientMessage::PrepareModelFromCache {
                 preference,
                 priority,
                 timeout_ns,
-                model_cache,
-                data_cache,
-                token,
+                cache,
             } => self.hold(models, next_id, cred, |driver| {
                 crate::cache::serve::prepare_from_cache(
                     driver,
@@ -504,9 +498,7 @@ impl Service {
                     preference,
                     priority,
                     deadline(timeout_ns),
-                    &model_cache,
-                    &data_cache,
-                    &token,
+                    &cache,
                 )
             }),
             ClientMessage::CacheList => match crate::cache::serve::list(&self.driver) {

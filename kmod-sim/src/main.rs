@@ -198,6 +198,9 @@ fn serve_cuse(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> Ex
         Ok(h) => h,
         Err(code) => return code,
     };
+    // Said only now, after CUSE_INIT's reply has been written: the kernel has then registered
+    // the character device as well as made the node, so an open succeeds. Tests (and anyone
+    // else waiting for the device) take this line as the sign that it is ready.
     tracing::info!(
         "serving {} (cuse), engine waits with {:?}",
         path.display(),

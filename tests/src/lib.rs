@@ -238,11 +238,18 @@ pub fn is_char_device(path: &Path) -> bool {
     })
 }
 
-/// Whether the simulator's device at `path` is up: a live FUSE mount, or the CUSE node.
-fn device_ready(frontend: Frontend, path: &Path) -> bool {
+/// Whether the simulator's device at `path` is up: a live FUSE mount, or the CUSE node once
+/// the simulator has said it serves it (`log`). The node alone is not enough: the kernel
+/// creates it (device_add) while it handles the simulator's CUSE_INIT reply, before it
+/// registers the character device, and an open in between fails with ENXIO. The simulator
+/// says "serving" only after that reply's write has returned, by which time both are done.
+fn device_ready(frontend: Frontend, path: &Path, log: &Path) -> bool {
     match frontend {
         Frontend::Fuse => is_fuse_mounted(path),
-        Frontend::Cuse => is_char_device(path),
+        Frontend::Cuse => {
+            is_char_device(path)
+                && std::fs::read_to_string(log).is_ok_and(|l| l.contains("serving "))
+        }
     }
 }
 
@@ -315,7 +322,7 @@ impl Sim {
         let limit = scaled(MOUNT_TIMEOUT);
         let deadline = Instant::now() + limit;
         loop {
-            if device_ready(frontend, &path) {
+            if device_ready(frontend, &path, &log_path) {
                 break;
             }
             if let Ok(Some(status)) = child.try_wait() {

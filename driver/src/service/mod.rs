@@ -64,7 +64,6 @@ pub struct PeerCred {
 
 #[derive(Debug, Default)]
 struct Stats {
-    connections: AtomicU64,
     prepared_models: AtomicU64,
 }
 
@@ -93,15 +92,6 @@ pub const BURST_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 struct Held {
     model: PreparedModel,
     owner: Option<PeerCred>,
-}
-
-/// Decrements a counter when a connection's state goes.
-struct CountGuard<'a>(&'a AtomicU64, u64);
-
-impl Drop for CountGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(self.1, Ordering::SeqCst);
-    }
 }
 
 impl Service {
@@ -219,8 +209,6 @@ impl Service {
                 uid: c.uid.as_raw(),
                 gid: c.gid.as_raw(),
             });
-        self.stats.connections.fetch_add(1, Ordering::SeqCst);
-        let _conn = CountGuard(&self.stats.connections, 1);
         let who = cred.map_or_else(
             || "unknown peer".to_string(),
             |c| format!("pid {} uid {}", c.pid, c.uid),
@@ -410,7 +398,7 @@ impl Service {
                 let info = self.driver.device_info();
                 ServiceMessage::Info(ServiceInfo {
                     driver: self.driver.description(),
-                    connections: self.stats.connections.load(Ordering::SeqCst),
+                    connections: self.connections.len() as u64,
                     prepared_models: self.stats.prepared_models.load(Ordering::SeqCst),
                     device_live: info
                         .as_ref()

@@ -139,9 +139,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // Unique per call, not just per process: two threads may write the same entry at once
-    // (two clients preparing one model), and a shared temp file would be truncated by one
-    // while the other renames it into place.
+    // Unique per call, not just per process: two threads of one process may write the same
+    // file at once (two record stores on one directory; the managed cache serializes its own
+    // writes), and a shared temp file would be truncated by one while the other renames it.
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.tmp.{}.{n}", std::process::id()));

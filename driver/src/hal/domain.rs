@@ -114,6 +114,33 @@ pub fn combine_dimensions(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
 // ---------------------------------------------------------------------------------------------
 // Storage
 
+/// Bytes counted in a tracker's `live_bytes` and given back when dropped, unless handed over
+/// to the [`Storage`] whose Drop gives them back instead.
+struct Reserved<'a> {
+    live_bytes: &'a AtomicU64,
+    size: u64,
+}
+
+impl<'a> Reserved<'a> {
+    /// Adds `size` to `live_bytes` if the total stays within `limit`; else the bytes in use.
+    fn take(live_bytes: &'a AtomicU64, size: u64, limit: u64) -> Result<Self, u64> {
+        live_bytes.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+            used.checked_add(size).filter(|&total| total <= limit)
+        })?;
+        Ok(Self { live_bytes, size })
+    }
+
+    fn hand_over(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.live_bytes.fetch_sub(self.size, Ordering::SeqCst);
+    }
+}
+
 /// The memory behind a buffer: a BO on the device or a memfd, mapped once for the CPU.
 struct Storage {
     /// The BO (on the device path), with the device it lives on.
@@ -313,6 +340,19 @@ impl BufferTracker {
         device: Option<&Arc<dyn Device>>,
         size: u64,
     ) -> Result<Storage, DomainError> {
+        // Reserve the bytes before making anything: a check followed by a later add would let
+        // concurrent allocations together pass the CPU limit. Device BOs are counted but not
+        // limited here (the device refuses what it cannot hold).
+        let limit = if device.is_some() {
+            u64::MAX
+        } else {
+            self.inner.cpu_limit
+        };
+        let reserved = Reserved::take(&self.inner.live_bytes, size, limit).map_err(|used| {
+            failed(format!(
+                "{size} bytes would pass the {limit}-byte memory-domain limit ({used} in use)"
+            ))
+        })?;
         let (bo, fd) = match device {
             Some(dev) => {
                 let handle = dev
@@ -327,34 +367,11 @@ impl BufferTracker {
                 }
             }
             None => {
-                // Reserve the bytes before making the memfd: a check followed by a later
-                // add would let concurrent allocations together pass the limit.
-                let limit = self.inner.cpu_limit;
-                if let Err(used) =
-                    self.inner
-                        .live_bytes
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
-                            used.checked_add(size).filter(|&total| total <= limit)
-                        })
-                {
-                    return Err(failed(format!(
-                        "{size} bytes would pass the {limit}-byte memory-domain limit ({used} in use)"
-                    )));
-                }
-                let made = nnaccel_uapi::sys::memfd_create(c"nnaccel-domain", size)
-                    .map_err(|e| failed(format!("memfd of {size} bytes: {e}")))
-                    .and_then(|fd| {
-                        nnaccel_uapi::sys::seal_size(fd.as_fd())
-                            .map_err(|e| failed(format!("sealing the buffer's memfd: {e}")))?;
-                        Ok(fd)
-                    });
-                match made {
-                    Ok(fd) => (None, fd),
-                    Err(e) => {
-                        self.inner.live_bytes.fetch_sub(size, Ordering::SeqCst);
-                        return Err(e);
-                    }
-                }
+                let fd = nnaccel_uapi::sys::memfd_create(c"nnaccel-domain", size)
+                    .map_err(|e| failed(format!("memfd of {size} bytes: {e}")))?;
+                nnaccel_uapi::sys::seal_size(fd.as_fd())
+                    .map_err(|e| failed(format!("sealing the buffer's memfd: {e}")))?;
+                (None, fd)
             }
         };
         // A device may export a dma-buf: CPU access to it is bracketed with syncs.
@@ -368,21 +385,17 @@ impl BufferTracker {
             fd: Arc::new(fd),
             size,
         };
-        if bo.is_some() {
-            // The CPU path reserved its bytes above.
-            self.inner.live_bytes.fetch_add(size, Ordering::SeqCst);
-        }
-        // From here `Storage`'s Drop undoes the counter and closes the BO.
         let mapped = match MappedPool::map(&memory) {
             Ok(m) => m,
             Err(_) => {
                 if let Some((dev, handle)) = bo {
                     let _ = dev.bo_close(handle);
                 }
-                self.inner.live_bytes.fetch_sub(size, Ordering::SeqCst);
                 return Err(failed("cannot map the buffer's memory"));
             }
         };
+        // From here `Storage`'s Drop gives the bytes back and closes the BO.
+        reserved.hand_over();
         Ok(Storage {
             bo,
             memory,

@@ -160,7 +160,7 @@ if [ "$uninstall" = 1 ]; then
     remove_dir_if_empty "$docdir"
     # The configuration goes only if it is still the example, untouched.
     if [ -f "$destdir$confdir/hald.toml" ] \
-        && cmp -s "$destdir$confdir/hald.toml" "$repo/driver/systemd/hald.toml.example"; then
+        && cmp -s "$destdir$confdir/hald.toml" "$repo/systemd/hald.toml.example"; then
         remove "$confdir/hald.toml"
         remove_dir_if_empty "$confdir"
     elif [ -f "$destdir$confdir/hald.toml" ]; then
@@ -184,7 +184,7 @@ release=$target_dir/release
 if [ "$build" = 1 ]; then
     command -v cargo >/dev/null 2>&1 || die "cargo not found: build first as a user, then rerun with --no-build"
     (cd "$repo" && run env CARGO_TARGET_DIR="$target_dir" cargo build --release --locked \
-        -p nnaccel -p nnaccel-kmod-sim --bin nnaccel-hald --bin nnaccelctl --bin nnaccel-sim)
+        -p nnaccel-service -p nnaccelctl -p nnaccel-kmod-sim --bin nnaccel-hald --bin nnaccelctl --bin nnaccel-sim)
 fi
 for b in nnaccel-hald nnaccelctl nnaccel-sim; do
     if [ ! -x "$release/$b" ] && [ "$dry_run" = 0 ]; then
@@ -201,7 +201,7 @@ install_file 0755 "$release/nnaccel-hald" "$hald"
 install_file 0755 "$release/nnaccelctl" "$ctl"
 install_file 0755 "$release/nnaccel-sim" "$sim"
 for u in "${units[@]}"; do
-    install_unit "$repo/driver/systemd/$u" "$unitdir/$u"
+    install_unit "$repo/systemd/$u" "$unitdir/$u"
 done
 install_file 0644 "$repo/udev/70-nnaccel.rules" "$udevdir/70-nnaccel.rules"
 for d in "${docs[@]}"; do
@@ -212,7 +212,7 @@ done
 if [ -e "$destdir$confdir/hald.toml" ]; then
     echo "install.sh: keeping the existing $destdir$confdir/hald.toml"
 else
-    install_file 0644 "$repo/driver/systemd/hald.toml.example" "$confdir/hald.toml"
+    install_file 0644 "$repo/systemd/hald.toml.example" "$confdir/hald.toml"
 fi
 
 if udev_available; then

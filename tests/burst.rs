@@ -14,14 +14,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nnaccel::burst::packet::{self, BurstRequest, DATUM_SIZE};
-use nnaccel::burst::{BurstConfig, ExecutionBurstController};
-use nnaccel::client::ServiceClient;
-use nnaccel::hal::{
+use nnaccel_hal::burst::packet::{self, BurstRequest, DATUM_SIZE};
+use nnaccel_hal::burst::{BurstConfig, ExecutionBurstController};
+use nnaccel_hal::{
     Backend, Driver, ErrorStatus, ExecutionPreference, ExecutionResult, HalDevice,
     HalPreparedModel, MeasureTiming, MemoryPool, Model, OperationType, Priority, Request, Timing,
 };
-use nnaccel::pools::{self, MappedClientPool};
+use nnaccel_protocol::client::ServiceClient;
+use nnaccel_protocol::pools::{self, MappedClientPool};
 use nnaccel_tests::service::*;
 use nnaccel_tests::{Sim, poll_until, require_privileges, scaled, with_timeout};
 
@@ -593,7 +593,7 @@ fn the_polling_window_follows_the_preference_the_burst_and_the_configuration() {
         );
         assert_eq!(
             with(ExecutionPreference::FastSingleAnswer, Some(u32::MAX)),
-            nnaccel::burst::MAX_POLLING_WINDOW
+            nnaccel_hal::burst::MAX_POLLING_WINDOW
         );
     });
     // Without configuration the default is 50 µs.
@@ -601,7 +601,7 @@ fn the_polling_window_follows_the_preference_the_burst_and_the_configuration() {
     let pm = prepare(&driver, &binary_model(OperationType::Add, 8)).unwrap();
     assert_eq!(
         burst(&*pm).info().polling_window,
-        nnaccel::burst::DEFAULT_POLLING_WINDOW
+        nnaccel_hal::burst::DEFAULT_POLLING_WINDOW
     );
 }
 
@@ -679,27 +679,27 @@ fn the_plain_futex_fallback_serves_bursts_and_notices_a_released_burst() {
 
 #[test]
 fn configure_burst_refuses_bad_queues_and_unknown_models() {
-    use nnaccel::fmq::Fmq;
-    use nnaccel::protocol::{ClientMessage, FdList};
+    use nnaccel_hal::fmq::Fmq;
+    use nnaccel_protocol::{ClientMessage, FdList};
     with_service(false, &[], |hald| {
         let c = hald.client();
         let _pm = prepare(&c, &binary_model(OperationType::Add, 8)).unwrap();
         let sock = std::os::unix::net::UnixStream::connect(hald.socket()).unwrap();
         let call = |msg: &ClientMessage, fds: &FdList<'_>| {
-            let body = nnaccel::protocol::encode(msg).unwrap();
-            nnaccel::protocol::send_frame(&sock, &body, fds.fds()).unwrap();
-            let (body, _) = nnaccel::protocol::recv_frame(&sock, 1 << 20).unwrap();
-            nnaccel::protocol::decode::<nnaccel::protocol::ServiceMessage>(&body).unwrap()
+            let body = nnaccel_protocol::encode(msg).unwrap();
+            nnaccel_protocol::send_frame(&sock, &body, fds.fds()).unwrap();
+            let (body, _) = nnaccel_protocol::recv_frame(&sock, 1 << 20).unwrap();
+            nnaccel_protocol::decode::<nnaccel_protocol::ServiceMessage>(&body).unwrap()
         };
         let hello = ClientMessage::Hello {
-            version: nnaccel::protocol::PROTOCOL_VERSION,
+            version: nnaccel_protocol::PROTOCOL_VERSION,
             client: "burst test".into(),
         };
         call(&hello, &FdList::default());
         // This connection has no models: model 1 is unknown here.
         let prepared = call(
             &ClientMessage::PrepareModel {
-                model: nnaccel::protocol::model_to_wire(
+                model: nnaccel_protocol::model_to_wire(
                     &binary_model(OperationType::Add, 8),
                     &mut FdList::default(),
                 ),
@@ -711,7 +711,7 @@ fn configure_burst_refuses_bad_queues_and_unknown_models() {
         );
         assert!(matches!(
             prepared,
-            nnaccel::protocol::ServiceMessage::Prepared { model_id: 1, .. }
+            nnaccel_protocol::ServiceMessage::Prepared { model_id: 1, .. }
         ));
         let rq = Fmq::create(24, 1024).unwrap();
         let rs = Fmq::create(24, 1024).unwrap();
@@ -733,8 +733,8 @@ fn configure_burst_refuses_bad_queues_and_unknown_models() {
                 &fds,
             )
         };
-        let invalid = |m: nnaccel::protocol::ServiceMessage, what: &str| match m {
-            nnaccel::protocol::ServiceMessage::Error { status, .. } => {
+        let invalid = |m: nnaccel_protocol::ServiceMessage, what: &str| match m {
+            nnaccel_protocol::ServiceMessage::Error { status, .. } => {
                 assert_eq!(status, ErrorStatus::InvalidArgument.code(), "{what}")
             }
             other => panic!("{what}: {other:?}"),
@@ -748,10 +748,7 @@ fn configure_burst_refuses_bad_queues_and_unknown_models() {
         invalid(configure(1, &rq, &rs, pipe.as_fd()), "a pipe as channel");
         let ok = configure(1, &rq, &rs, theirs.as_fd());
         assert!(
-            matches!(
-                ok,
-                nnaccel::protocol::ServiceMessage::BurstConfigured { .. }
-            ),
+            matches!(ok, nnaccel_protocol::ServiceMessage::BurstConfigured { .. }),
             "{ok:?}"
         );
         assert!(c.info().is_ok());
@@ -762,10 +759,10 @@ fn configure_burst_refuses_bad_queues_and_unknown_models() {
 fn a_service_runs_at_most_256_bursts_at_once_and_64_per_client() {
     // This process holds 256 bursts' queues and channels: more fds than a soft limit of 1024
     // (the QEMU guest's) allows.
-    nnaccel::service::raise_fd_limit().unwrap();
+    nnaccel_service::raise_fd_limit().unwrap();
     with_service(false, &[], |hald| {
-        let max = nnaccel::burst::server::MAX_ACTIVE_BURSTS;
-        let per_client = nnaccel::service::DEFAULT_MAX_BURSTS_PER_CONNECTION;
+        let max = nnaccel_hal::burst::server::MAX_ACTIVE_BURSTS;
+        let per_client = nnaccel_service::DEFAULT_MAX_BURSTS_PER_CONNECTION;
         let clients: Vec<(ServiceClient, Arc<dyn HalPreparedModel>)> = (0..max / per_client)
             .map(|_| {
                 let c = hald.client();

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use nnaccel::cache::{CacheHandle, Token};
-use nnaccel::hal::{
+use nnaccel_hal::cache::{CacheHandle, Token};
+use nnaccel_hal::{
     Backend, Driver, ErrorStatus, ExecutionPreference, HalDevice, HalPreparedModel, Memory, Model,
     OperationType, Priority,
 };
-use nnaccel::pools::{self, MappedClientPool};
+use nnaccel_protocol::pools::{self, MappedClientPool};
 use nnaccel_tests::service::*;
 use nnaccel_tests::{Sim, require_privileges, scaled, with_timeout};
 
@@ -117,7 +117,7 @@ struct CacheFiles {
 }
 
 fn open_rw(p: &Path) -> File {
-    nnaccel::cache::client::open_cache_file(p).unwrap()
+    nnaccel_hal::cache::client::open_cache_file(p).unwrap()
 }
 
 impl CacheFiles {
@@ -163,7 +163,7 @@ fn save(
     dc: &[CacheHandle<'_>],
     token: &Token,
 ) -> Arc<dyn HalPreparedModel> {
-    let files = nnaccel::cache::CacheFiles {
+    let files = nnaccel_hal::cache::CacheFiles {
         model: mc,
         data: dc,
         token,
@@ -184,7 +184,7 @@ fn load(
     dc: &[CacheHandle<'_>],
     token: &Token,
 ) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
-    let files = nnaccel::cache::CacheFiles {
+    let files = nnaccel_hal::cache::CacheFiles {
         model: mc,
         data: dc,
         token,
@@ -528,7 +528,7 @@ fn records_and_managed_entries_survive_a_restart_and_a_new_driver_build_invalida
                     "--state-dir".as_ref(),
                     state.path().as_os_str(),
                 ],
-                &[(nnaccel::cache::BUILD_ID_ENV, build)],
+                &[(nnaccel_hal::cache::BUILD_ID_ENV, build)],
             )
         };
         let (model, c1, c2) = test_model(0.0);
@@ -625,7 +625,7 @@ fn the_in_process_driver_saves_and_loads_caches_too() {
 }
 
 fn nnaccelctl(args: &[&std::ffi::OsStr]) -> (bool, String) {
-    let bin = nnaccel_tests::workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccel");
+    let bin = nnaccel_tests::workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccelctl");
     let out = std::process::Command::new(bin).args(args).output().unwrap();
     let text = format!(
         "{}{}",

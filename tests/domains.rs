@@ -13,15 +13,15 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nnaccel::burst::BurstConfig;
-use nnaccel::client::ServiceClient;
-use nnaccel::hal::{
+use nnaccel_hal::burst::BurstConfig;
+use nnaccel_hal::{
     Backend, BufferDesc, BufferRole, DataLocation, Driver, ErrorStatus, ExecutionResult, HalBuffer,
     HalDevice, HalPreparedModel, MeasureTiming, Memory, MemoryKind, MemoryPool, Model, Operand,
     OperandLifetime, OperandType, Operation, OperationType, Request, RequestArgument,
     execute_async,
 };
-use nnaccel::pools::{self, BlobSource, MappedClientPool};
+use nnaccel_protocol::client::ServiceClient;
+use nnaccel_protocol::pools::{self, BlobSource, MappedClientPool};
 use nnaccel_tests::service::{Hald, prepare, spawn_child_test};
 use nnaccel_tests::{Sim, poll_until, require_privileges, scaled, with_timeout};
 
@@ -1010,27 +1010,27 @@ fn two_clients(hald: &Hald) {
         "another client's token as output",
     );
     // The same token through the protocol's copy and free messages of the other connection.
-    let raw = |msg: nnaccel::protocol::ClientMessage, mem: Option<&Memory>| {
+    let raw = |msg: nnaccel_protocol::ClientMessage, mem: Option<&Memory>| {
         let sock = std::os::unix::net::UnixStream::connect(hald.socket()).unwrap();
-        let hello = nnaccel::protocol::ClientMessage::Hello {
-            version: nnaccel::protocol::PROTOCOL_VERSION,
+        let hello = nnaccel_protocol::ClientMessage::Hello {
+            version: nnaccel_protocol::PROTOCOL_VERSION,
             client: "intruder".into(),
         };
         for (m, fds) in [(hello, None), (msg, mem)] {
-            let body = nnaccel::protocol::encode(&m).unwrap();
+            let body = nnaccel_protocol::encode(&m).unwrap();
             let fds: Vec<_> = fds.iter().map(|m| m.fd.as_fd()).collect();
-            nnaccel::protocol::send_frame(&sock, &body, &fds).unwrap();
-            let (answer, _) = nnaccel::protocol::recv_frame(&sock, 1 << 20).unwrap();
-            let answer: nnaccel::protocol::ServiceMessage =
-                nnaccel::protocol::decode(&answer).unwrap();
-            if let nnaccel::protocol::ServiceMessage::Hello { .. } = answer {
+            nnaccel_protocol::send_frame(&sock, &body, &fds).unwrap();
+            let (answer, _) = nnaccel_protocol::recv_frame(&sock, 1 << 20).unwrap();
+            let answer: nnaccel_protocol::ServiceMessage =
+                nnaccel_protocol::decode(&answer).unwrap();
+            if let nnaccel_protocol::ServiceMessage::Hello { .. } = answer {
                 continue;
             }
             return answer;
         }
         unreachable!()
     };
-    let wire_mem = nnaccel::protocol::WireMemory {
+    let wire_mem = nnaccel_protocol::WireMemory {
         kind: 0,
         prot: 0,
         offset: 0,
@@ -1039,28 +1039,28 @@ fn two_clients(hald: &Hald) {
     };
     let stolen = ashmem(size);
     for msg in [
-        nnaccel::protocol::ClientMessage::CopyTo {
+        nnaccel_protocol::ClientMessage::CopyTo {
             token: b1.token(),
             memory: wire_mem.clone(),
         },
-        nnaccel::protocol::ClientMessage::CopyFrom {
+        nnaccel_protocol::ClientMessage::CopyFrom {
             token: b1.token(),
             memory: wire_mem.clone(),
             dimensions: vec![],
         },
     ] {
         match raw(msg, Some(&stolen)) {
-            nnaccel::protocol::ServiceMessage::Error { status, .. } => {
+            nnaccel_protocol::ServiceMessage::Error { status, .. } => {
                 assert_eq!(status, ErrorStatus::InvalidArgument.code())
             }
             other => panic!("another connection's copy of the token: {other:?}"),
         }
     }
     match raw(
-        nnaccel::protocol::ClientMessage::FreeBuffer { token: b1.token() },
+        nnaccel_protocol::ClientMessage::FreeBuffer { token: b1.token() },
         None,
     ) {
-        nnaccel::protocol::ServiceMessage::Error { status, .. } => {
+        nnaccel_protocol::ServiceMessage::Error { status, .. } => {
             assert_eq!(status, ErrorStatus::InvalidArgument.code())
         }
         other => panic!("another connection freeing the token: {other:?}"),
@@ -1185,7 +1185,7 @@ fn concurrent_reads_and_writes_of_one_buffer_never_crash_or_hang_in_process() {
 fn concurrent_reads_and_writes_never_crash_or_hang_the_device_service() {
     with_device_service(|sim, hald| {
         // The in-process driver on the device: one buffer, many threads, the device path.
-        let dev = nnaccel::device::open_node(sim.path()).unwrap();
+        let dev = nnaccel_hal::device::open_node(sim.path()).unwrap();
         stress_one_buffer(Arc::new(Driver::new(Backend::Device(dev))));
         // Many clients of the service, each with its own buffers, at once.
         let socket = hald.socket().to_path_buf();
@@ -1267,7 +1267,7 @@ fn device_memory_returns_when_buffers_are_freed_or_their_client_dies() {
         let c = hald.client();
         let pm = prep(&c, &add_model(F32, &DIMS));
         let baseline = c.info().unwrap();
-        let used = |i: &nnaccel::protocol::ServiceInfo| {
+        let used = |i: &nnaccel_protocol::ServiceInfo| {
             (
                 i.device_live.unwrap()[1],
                 i.device_memory_used.unwrap(),
@@ -1411,7 +1411,7 @@ fn buffers_survive_the_device_dying() {
 /// error answers on a connection that stays up, and the service keeps serving.
 #[test]
 fn malformed_domain_messages_never_crash_the_service() {
-    use nnaccel::protocol::{
+    use nnaccel_protocol::{
         ClientMessage, PROTOCOL_VERSION, ServiceMessage, WireMemory, WireRole, decode, encode,
         recv_frame, send_frame,
     };
@@ -1431,7 +1431,7 @@ fn malformed_domain_messages_never_crash_the_service() {
         assert!(matches!(call(&hello, &[]), ServiceMessage::Hello { .. }));
         let prepared = match call(
             &ClientMessage::PrepareModel {
-                model: nnaccel::protocol::model_to_wire(
+                model: nnaccel_protocol::model_to_wire(
                     &add_model(F32, &DIMS),
                     &mut Default::default(),
                 ),

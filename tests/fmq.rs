@@ -1,4 +1,4 @@
-//! Fast message queues between two processes (`nnaccel::fmq`, REFERENCE.md §4): this test and
+//! Fast message queues between two processes (`nnaccel_hal::fmq`, REFERENCE.md §4): this test and
 //! a child (this binary re-executed) share two queues of 1000 eight-byte datums, one each way,
 //! and move 10 million datums through each at once with blocking writes and reads of irregular
 //! batch sizes, every datum checked against the sequence it belongs to and both sides' checksums
@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
-use nnaccel::fmq::{Fmq, FmqDescriptor};
+use nnaccel_hal::fmq::{Fmq, FmqDescriptor};
 use nnaccel_tests::service::spawn_test_child;
 use nnaccel_tests::{scaled, with_timeout};
 

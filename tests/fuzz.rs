@@ -14,9 +14,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nnaccel::fmq::Fmq;
-use nnaccel::hal::{Memory, MemoryKind, OperationType};
-use nnaccel::protocol::*;
+use nnaccel_hal::fmq::Fmq;
+use nnaccel_hal::{Memory, MemoryKind, OperationType};
+use nnaccel_protocol::*;
 use nnaccel_tests::service::*;
 use nnaccel_tests::uapi::fuzz::{self, Rng};
 use nnaccel_tests::uapi::sys;

@@ -9,12 +9,12 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use nnaccel::burst::packet::{self, BurstRequest};
-use nnaccel::burst::{BurstConfig, CALLBACK_TIMEOUT};
-use nnaccel::fmq::{Fmq, NOT_EMPTY};
-use nnaccel::hal::{ErrorStatus, MeasureTiming, OperationType};
-use nnaccel::pools;
-use nnaccel::protocol::{self, ClientMessage, FdList, ServiceMessage};
+use nnaccel_hal::burst::packet::{self, BurstRequest};
+use nnaccel_hal::burst::{BurstConfig, CALLBACK_TIMEOUT};
+use nnaccel_hal::fmq::{Fmq, NOT_EMPTY};
+use nnaccel_hal::{ErrorStatus, MeasureTiming, OperationType};
+use nnaccel_protocol::pools;
+use nnaccel_protocol::{self as protocol, ClientMessage, FdList, ServiceMessage};
 use nnaccel_tests::service::*;
 use nnaccel_tests::{poll_until, scaled, with_timeout};
 
@@ -160,8 +160,8 @@ fn a_client_trickling_its_getmemories_answer_gets_general_failure_in_bounded_tim
             .unwrap();
         let (body, _) = protocol::recv_frame(&b.channel, 1 << 20).unwrap();
         assert!(matches!(
-            protocol::decode::<nnaccel::burst::BurstMessage>(&body).unwrap(),
-            nnaccel::burst::BurstMessage::GetMemories { .. }
+            protocol::decode::<nnaccel_hal::burst::BurstMessage>(&body).unwrap(),
+            nnaccel_hal::burst::BurstMessage::GetMemories { .. }
         ));
         // A frame header announcing 4096 body bytes, then one byte every 100 ms: every read
         // gets something long before a per-read timeout, so only a bound on the whole answer
@@ -200,7 +200,7 @@ fn a_client_trickling_its_getmemories_answer_gets_general_failure_in_bounded_tim
 }
 
 /// A result packet, if one is in the result queue.
-fn read_result(b: &RawBurst) -> Option<nnaccel::hal::ExecutionResult> {
+fn read_result(b: &RawBurst) -> Option<nnaccel_hal::ExecutionResult> {
     let n = b.result.available_to_read();
     if n == 0 {
         return None;
@@ -260,8 +260,8 @@ fn execute_answering(
     packet: &[packet::Datum],
     pool: &std::os::fd::OwnedFd,
     size: u64,
-) -> nnaccel::hal::ExecutionResult {
-    use nnaccel::burst::{BurstMessage, SlotMemory};
+) -> nnaccel_hal::ExecutionResult {
+    use nnaccel_hal::burst::{BurstMessage, SlotMemory};
     b.request
         .write_blocking(&packet::to_bytes(packet), Duration::ZERO)
         .unwrap();
@@ -315,7 +315,7 @@ fn a_burst_caches_at_most_the_slot_limit_so_a_client_cannot_exhaust_the_service_
         let size = 4096u64;
         let pool = nnaccel_uapi::sys::memfd_create(c"slots", size).unwrap();
         let before = open_fds(hald.pid());
-        let max = nnaccel::burst::server::MAX_SLOTS_PER_BURST;
+        let max = nnaccel_hal::burst::server::MAX_SLOTS_PER_BURST;
         let per_packet = protocol::MAX_FDS_PER_FRAME;
         let mut next_slot = 0i32;
         let mut refused = 0;
@@ -350,7 +350,7 @@ fn a_burst_caches_at_most_the_slot_limit_so_a_client_cannot_exhaust_the_service_
 fn queues_beyond_the_limit_are_refused_so_one_packet_cannot_take_much_memory() {
     with_timeout(limit(), "huge queues", || {
         let hald = Hald::cpu_only();
-        let max = nnaccel::burst::server::MAX_QUEUE_DATUMS;
+        let max = nnaccel_hal::burst::server::MAX_QUEUE_DATUMS;
         match raw_burst_with(&hald, max + 1).map_err(|e| *e) {
             Err(ServiceMessage::Error { status, message }) => {
                 assert_eq!(status, ErrorStatus::InvalidArgument.code(), "{message}")

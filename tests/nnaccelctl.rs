@@ -17,7 +17,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where `nnaccelctl` is (`$NNACCEL_CTL_BIN` overrides).
 fn ctl_binary() -> PathBuf {
-    nnaccel_tests::workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccel")
+    nnaccel_tests::workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccelctl")
 }
 
 fn examples() -> PathBuf {

@@ -1,6 +1,6 @@
 //! The HAL service end to end, with three processes: `nnaccel-sim` serving a FUSE device file,
 //! `nnaccel-hald` on a temp socket over it (or `--cpu`), and this test as the client (plus a
-//! child client process where a client must die), through `nnaccel::client::ServiceClient`.
+//! child client process where a client must die), through `nnaccel_protocol::client::ServiceClient`.
 //!
 //! Covered: the four pool kinds for execution I/O and both constant lifetimes; every bad-pool
 //! case with its code; clients that close or shrink pools after handing them over; a client
@@ -17,13 +17,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use nnaccel::client::ServiceClient;
-use nnaccel::hal::{
+use nnaccel_hal::{
     ErrorStatus, ExecutionResult, HalDevice, HalPreparedModel, Memory, MemoryKind, Model,
     OperationType,
 };
-use nnaccel::pools::{self, BlobSource, MappedClientPool};
-use nnaccel::protocol::{
+use nnaccel_protocol as protocol;
+use nnaccel_protocol::client::ServiceClient;
+use nnaccel_protocol::pools::{self, BlobSource, MappedClientPool};
+use nnaccel_protocol::{
     self, ClientMessage, FdList, PROTOCOL_VERSION, ProtocolError, ServiceMessage, WireMemory,
     WirePool,
 };

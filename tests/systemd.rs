@@ -32,7 +32,7 @@ fn repo() -> PathBuf {
 
 /// Where the units and the example configuration live.
 fn unit_dir() -> PathBuf {
-    repo().join("driver/systemd")
+    repo().join("systemd")
 }
 
 /// What the committed service unit runs; `scripts/install.sh` installs the binary there.
@@ -42,11 +42,11 @@ const INSTALLED_HALD: &str = "/usr/local/libexec/nnaccel/nnaccel-hald";
 // Binaries and tools
 
 fn hald_binary() -> PathBuf {
-    workspace_binary("NNACCEL_HALD_BIN", "nnaccel-hald", "nnaccel")
+    workspace_binary("NNACCEL_HALD_BIN", "nnaccel-hald", "nnaccel-service")
 }
 
 fn ctl_binary() -> PathBuf {
-    workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccel")
+    workspace_binary("NNACCEL_CTL_BIN", "nnaccelctl", "nnaccelctl")
 }
 
 /// A host tool on `PATH`, or a visible skip (a failure under `CI=true`).

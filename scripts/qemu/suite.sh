@@ -18,7 +18,7 @@ guest, writes a guest-run.sh payload into the target directory and boots the gue
 run.sh (the target directory is the 9p share; the repository is shared read-only too, at its
 own path, for tests that read their sources). Inside the guest:
 
-  - the unit tests of uapi, cpu, kmod-sim and driver (not uapi's c_header: no C compiler);
+  - the unit tests of uapi, cpu, kmod-sim and the driver crates (not uapi's c_header: no C compiler);
   - the ioctl harness and the lifetime tests, once against FUSE and once against CUSE
     (NNACCEL_TEST_FRONTEND=cuse);
   - qemu_kernel (io_uring FutexWait, dma-heap and udmabuf BOs, no queue ring in a dma-buf)
@@ -94,7 +94,7 @@ if ((build)); then
     json="$target_dir/qemu-tests.json"
     (cd "$REPO" && cargo test --no-run --locked --target "$TRIPLE" --workspace \
         --message-format=json-render-diagnostics) >"$json"
-    (cd "$REPO" && cargo build --locked --target "$TRIPLE" -p nnaccel-kmod-sim -p nnaccel --bins)
+    (cd "$REPO" && cargo build --locked --target "$TRIPLE" -p nnaccel-kmod-sim -p nnaccel-service -p nnaccelctl --bins)
     # "<package dir> <kind> <name> <executable>" for every test harness just built.
     sed -n 's|.*"manifest_path":"\([^"]*\)/Cargo.toml","target":{"kind":\["\([^"]*\)"\],"crate_types":\[[^]]*\],"name":"\([^"]*\)".*"profile":{[^}]*"test":true}.*"executable":"\([^"]*\)".*|\1 \2 \3 \4|p' \
         "$json" | sed "s|^$REPO/||" >"$list.tmp"
@@ -216,9 +216,9 @@ done
 cuse_check
 info_check
 EOF
-    # Unit tests: everything of uapi, cpu, kmod-sim and driver except c_header (needs cc).
+    # Unit tests: everything of uapi, cpu, kmod-sim and the driver crates except c_header (needs cc).
     while read -r pkg kind name exe; do
-        case "$pkg" in uapi | driver/cpu | kmod-sim | driver) ;; *) continue ;; esac
+        case "$pkg" in uapi | cpu | kmod-sim | driver/*) ;; *) continue ;; esac
         [[ "$pkg/$kind/$name" == uapi/test/c_header ]] && continue
         printf 'run %q %q\n' "${pkg//\//-}-$kind-$name" "$exe"
     done <"$list"

@@ -3,12 +3,12 @@
 //! bursts with the service's default window, with the ratios burst/regular, for a tiny model
 //! (one ADD of 4 floats) and a medium one (FULLY_CONNECTED 256 × 256), all in one run. The
 //! same figures come from `nnaccelctl bench --burst --service SOCKET`
-//! (`nnaccel::burst::bench`).
+//! (`nnaccel_protocol::bench`).
 //!
 //! Needs root and `/dev/fuse`; exits 1 otherwise. Build the binaries of the same profile first:
 //!
 //! ```text
-//! cargo build --release -p nnaccel -p nnaccel-kmod-sim --bins
+//! cargo build --release -p nnaccel-service -p nnaccelctl -p nnaccel-kmod-sim --bins
 //! cargo bench -p nnaccel-tests --bench burst
 //! ```
 //!
@@ -18,7 +18,7 @@
 
 use std::process::ExitCode;
 
-use nnaccel::burst::bench;
+use nnaccel_protocol::bench;
 use nnaccel_tests::Sim;
 use nnaccel_tests::service::Hald;
 

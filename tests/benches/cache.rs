@@ -17,11 +17,11 @@ use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nnaccel::cache::CacheFiles;
-use nnaccel::hal::{
+use nnaccel_hal::cache::CacheFiles;
+use nnaccel_hal::{
     ExecutionPreference, HalDevice, HalPreparedModel, Model, OperationType, Priority,
 };
-use nnaccel::pools::{self, MappedClientPool};
+use nnaccel_protocol::pools::{self, MappedClientPool};
 use nnaccel_tests::Sim;
 use nnaccel_tests::bench::{iterations, median, ms};
 use nnaccel_tests::service::*;
@@ -91,7 +91,7 @@ struct Figures {
 fn measure(sim: &Sim, model: &Model, iters: usize) -> Figures {
     let dir = tempfile::tempdir().unwrap();
     let open =
-        |name: &str| nnaccel::cache::client::open_cache_file(&dir.path().join(name)).unwrap();
+        |name: &str| nnaccel_hal::cache::client::open_cache_file(&dir.path().join(name)).unwrap();
     let (mf, df) = (open("model"), open("data"));
     let token = [7u8; 32];
     let pref = ExecutionPreference::FastSingleAnswer;

@@ -13,7 +13,7 @@
 //! Needs root and `/dev/fuse`. Build the binaries of the same profile first:
 //!
 //! ```text
-//! cargo build --release -p nnaccel -p nnaccel-kmod-sim --bins
+//! cargo build --release -p nnaccel-service -p nnaccelctl -p nnaccel-kmod-sim --bins
 //! cargo bench -p nnaccel-tests --bench domains
 //! ```
 //!
@@ -24,12 +24,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nnaccel::client::ServiceClient;
-use nnaccel::hal::{
+use nnaccel_hal::{
     BufferDesc, BufferRole, DataLocation, ErrorStatus, HalBuffer, HalDevice, HalPreparedModel,
     MeasureTiming, Memory, MemoryPool, OperationType, Request, RequestArgument,
 };
-use nnaccel::pools::{self, MappedClientPool};
+use nnaccel_protocol::client::ServiceClient;
+use nnaccel_protocol::pools::{self, MappedClientPool};
 use nnaccel_tests::Sim;
 use nnaccel_tests::bench::{iterations, median, ms};
 use nnaccel_tests::service::*;

@@ -11,7 +11,7 @@
 //! binaries of the same profile first:
 //!
 //! ```text
-//! cargo build --release -p nnaccel -p nnaccel-kmod-sim --bins
+//! cargo build --release -p nnaccel-service -p nnaccelctl -p nnaccel-kmod-sim --bins
 //! cargo bench -p nnaccel-tests --bench pool_zero_copy
 //! ```
 //!
@@ -23,10 +23,10 @@ use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nnaccel::client::ServiceClient;
-use nnaccel::hal::{ErrorStatus, MeasureTiming, OperationType};
-use nnaccel::pools::{self, MappedClientPool};
-use nnaccel::protocol::{self, ClientMessage, PROTOCOL_VERSION, ServiceMessage};
+use nnaccel_hal::{ErrorStatus, MeasureTiming, OperationType};
+use nnaccel_protocol::client::ServiceClient;
+use nnaccel_protocol::pools::{self, MappedClientPool};
+use nnaccel_protocol::{self as protocol, ClientMessage, PROTOCOL_VERSION, ServiceMessage};
 use nnaccel_tests::Sim;
 use nnaccel_tests::bench::{iterations, median, ms};
 use nnaccel_tests::service::*;

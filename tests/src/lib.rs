@@ -212,9 +212,10 @@ fn is_stale(bin: &Path, package: &str) -> bool {
             })
             .max()
     }
+    // A binary's own package and the packages below it that change most.
     let dir = match package {
         "nnaccel-kmod-sim" => "kmod-sim/src",
-        "nnaccel" => "driver/src",
+        "nnaccel-service" | "nnaccelctl" => "driver",
         _ => return false,
     };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);

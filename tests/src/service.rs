@@ -17,14 +17,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use nnaccel;
-use nnaccel::client::ServiceClient;
-use nnaccel::hal::{
+use nnaccel_hal::{
     DataLocation, ExecutionPreference, ExecutionResult, HalDevice, HalPreparedModel, MeasureTiming,
     Memory, MemoryPool, Model, Operand, OperandLifetime, OperandType, Operation, OperationType,
     Priority, Request, RequestArgument,
 };
-use nnaccel::pools::MappedClientPool;
+use nnaccel_protocol::client::ServiceClient;
+use nnaccel_protocol::pools::MappedClientPool;
+pub use {nnaccel_hal, nnaccel_protocol, nnaccel_service};
 
 use crate::{Sim, scaled};
 
@@ -33,7 +33,7 @@ pub const HALD_START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where `nnaccel-hald` is (`$NNACCEL_HALD_BIN` overrides); see [`crate::workspace_binary`].
 pub fn hald_binary() -> PathBuf {
-    crate::workspace_binary("NNACCEL_HALD_BIN", "nnaccel-hald", "nnaccel")
+    crate::workspace_binary("NNACCEL_HALD_BIN", "nnaccel-hald", "nnaccel-service")
 }
 
 /// A running `nnaccel-hald` on `<tempdir>/hal.sock`, its log in the same temp dir.
@@ -514,7 +514,7 @@ pub fn request(
 pub fn prepare(
     dev: &dyn HalDevice,
     model: &Model,
-) -> Result<Arc<dyn HalPreparedModel>, nnaccel::hal::ErrorStatus> {
+) -> Result<Arc<dyn HalPreparedModel>, nnaccel_hal::ErrorStatus> {
     dev.prepare_model(
         model,
         ExecutionPreference::FastSingleAnswer,

@@ -1,0 +1,214 @@
+//! `nnaccelctl bench`.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use nnaccel_hal::{ErrorStatus, MeasureTiming, Model};
+use nnaccel_protocol::modelfile::{self, InputValue};
+
+use crate::exec::{self, PooledRequest, known_size};
+use crate::{CliError, Outcome, backend};
+
+/// Untimed executions before the timed ones.
+const WARMUP: u32 = 3;
+
+/// Zero-filled inputs at the model's input dimensions.
+fn zero_inputs(model: &Model) -> Result<Vec<InputValue>, CliError> {
+    model
+        .input_indexes
+        .iter()
+        .enumerate()
+        .map(|(k, &idx)| {
+            let o = model.operands.get(idx as usize).ok_or_else(|| {
+                CliError(format!(
+                    "model input {k} names operand {idx}, which does not exist"
+                ))
+            })?;
+            let size = known_size(o.operand_type, &o.dimensions).ok_or_else(|| {
+                CliError(format!(
+                    "model input {k} (operand {idx}) has dimensions {:?} with unknown extents; \
+                     give --inputs",
+                    o.dimensions
+                ))
+            })?;
+            Ok(InputValue {
+                bytes: vec![0; size],
+                element_count: size / o.operand_type.element_size(),
+                dimensions: Vec::new(),
+                has_no_value: false,
+            })
+        })
+        .collect()
+}
+
+use nnaccel_protocol::bench::percentile;
+
+fn us(d: Duration) -> String {
+    format!("{:.1} us", d.as_secs_f64() * 1e6)
+}
+
+/// `nnaccelctl bench`.
+pub fn bench(
+    model_path: &Path,
+    inputs_path: Option<&Path>,
+    iterations: u32,
+    device: Option<PathBuf>,
+    cpu: bool,
+    service: Option<PathBuf>,
+) -> Result<Outcome, CliError> {
+    let loaded = modelfile::load_model(model_path)?;
+    let model = &loaded.model;
+    let inputs = match inputs_path {
+        Some(p) => modelfile::load_inputs(p, model)?,
+        None => zero_inputs(model)?,
+    };
+    let selected = backend::select(device, cpu, service)?;
+    println!("backend: {}", selected.describe());
+    let prepared = match exec::prepare(&*selected.driver, model) {
+        Ok(p) => p,
+        Err(status) => {
+            println!("status: {} (preparing the model)", status.name());
+            eprintln!(
+                "nnaccelctl: preparing the model failed with {}",
+                status.name()
+            );
+            return Ok(Outcome::Failed);
+        }
+    };
+    // One run sizes outputs with unknown extents.
+    let first = exec::execute(&*prepared, model, &inputs, MeasureTiming::No)?;
+    if first.result.status != ErrorStatus::None {
+        println!("status: {} (executing)", first.result.status.name());
+        eprintln!(
+            "nnaccelctl: the execution failed with {}",
+            first.result.status.name()
+        );
+        return Ok(Outcome::Failed);
+    }
+    let sizes: Vec<usize> = first.outputs.iter().map(|o| o.bytes.len()).collect();
+    let req = PooledRequest::new(model, &inputs, Some(&sizes))?;
+    println!(
+        "model: {} ({} operations, {}), {iterations} iterations after {WARMUP} warm-up",
+        model_path.display(),
+        model.operations.len(),
+        if prepared.runs_on_device() {
+            "on the device"
+        } else {
+            "on the CPU executor"
+        }
+    );
+    for _ in 0..WARMUP {
+        prepared.execute_synchronously(&req.request, MeasureTiming::No, None);
+    }
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(u64::from(iterations));
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} executions ({per_sec}, eta {eta})")
+        {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut latencies = Vec::with_capacity(iterations as usize);
+    let mut on_device = Vec::with_capacity(iterations as usize);
+    let start = Instant::now();
+    for _ in 0..iterations {
+        let t = Instant::now();
+        let r = prepared.execute_synchronously(&req.request, MeasureTiming::Yes, None);
+        latencies.push(t.elapsed());
+        if r.status != ErrorStatus::None {
+            bar.abandon();
+            println!("status: {} (executing)", r.status.name());
+            eprintln!("nnaccelctl: an execution failed with {}", r.status.name());
+            return Ok(Outcome::Failed);
+        }
+        if r.timing.time_on_device_us != u64::MAX {
+            on_device.push(Duration::from_micros(r.timing.time_on_device_us));
+        }
+        bar.inc(1);
+    }
+    let total = start.elapsed();
+    bar.finish_and_clear();
+    latencies.sort();
+    on_device.sort();
+    println!(
+        "throughput: {:.1} executions/s",
+        f64::from(iterations) / total.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "latency: p50 {}, p90 {}, p99 {} (min {}, max {})",
+        us(percentile(&latencies, 0.50)),
+        us(percentile(&latencies, 0.90)),
+        us(percentile(&latencies, 0.99)),
+        us(latencies.first().copied().unwrap_or_default()),
+        us(latencies.last().copied().unwrap_or_default()),
+    );
+    if !on_device.is_empty() {
+        println!(
+            "reported time on device: p50 {}, p99 {}",
+            us(percentile(&on_device, 0.50)),
+            us(percentile(&on_device, 0.99))
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `nnaccelctl bench --burst`: regular executions against bursts (`nnaccel_protocol::bench`).
+pub fn bench_burst(
+    model_path: Option<&Path>,
+    iterations: u32,
+    device: Option<PathBuf>,
+    cpu: bool,
+    service: Option<PathBuf>,
+) -> Result<Outcome, CliError> {
+    use nnaccel_protocol::bench as burst_bench;
+    let selected = backend::select(device, cpu, service)?;
+    println!("backend: {}", selected.describe());
+    let models = match model_path {
+        Some(p) => vec![(p.display().to_string(), modelfile::load_model(p)?.model)],
+        None => vec![
+            (
+                "tiny: ADD of 4 floats".to_string(),
+                burst_bench::tiny_model().map_err(CliError)?,
+            ),
+            (
+                "medium: FULLY_CONNECTED 256x256".to_string(),
+                burst_bench::medium_model().map_err(CliError)?,
+            ),
+        ],
+    };
+    for (label, model) in &models {
+        match burst_bench::run(&*selected.driver, label, model, iterations) {
+            Ok(lines) => {
+                for l in lines {
+                    println!("{l}");
+                }
+            }
+            Err(e) => {
+                println!("status: failed ({e})");
+                eprintln!("nnaccelctl: {e}");
+                return Ok(Outcome::Failed);
+            }
+        }
+    }
+    Ok(Outcome::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let d: Vec<Duration> = (1..=100).map(Duration::from_micros).collect();
+        assert_eq!(percentile(&d, 0.5), Duration::from_micros(50));
+        assert_eq!(percentile(&d, 0.9), Duration::from_micros(90));
+        assert_eq!(percentile(&d, 0.99), Duration::from_micros(99));
+        assert_eq!(percentile(&d[..1], 0.99), Duration::from_micros(1));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+}

@@ -1,0 +1,240 @@
+//! Building a request in one shared memory pool, executing it, and reading the outputs back.
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use nnaccel_hal::{
+    DataLocation, ErrorStatus, ExecutionPreference, ExecutionResult, HalDevice, HalPreparedModel,
+    MeasureTiming, Memory, MemoryKind, MemoryPool, Model, OperandType, Priority, Request,
+    RequestArgument,
+};
+use nnaccel_protocol::modelfile::InputValue;
+use nnaccel_uapi::sys::{Mapping, memfd_create};
+
+use crate::CliError;
+
+/// Alignment of each argument in the request pool.
+const ARG_ALIGN: usize = 64;
+
+/// Buffer size for an output whose model dimensions leave extents unknown; an execution that
+/// reports OUTPUT_INSUFFICIENT_SIZE is retried once with the sizes it asked for.
+const UNKNOWN_OUTPUT_BYTES: usize = 64 << 10;
+
+/// Bytes of an operand of `ty` with `dims`, if every extent is known.
+pub fn known_size(ty: OperandType, dims: &[u32]) -> Option<usize> {
+    element_count(ty, dims).map(|n| n * ty.element_size())
+}
+
+/// Elements of an operand of `ty` with `dims`, if every extent is known.
+pub fn element_count(ty: OperandType, dims: &[u32]) -> Option<usize> {
+    if ty.is_scalar() {
+        return Some(1);
+    }
+    if dims.is_empty() || dims.contains(&0) {
+        return None;
+    }
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d as usize))
+}
+
+/// A request whose arguments all live in one memfd, with a mapping of it.
+#[derive(Debug)]
+pub struct PooledRequest {
+    /// The request (pool 0 is the memfd).
+    pub request: Request,
+    map: Mapping,
+    /// Per output: (offset, capacity in bytes).
+    outputs: Vec<(usize, usize)>,
+}
+
+/// One output read back.
+#[derive(Debug, Clone)]
+pub struct OutputData {
+    /// Its operand type.
+    pub ty: OperandType,
+    /// Scale and zero point of its operand.
+    pub scale: f32,
+    /// Zero point.
+    pub zero_point: i32,
+    /// Dimensions the driver reported.
+    pub dimensions: Vec<u32>,
+    /// Whether the buffer was large enough.
+    pub is_sufficient: bool,
+    /// The bytes (empty unless the execution succeeded).
+    pub bytes: Vec<u8>,
+}
+
+impl PooledRequest {
+    /// Lays out `inputs` and the model's outputs (with `capacities` overriding the output
+    /// buffer sizes) in one memfd and writes the inputs.
+    pub fn new(
+        model: &Model,
+        inputs: &[InputValue],
+        capacities: Option<&[usize]>,
+    ) -> Result<Self, CliError> {
+        let mut end = 0usize;
+        let mut place = |len: usize| {
+            let offset = end.next_multiple_of(ARG_ALIGN);
+            end = offset + len;
+            offset
+        };
+        let mut in_args = Vec::with_capacity(inputs.len());
+        let mut in_offsets = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            if input.has_no_value {
+                in_args.push(RequestArgument {
+                    has_no_value: true,
+                    location: DataLocation::default(),
+                    dimensions: Vec::new(),
+                });
+                in_offsets.push(None);
+                continue;
+            }
+            let offset = place(input.bytes.len());
+            in_offsets.push(Some(offset));
+            in_args.push(RequestArgument {
+                has_no_value: false,
+                location: location(offset, input.bytes.len())?,
+                dimensions: input.dimensions.clone(),
+            });
+        }
+        let mut outputs = Vec::with_capacity(model.output_indexes.len());
+        let mut out_args = Vec::with_capacity(model.output_indexes.len());
+        for (k, &idx) in model.output_indexes.iter().enumerate() {
+            let capacity = match capacities.and_then(|c| c.get(k)) {
+                Some(&c) => c,
+                None => model
+                    .operands
+                    .get(idx as usize)
+                    .and_then(|o| known_size(o.operand_type, &o.dimensions))
+                    .unwrap_or(UNKNOWN_OUTPUT_BYTES),
+            };
+            let offset = place(capacity);
+            outputs.push((offset, capacity));
+            out_args.push(RequestArgument {
+                has_no_value: false,
+                location: location(offset, capacity)?,
+                dimensions: Vec::new(),
+            });
+        }
+        let size = end.max(1).next_multiple_of(4096);
+        let fd = memfd_create(c"nnaccelctl-request", size as u64)
+            .map_err(|e| CliError(format!("cannot create the request's memory pool: {e}")))?;
+        let map = Mapping::map_shared(fd.as_fd(), 0, size, true)
+            .map_err(|e| CliError(format!("cannot map the request's memory pool: {e}")))?;
+        for (input, offset) in inputs.iter().zip(&in_offsets) {
+            if let Some(offset) = offset {
+                map.write_at(*offset, &input.bytes)?;
+            }
+        }
+        let request = Request {
+            inputs: in_args,
+            outputs: out_args,
+            pools: vec![MemoryPool::Memory(Memory {
+                kind: MemoryKind::Ashmem,
+                fd: Arc::new(fd),
+                size: size as u64,
+            })],
+        };
+        Ok(Self {
+            request,
+            map,
+            outputs,
+        })
+    }
+
+    /// Reads the outputs back per the shapes in `result` (bytes only on success).
+    pub fn outputs(&self, model: &Model, result: &ExecutionResult) -> Vec<OutputData> {
+        result
+            .output_shapes
+            .iter()
+            .enumerate()
+            .map(|(k, shape)| {
+                let operand = model
+                    .output_indexes
+                    .get(k)
+                    .and_then(|&i| model.operands.get(i as usize));
+                let ty = operand.map_or(OperandType::TensorFloat32, |o| o.operand_type);
+                let mut bytes = Vec::new();
+                if result.status == ErrorStatus::None {
+                    if let Some(&(offset, capacity)) = self.outputs.get(k) {
+                        let len = known_size(ty, &shape.dimensions).unwrap_or(0).min(capacity);
+                        bytes = vec![0; len];
+                        if self.map.read_at(offset, &mut bytes).is_err() {
+                            bytes.clear();
+                        }
+                    }
+                }
+                OutputData {
+                    ty,
+                    scale: operand.map_or(0.0, |o| o.scale),
+                    zero_point: operand.map_or(0, |o| o.zero_point),
+                    dimensions: shape.dimensions.clone(),
+                    is_sufficient: shape.is_sufficient,
+                    bytes,
+                }
+            })
+            .collect()
+    }
+}
+
+fn location(offset: usize, len: usize) -> Result<DataLocation, CliError> {
+    let too_big = || CliError("the request does not fit a 4 GiB pool".to_string());
+    Ok(DataLocation {
+        pool_index: 0,
+        offset: u32::try_from(offset).map_err(|_| too_big())?,
+        length: u32::try_from(len).map_err(|_| too_big())?,
+        padding: 0,
+    })
+}
+
+/// Prepares `model` for fast single answers.
+pub fn prepare(
+    driver: &dyn HalDevice,
+    model: &Model,
+) -> Result<Arc<dyn HalPreparedModel>, ErrorStatus> {
+    driver.prepare_model(
+        model,
+        ExecutionPreference::FastSingleAnswer,
+        Priority::Medium,
+        None,
+    )
+}
+
+/// A finished run: the result (after a possible retry with larger outputs) and the outputs.
+#[derive(Debug)]
+pub struct RunResult {
+    /// The execution's result.
+    pub result: ExecutionResult,
+    /// The outputs read back.
+    pub outputs: Vec<OutputData>,
+}
+
+/// Executes once; on OUTPUT_INSUFFICIENT_SIZE with known needed shapes, once more with
+/// buffers of those sizes.
+pub fn execute(
+    prepared: &dyn HalPreparedModel,
+    model: &Model,
+    inputs: &[InputValue],
+    measure: MeasureTiming,
+) -> Result<RunResult, CliError> {
+    let mut req = PooledRequest::new(model, inputs, None)?;
+    let mut result = prepared.execute_synchronously(&req.request, measure, None);
+    if result.status == ErrorStatus::OutputInsufficientSize {
+        let needed: Option<Vec<usize>> = result
+            .output_shapes
+            .iter()
+            .zip(&model.output_indexes)
+            .map(|(shape, &idx)| {
+                let ty = model.operands.get(idx as usize)?.operand_type;
+                known_size(ty, &shape.dimensions)
+            })
+            .collect();
+        if let Some(needed) = needed.filter(|n| n.len() == model.output_indexes.len()) {
+            req = PooledRequest::new(model, inputs, Some(&needed))?;
+            result = prepared.execute_synchronously(&req.request, measure, None);
+        }
+    }
+    let outputs = req.outputs(model, &result);
+    Ok(RunResult { result, outputs })
+}

@@ -1,0 +1,123 @@
+//! Burst executions over fast message queues (HAL 1.2 `IBurstContext`; `docs/burst.md`).
+//!
+//! The client creates a request and a result queue ([`crate::fmq`]) and a socketpair — the
+//! burst's own channel — and sends `ConfigureBurst` with the two memfds and one end of the
+//! socketpair on its service connection. The service starts one worker thread per burst
+//! ([`server`]); the client's [`controller::ExecutionBurstController`] writes request packets
+//! ([`packet`]) and reads result packets. On the burst channel the worker asks for unknown pool
+//! slots (`GetMemories`) and the client answers, or frees a slot; either side seeing the channel
+//! close tears its half of the burst down.
+
+pub mod controller;
+pub mod packet;
+pub mod server;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fmq::Fmq;
+use crate::frame::WireMemory;
+use crate::{ErrorStatus, PreparedModel};
+
+pub use controller::{ExecutionBurstController, configure};
+
+/// Datums in each of the burst's queues (the HAL's channel length).
+pub const CHANNEL_LENGTH: u32 = 1024;
+/// The polling window before a worker sleeps, unless the preference is LOW_POWER (then 0) or
+/// the service's configuration or the burst says otherwise.
+pub const DEFAULT_POLLING_WINDOW: Duration = Duration::from_micros(50);
+/// Largest polling window a burst may ask for.
+pub const MAX_POLLING_WINDOW: Duration = Duration::from_millis(10);
+/// How long the worker waits for the client's answer to `GetMemories`.
+pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the client says a slot holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlotMemory {
+    /// Shared memory; its fd rides on the frame.
+    Memory(WireMemory),
+    /// A memory-domain token (1.3).
+    Token(u32),
+    /// The client knows no such slot.
+    Unknown,
+}
+
+/// Messages on a burst's own socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BurstMessage {
+    /// Service → client: the memories behind these slots (sorted, no duplicates).
+    GetMemories {
+        /// Slots.
+        slots: Vec<i32>,
+    },
+    /// Client → service: the answer, one entry per slot asked for, in order.
+    Memories {
+        /// Entries.
+        entries: Vec<SlotMemory>,
+    },
+    /// Client → service: forget a slot (its mapping and device buffer go).
+    FreeMemory {
+        /// Slot.
+        slot: i32,
+    },
+}
+
+/// What a client asks of a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BurstConfig {
+    /// The worker's polling window in µs; None lets the service choose from the execution
+    /// preference (0 for LOW_POWER, its configured default otherwise).
+    pub polling_window_us: Option<u32>,
+    /// Datums in the result queue ([`CHANNEL_LENGTH`] normally; conformance tests use 8).
+    pub result_length: u32,
+}
+
+impl Default for BurstConfig {
+    fn default() -> Self {
+        Self {
+            polling_window_us: None,
+            result_length: CHANNEL_LENGTH,
+        }
+    }
+}
+
+/// A burst on a model prepared in this process: the same queues, channel and worker as
+/// through the service, with the worker on a thread of this process.
+pub fn configure_in_process(
+    model: &PreparedModel,
+    config: BurstConfig,
+) -> Result<ExecutionBurstController, ErrorStatus> {
+    let fallback_model = model.clone();
+    let fallback: controller::Fallback =
+        Box::new(move |r, m| fallback_model.execute_synchronously(r, m, None));
+    let window = server::polling_window(
+        config.polling_window_us,
+        model.preference(),
+        DEFAULT_POLLING_WINDOW,
+    );
+    controller::configure(fallback, config.result_length, |ends| {
+        let peer = |q: &Fmq| {
+            let fd = q
+                .fd()
+                .try_clone_to_owned()
+                .map_err(|_| ErrorStatus::GeneralFailure)?;
+            Fmq::from_fd(fd, q.descriptor(), packet::DATUM_SIZE as u32)
+                .map_err(|_| ErrorStatus::GeneralFailure)
+        };
+        let wait = server::start(
+            model.clone(),
+            crate::LOCAL_OWNER,
+            peer(ends.request)?,
+            peer(ends.result)?,
+            ends.channel,
+            window,
+            None,
+        )
+        .map_err(|_| ErrorStatus::GeneralFailure)?;
+        Ok(controller::BurstInfo {
+            polling_window: window,
+            wait: wait.describe().into(),
+        })
+    })
+}

@@ -1,0 +1,674 @@
+//! The service side of a burst: one worker thread per burst. It takes request packets from the
+//! request queue, resolves their pool slots (asking the client for unknown ones with one
+//! `GetMemories` per packet), runs the request through the prepared model's normal validation
+//! and execution, and writes the result packet. It waits with io_uring — a `FutexWait` on the
+//! request queue's event flag together with a poll on the burst's socket, in one ring — or,
+//! where the kernel lacks the futex opcodes, with the futex syscall in slices and a poll of the
+//! socket between them. The socket closing (the client released the burst or died) ends the
+//! worker, which frees everything the burst held.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+
+use super::packet::{self, DATUM_SIZE, Datum};
+use super::{BurstMessage, CALLBACK_TIMEOUT, SlotMemory};
+use crate::driver::BurstCache;
+use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL};
+use crate::frame::{self, ReceivedFds};
+use crate::live_sockets::LiveSockets;
+use crate::types::*;
+use crate::{MemoryPool, OwnerId, PreparedModel};
+
+/// `FUTEX2_SIZE_U32`: a 32-bit futex word, shared (no `FUTEX2_PRIVATE`: the peer is another
+/// process).
+const FUTEX2_SIZE_U32: u32 = 0x02;
+/// Sleep slice of the plain-futex fallback, between looks at the socket.
+const FALLBACK_SLICE: Duration = Duration::from_millis(100);
+/// Bursts one process serves at once (each is a thread, two queue mappings and a socket);
+/// `ConfigureBurst` beyond it is RESOURCE_EXHAUSTED_TRANSIENT.
+pub const MAX_ACTIVE_BURSTS: usize = 256;
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Bursts running in this process.
+pub fn active_bursts() -> usize {
+    ACTIVE.load(Ordering::SeqCst)
+}
+
+/// Holds one of the [`MAX_ACTIVE_BURSTS`] places while a worker lives.
+struct Place;
+
+impl Place {
+    fn take() -> Option<Self> {
+        ACTIVE
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_ACTIVE_BURSTS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The burst workers one service started: a stopping service shuts each worker's socket down
+/// (the worker sees the channel close, as when its client goes, and frees the burst) and waits
+/// for them a bounded time. The set also holds each client to its share of the
+/// [`MAX_ACTIVE_BURSTS`] places, so that one client cannot take them all.
+pub type Workers = LiveSockets;
+
+const UD_FUTEX: u64 = 1;
+const UD_POLL: u64 = 2;
+
+/// How burst workers sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMechanism {
+    /// io_uring `FUTEX_WAIT` plus a poll on the burst's socket, in one ring.
+    IoUring,
+    /// The futex syscall in slices, the socket polled between slices.
+    Futex,
+}
+
+impl WaitMechanism {
+    /// What the logs and `BurstConfigured` say.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::IoUring => "io_uring FutexWait + poll on the burst socket",
+            Self::Futex => {
+                "futex syscall (io_uring FutexWait unavailable), socket polled every 100 ms"
+            }
+        }
+    }
+}
+
+static MECHANISM: OnceLock<WaitMechanism> = OnceLock::new();
+
+/// Makes every burst worker of this process use the futex syscall (`nnaccel-hald
+/// --burst-wait futex`), as on a kernel without io_uring's futex opcodes. Must come before the
+/// first burst; false if the mechanism was already chosen otherwise.
+pub fn force_futex_wait() -> bool {
+    *MECHANISM.get_or_init(|| {
+        tracing::info!(
+            "burst workers wait with {}",
+            WaitMechanism::Futex.describe()
+        );
+        WaitMechanism::Futex
+    }) == WaitMechanism::Futex
+}
+
+/// Probes once whether io_uring exists and has `FUTEX_WAIT` (Linux 6.7+).
+pub fn wait_mechanism() -> WaitMechanism {
+    *MECHANISM.get_or_init(|| {
+        let have = io_uring::IoUring::new(4).is_ok_and(|ring| {
+            let mut probe = io_uring::Probe::new();
+            ring.submitter().register_probe(&mut probe).is_ok()
+                && probe.is_supported(io_uring::opcode::FutexWait::CODE)
+                && probe.is_supported(io_uring::opcode::PollAdd::CODE)
+        });
+        let m = if have {
+            WaitMechanism::IoUring
+        } else {
+            WaitMechanism::Futex
+        };
+        tracing::info!("burst workers wait with {}", m.describe());
+        m
+    })
+}
+
+/// Wake-ups in a row that found no packet (`NOT_EMPTY` set, the queue empty) after which the
+/// worker takes its client for one that floods the flag and ends the burst. A well-behaved
+/// client sets the flag once per packet, so at most one wake-up per packet finds it stale.
+pub const MAX_EMPTY_WAKES: u32 = 1000;
+
+/// Pool slots one burst may have cached at once. Each may hold an fd and a mapping in the
+/// service, so a client naming ever new slots without freeing them would otherwise exhaust the
+/// service's fds; a packet that would pass the limit gets GENERAL_FAILURE (freeMemory makes
+/// room).
+pub const MAX_SLOTS_PER_BURST: usize = 1024;
+
+/// Largest queue, in datums, a burst may bring (64 times the HAL's channel length): the worker
+/// reads a whole packet into memory, so the queue's size bounds what one packet makes the
+/// service allocate (about 3 MiB here, where an FMQ may be up to 64 MiB).
+pub const MAX_QUEUE_DATUMS: u32 = 64 * super::CHANNEL_LENGTH;
+
+/// Why the worker stops.
+#[derive(Debug)]
+enum Stop {
+    /// The client closed its end or broke the channel.
+    ChannelClosed(String),
+    /// The client misbehaved on the queues (floods `NOT_EMPTY` without data).
+    Misbehaved(String),
+}
+
+/// A cached slot: the pool the client named, kept for the life of the burst.
+#[derive(Debug)]
+struct Slot {
+    pool: MemoryPool,
+}
+
+struct Worker {
+    model: PreparedModel,
+    /// The burst's client, whose memory-domain tokens its requests may name.
+    owner: OwnerId,
+    request: Fmq,
+    result: Fmq,
+    channel: UnixStream,
+    window: Duration,
+    slots: HashMap<i32, Slot>,
+    /// Per slot the BO and the mapping, and the burst's own high-performance device queue.
+    cache: BurstCache,
+    executions: u64,
+    /// Wake-ups since the last packet that found `NOT_EMPTY` set and no data.
+    empty_wakes: u32,
+}
+
+/// Starts a worker for a burst on `model`, for `owner`'s requests, registered in `workers`
+/// (the service's, so that stopping it ends the worker) if given. Returns the wait mechanism
+/// it uses.
+pub fn start(
+    model: PreparedModel,
+    owner: OwnerId,
+    request: Fmq,
+    result: Fmq,
+    channel: UnixStream,
+    window: Duration,
+    workers: Option<&Arc<Workers>>,
+) -> io::Result<WaitMechanism> {
+    let place = Place::take().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::QuotaExceeded,
+            format!("{MAX_ACTIVE_BURSTS} bursts are running"),
+        )
+    })?;
+    let registered = workers.map(|w| w.join(owner, &channel)).transpose()?;
+    channel.set_read_timeout(Some(CALLBACK_TIMEOUT))?;
+    channel.set_write_timeout(Some(CALLBACK_TIMEOUT))?;
+    let mechanism = wait_mechanism();
+    let worker = Worker {
+        model,
+        owner,
+        request,
+        result,
+        channel,
+        window,
+        slots: HashMap::new(),
+        cache: BurstCache::new(),
+        executions: 0,
+        empty_wakes: 0,
+    };
+    std::thread::Builder::new()
+        .name("nnaccel-burst".into())
+        .spawn(move || {
+            worker.run(mechanism);
+            drop(place);
+            drop(registered);
+        })?;
+    Ok(mechanism)
+}
+
+/// The io_uring half of the wait: a ring with at most one FutexWait and one poll armed.
+struct Uring {
+    ring: io_uring::IoUring,
+    futex_armed: bool,
+    poll_armed: bool,
+}
+
+impl Worker {
+    fn run(mut self, mechanism: WaitMechanism) {
+        tracing::debug!(
+            "burst worker started: polling window {:?}, waits with {}",
+            self.window,
+            mechanism.describe()
+        );
+        let mut uring = match mechanism {
+            WaitMechanism::IoUring => match io_uring::IoUring::builder()
+                .setup_coop_taskrun()
+                .build(4)
+                .or_else(|_| io_uring::IoUring::new(4))
+            {
+                Ok(ring) => Some(Uring {
+                    ring,
+                    futex_armed: false,
+                    poll_armed: false,
+                }),
+                Err(e) => {
+                    tracing::warn!(
+                        "io_uring setup failed ({e}); this burst uses the futex syscall"
+                    );
+                    None
+                }
+            },
+            WaitMechanism::Futex => None,
+        };
+        let stop = loop {
+            match self.wait_for_work(uring.as_mut()) {
+                Ok(true) => self.serve_packet(),
+                Ok(false) => {}
+                Err(s) => break s,
+            }
+        };
+        // The ring goes first: its pending FutexWait names the request queue's flag word.
+        drop(uring);
+        let why = match stop {
+            Stop::ChannelClosed(why) => why,
+            Stop::Misbehaved(why) => {
+                tracing::warn!("burst ended: {why}");
+                why
+            }
+        };
+        tracing::debug!(
+            "burst worker ends after {} executions ({why}); freeing {} slots ({} with a BO or \
+             mapping){}",
+            self.executions,
+            self.slots.len(),
+            self.cache.len(),
+            if self.cache.has_device_queue() {
+                " and its high-performance device queue"
+            } else {
+                ""
+            }
+        );
+    }
+
+    /// Ok(true): a packet is ready. Ok(false): woke for the socket (handled) or spuriously.
+    fn wait_for_work(&mut self, uring: Option<&mut Uring>) -> Result<bool, Stop> {
+        if self.request.available_to_read() > 0 {
+            return Ok(true);
+        }
+        if !self.window.is_zero() {
+            let until = Instant::now() + self.window;
+            while Instant::now() < until {
+                if self.request.available_to_read() > 0 {
+                    return Ok(true);
+                }
+                std::thread::yield_now();
+            }
+        }
+        // Deferred wake: a NOT_EMPTY set since the last look means data, or is stale (set for
+        // a packet already served); taking it clears it, so the next take finds it clear.
+        let word = loop {
+            match self.request.take_bits(NOT_EMPTY) {
+                Ok(_) if self.request.available_to_read() > 0 => return Ok(true),
+                Ok(_) => self.count_empty_wake()?,
+                Err(word) => break word,
+            }
+        };
+        if self.request.available_to_read() > 0 {
+            return Ok(true);
+        }
+        let socket_ready = match uring {
+            Some(u) => self.sleep_uring(u, word),
+            None => self.sleep_futex(word),
+        };
+        if socket_ready {
+            self.drain_channel()?;
+        }
+        Ok(self.request.available_to_read() > 0)
+    }
+
+    /// Counts a wake-up that found the flag set and no packet; too many in a row end the burst.
+    fn count_empty_wake(&mut self) -> Result<(), Stop> {
+        self.empty_wakes += 1;
+        if self.empty_wakes > MAX_EMPTY_WAKES {
+            return Err(Stop::Misbehaved(format!(
+                "the client set NOT_EMPTY {} times without writing a packet",
+                self.empty_wakes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sleeps in the ring; returns whether the socket is readable (or closed).
+    fn sleep_uring(&self, u: &mut Uring, word: u32) -> bool {
+        let flag = self.request.flag();
+        if !u.futex_armed {
+            let op = io_uring::opcode::FutexWait::new(
+                flag.as_ptr().cast_const(),
+                u64::from(word),
+                // Woken by NOT_EMPTY only: the worker's own NOT_FULL wakes leave it asleep.
+                u64::from(NOT_EMPTY),
+                FUTEX2_SIZE_U32,
+            )
+            .build()
+            .user_data(UD_FUTEX);
+            // SAFETY: the word lives in the request queue's mapping, which the worker owns and
+            // which outlives the ring (`run` drops the ring first; dropping it cancels the
+            // wait). The kernel only compares and hashes the word.
+            if unsafe { u.ring.submission().push(&op) }.is_ok() {
+                u.futex_armed = true;
+            }
+        }
+        if !u.poll_armed {
+            let op = io_uring::opcode::PollAdd::new(
+                io_uring::types::Fd(self.channel.as_raw_fd()),
+                (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP) as u32,
+            )
+            .build()
+            .user_data(UD_POLL);
+            // SAFETY: the socket fd stays open for the worker's life, beyond the ring's.
+            if unsafe { u.ring.submission().push(&op) }.is_ok() {
+                u.poll_armed = true;
+            }
+        }
+        if !u.futex_armed || !u.poll_armed {
+            return self.sleep_futex(word);
+        }
+        loop {
+            match u.ring.submit_and_wait(1) {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => {
+                    tracing::warn!("io_uring wait failed: {e}");
+                    return self.sleep_futex(word);
+                }
+            }
+        }
+        let mut socket_ready = false;
+        for cqe in u.ring.completion() {
+            match cqe.user_data() {
+                UD_FUTEX => u.futex_armed = false,
+                UD_POLL => {
+                    u.poll_armed = false;
+                    socket_ready = true;
+                }
+                _ => {}
+            }
+        }
+        socket_ready
+    }
+
+    /// Sleeps on the futex for a slice; returns whether the socket is readable (or closed).
+    fn sleep_futex(&self, word: u32) -> bool {
+        let deadline = nnaccel_uapi::sys::deadline_after(FALLBACK_SLICE);
+        let _ = nnaccel_uapi::sys::futex_wait_bitset(
+            self.request.flag(),
+            word,
+            Some(deadline),
+            NOT_EMPTY,
+        );
+        self.socket_readable()
+    }
+
+    fn socket_readable(&self) -> bool {
+        let mut fds = [PollFd::new(
+            &self.channel,
+            PollFlags::IN | PollFlags::RDHUP | PollFlags::HUP,
+        )];
+        matches!(rustix::event::poll(&mut fds, Some(&ZERO)), Ok(n) if n > 0)
+    }
+
+    /// Handles every message waiting on the socket (frees; stray answers are dropped).
+    fn drain_channel(&mut self) -> Result<(), Stop> {
+        while self.socket_readable() {
+            let msg = self.receive(Instant::now() + CALLBACK_TIMEOUT)?;
+            if let (BurstMessage::FreeMemory { slot }, _) = msg {
+                self.free(slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives one message, whole by `deadline` (a client trickling a frame byte by byte
+    /// cannot hold the worker longer).
+    fn receive(&mut self, deadline: Instant) -> Result<(BurstMessage, ReceivedFds), Stop> {
+        // io_uring completions run as task work, which interrupts a blocking recvmsg with
+        // EINTR before it took anything: retry.
+        let (body, fds) = loop {
+            match frame::recv_frame_by(&self.channel, 1 << 20, deadline) {
+                Err(frame::ProtocolError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other.map_err(|e| Stop::ChannelClosed(e.to_string()))?,
+            }
+        };
+        let msg =
+            frame::decode::<BurstMessage>(&body).map_err(|e| Stop::ChannelClosed(e.to_string()))?;
+        Ok((msg, ReceivedFds::new(fds)))
+    }
+
+    fn free(&mut self, slot: i32) {
+        self.cache.forget(slot);
+        match self.slots.remove(&slot) {
+            Some(_) => tracing::trace!("burst slot {slot} freed"),
+            None => tracing::debug!("freeMemory of unknown slot {slot} ignored"),
+        }
+    }
+
+    /// Reads one packet and answers it; a bad packet gets a GENERAL_FAILURE result.
+    fn serve_packet(&mut self) {
+        self.empty_wakes = 0;
+        let result = match self.take_packet() {
+            Ok(datums) => {
+                self.request.wake(NOT_FULL);
+                self.execute(&datums)
+            }
+            Err(e) => {
+                tracing::debug!("burst: {e}; answering GENERAL_FAILURE");
+                let _ = self.request.discard_all();
+                self.request.wake(NOT_FULL);
+                ExecutionResult::failure(ErrorStatus::GeneralFailure)
+            }
+        };
+        self.executions += 1;
+        self.send_result(&result);
+    }
+
+    fn take_packet(&self) -> Result<Vec<Datum>, String> {
+        let datums = packet::read_packet(&self.request, packet::request_packet_size)?;
+        // One execution is in flight per burst: the client writes the next packet only after
+        // reading this one's result, so datums beyond the packet are junk, and answering them as
+        // a packet of their own would put every later result one packet off.
+        if self.request.available_to_read() > 0 {
+            return Err(format!("datums follow a packet of {}", datums.len()));
+        }
+        Ok(datums)
+    }
+
+    fn execute(&mut self, datums: &[Datum]) -> ExecutionResult {
+        // Frees the client sent before this packet apply before its slots are resolved.
+        if let Err(e) = self.drain_channel() {
+            tracing::debug!("burst channel: {e:?}");
+            return ExecutionResult::failure(ErrorStatus::GeneralFailure);
+        }
+        let req = match packet::deserialize_request(datums) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!("burst: {e}");
+                return ExecutionResult::failure(ErrorStatus::GeneralFailure);
+            }
+        };
+        if let Err(e) = self.resolve_slots(&req.slots) {
+            tracing::debug!("burst: {e}");
+            return ExecutionResult::failure(ErrorStatus::GeneralFailure);
+        }
+        let mut pools = Vec::with_capacity(req.slots.len());
+        for s in &req.slots {
+            match self.slots.get(s) {
+                Some(slot) => pools.push(slot.pool.clone()),
+                None => return ExecutionResult::failure(ErrorStatus::GeneralFailure),
+            }
+        }
+        let request = Request {
+            inputs: req.inputs,
+            outputs: req.outputs,
+            pools,
+        };
+        self.model.execute_in_burst(
+            self.owner,
+            &request,
+            req.measure,
+            &mut self.cache,
+            &req.slots,
+        )
+    }
+
+    /// Fetches the slots not in the cache with one `GetMemories` (sorted, deduplicated).
+    fn resolve_slots(&mut self, slots: &[i32]) -> Result<(), String> {
+        let mut unknown: Vec<i32> = slots
+            .iter()
+            .copied()
+            .filter(|s| !self.slots.contains_key(s))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        unknown.sort_unstable();
+        unknown.dedup();
+        if let Some(s) = unknown.iter().find(|s| **s < 0) {
+            return Err(format!("negative slot {s}"));
+        }
+        if self.slots.len() + unknown.len() > MAX_SLOTS_PER_BURST {
+            return Err(format!(
+                "{} new slots with {} cached pass the {MAX_SLOTS_PER_BURST}-slot limit",
+                unknown.len(),
+                self.slots.len()
+            ));
+        }
+        let ask = frame::encode(&BurstMessage::GetMemories {
+            slots: unknown.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+        frame::send_frame(&self.channel, &ask, &[]).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + CALLBACK_TIMEOUT;
+        loop {
+            let (msg, mut fds) = self
+                .receive(deadline)
+                .map_err(|e| format!("the client did not answer getMemories: {e:?}"))?;
+            let entries = match msg {
+                BurstMessage::FreeMemory { slot } => {
+                    self.free(slot);
+                    continue;
+                }
+                BurstMessage::GetMemories { .. } => {
+                    return Err("the client sent getMemories".into());
+                }
+                BurstMessage::Memories { entries } => entries,
+            };
+            if entries.len() != unknown.len() {
+                return Err(format!(
+                    "{} memories for {} slots",
+                    entries.len(),
+                    unknown.len()
+                ));
+            }
+            for (slot, entry) in unknown.iter().zip(entries) {
+                let pool = match entry {
+                    SlotMemory::Memory(w) => {
+                        MemoryPool::Memory(fds.memory(&w).map_err(|e| e.to_string())?)
+                    }
+                    SlotMemory::Token(t) => MemoryPool::Token(t),
+                    SlotMemory::Unknown => return Err(format!("the client has no slot {slot}")),
+                };
+                self.slots.insert(*slot, Slot { pool });
+            }
+            return Ok(());
+        }
+    }
+
+    fn send_result(&self, result: &ExecutionResult) {
+        let mut datums = packet::serialize_result(result);
+        if datums.len() > self.result.available_to_write() {
+            tracing::debug!(
+                "a {}-datum result does not fit the result queue; answering GENERAL_FAILURE",
+                datums.len()
+            );
+            datums =
+                packet::serialize_result(&ExecutionResult::failure(ErrorStatus::GeneralFailure));
+        }
+        match self.result.write(&packet::to_bytes(&datums)) {
+            Ok(true) => self.result.wake(NOT_EMPTY),
+            Ok(false) => tracing::debug!("the result queue is full; result dropped"),
+            Err(e) => tracing::debug!("result queue: {e}"),
+        }
+    }
+}
+
+static ZERO: rustix::time::Timespec = rustix::time::Timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
+
+/// The polling window for a burst: the client's if it asked (capped), else none for
+/// LOW_POWER and `default` otherwise.
+pub fn polling_window(
+    asked_us: Option<u32>,
+    preference: ExecutionPreference,
+    default: Duration,
+) -> Duration {
+    match asked_us {
+        Some(us) => Duration::from_micros(u64::from(us)).min(super::MAX_POLLING_WINDOW),
+        None if preference == ExecutionPreference::LowPower => Duration::ZERO,
+        None => default,
+    }
+}
+
+/// The burst's ends as they arrived with `ConfigureBurst`: fds 0, 1 and 2 of the frame are the
+/// request queue, the result queue and the service's end of the socketpair.
+#[derive(Debug)]
+pub struct ReceivedEnds<'a> {
+    /// The frame's fds.
+    pub fds: &'a mut ReceivedFds,
+    /// The request queue's descriptor.
+    pub request: crate::fmq::FmqDescriptor,
+    /// The result queue's descriptor.
+    pub result: crate::fmq::FmqDescriptor,
+}
+
+/// Checks and maps what `ConfigureBurst` brought and starts the worker.
+pub fn start_from_wire(
+    model: PreparedModel,
+    owner: OwnerId,
+    ends: ReceivedEnds<'_>,
+    window: Duration,
+    workers: &Arc<Workers>,
+) -> Result<WaitMechanism, (ErrorStatus, String)> {
+    let invalid = |m: String| (ErrorStatus::InvalidArgument, m);
+    for (what, desc) in [("request", ends.request), ("result", ends.result)] {
+        if desc.capacity > MAX_QUEUE_DATUMS {
+            return Err(invalid(format!(
+                "a {what} queue of {} datums; at most {MAX_QUEUE_DATUMS}",
+                desc.capacity
+            )));
+        }
+    }
+    let fd = |fds: &mut ReceivedFds, i: usize| fds.take_fd(i).map_err(|e| invalid(e.to_string()));
+    let request_fd = fd(ends.fds, 0)?;
+    let result_fd = fd(ends.fds, 1)?;
+    let channel_fd = fd(ends.fds, 2)?;
+    let queue = |fd, desc, what: &str| {
+        Fmq::from_fd(fd, desc, DATUM_SIZE as u32).map_err(|e| invalid(format!("{what}: {e}")))
+    };
+    let request = queue(request_fd, ends.request, "request queue")?;
+    let result = queue(result_fd, ends.result, "result queue")?;
+    let is_stream_socket = rustix::net::sockopt::socket_type(&channel_fd)
+        .is_ok_and(|t| t == rustix::net::SocketType::STREAM);
+    if !is_stream_socket {
+        return Err(invalid("the burst channel is not a stream socket".into()));
+    }
+    let channel = UnixStream::from(channel_fd);
+    start(
+        model,
+        owner,
+        request,
+        result,
+        channel,
+        window,
+        Some(workers),
+    )
+    .map_err(|e| {
+        let status = if e.kind() == io::ErrorKind::QuotaExceeded {
+            ErrorStatus::ResourceExhaustedTransient
+        } else {
+            ErrorStatus::GeneralFailure
+        };
+        (status, format!("cannot start the burst: {e}"))
+    })
+}

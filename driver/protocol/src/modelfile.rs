@@ -1,0 +1,1284 @@
+//! The JSON model format (version 1) and its inputs file: parsing into [`hal::Model`], encoding
+//! constant and input values per operand type, and decoding output bytes back into JSON
+//! numbers. The format is documented in `docs/model-format.md`.
+//!
+//! Parsing is strict: unknown fields, wrong JSON types, unknown type names, value counts that
+//! do not match the operand's element count and values that do not fit the operand type are
+//! all errors naming the JSON path (`operands[3].value[7]`). Graph-level rules (index ranges,
+//! argument lists, lifetimes against the input/output lists) are left to the HAL's validation,
+//! which answers them with INVALID_ARGUMENT.
+
+use std::ffi::CStr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Map, Number, Value};
+
+use nnaccel_hal::{
+    DataLocation, Memory, MemoryKind, Model, Operand, OperandLifetime, OperandType, Operation,
+    OperationType, SymmPerChannelQuantParams,
+};
+
+/// The only model format version.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Alignment of each CONSTANT_COPY value in `operand_values`.
+pub const COPY_ALIGN: usize = 4;
+
+/// Alignment of each CONSTANT_REFERENCE value (and of the size) of the shared constant pool.
+pub const POOL_ALIGN: usize = 64;
+
+/// A model or inputs file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelFileError {
+    /// The file cannot be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The text is not JSON.
+    #[error(
+        "{}malformed JSON at line {line}, column {column}: {message}",
+        file_prefix(file)
+    )]
+    Json {
+        /// The file, when parsed from one.
+        file: Option<PathBuf>,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What the JSON parser said.
+        message: String,
+    },
+    /// The JSON does not follow the format.
+    #[error("{}{path}: {message}", file_prefix(file))]
+    Invalid {
+        /// The file, when parsed from one.
+        file: Option<PathBuf>,
+        /// JSON path of the offending value (`operands[2].type`), `$` for the whole document.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The shared memory pool for CONSTANT_REFERENCE values cannot be created.
+    #[error(
+        "{}cannot create the constant pool ({size} bytes): {source}",
+        file_prefix(file)
+    )]
+    Pool {
+        /// The file, when parsed from one.
+        file: Option<PathBuf>,
+        /// Pool size.
+        size: u64,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn file_prefix(file: &Option<PathBuf>) -> String {
+    match file {
+        Some(p) => format!("{}: ", p.display()),
+        None => String::new(),
+    }
+}
+
+impl ModelFileError {
+    fn invalid(path: &str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            file: None,
+            path: if path.is_empty() {
+                "$".to_string()
+            } else {
+                path.to_string()
+            },
+            message: message.into(),
+        }
+    }
+
+    fn json(e: &serde_json::Error) -> Self {
+        // serde_json's message ends with " at line L column C"; that is said separately.
+        let full = e.to_string();
+        let message = match full.rfind(" at line ") {
+            Some(i) => full[..i].to_string(),
+            None => full,
+        };
+        Self::Json {
+            file: None,
+            line: e.line(),
+            column: e.column(),
+            message,
+        }
+    }
+
+    /// The same error attributed to `path`.
+    fn in_file(self, path: &Path) -> Self {
+        let p = Some(path.to_path_buf());
+        match self {
+            Self::Json {
+                line,
+                column,
+                message,
+                ..
+            } => Self::Json {
+                file: p,
+                line,
+                column,
+                message,
+            },
+            Self::Invalid { path, message, .. } => Self::Invalid {
+                file: p,
+                path,
+                message,
+            },
+            Self::Pool { size, source, .. } => Self::Pool {
+                file: p,
+                size,
+                source,
+            },
+            e @ Self::Io { .. } => e,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, ModelFileError>;
+
+/// A parsed model file.
+#[derive(Debug)]
+pub struct LoadedModelFile {
+    /// The file it came from (None for [`parse_model`]).
+    pub path: Option<PathBuf>,
+    /// The model, with its CONSTANT_COPY values in `operand_values` and its CONSTANT_REFERENCE
+    /// values, if any, in `pools[0]` (a memfd).
+    pub model: Model,
+}
+
+/// One input of a request, as given by an inputs file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputValue {
+    /// The values encoded for the model input's operand type (little-endian).
+    pub bytes: Vec<u8>,
+    /// How many values the file gave.
+    pub element_count: usize,
+    /// Dimensions for this execution (`inputDimensions`), or empty to take the model's.
+    pub dimensions: Vec<u32>,
+    /// The input is omitted (`null` in the inputs file): an optional input with no value.
+    pub has_no_value: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths and field access
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn index(path: &str, i: usize) -> String {
+    format!("{path}[{i}]")
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// An object whose keys must all be in `allowed`.
+fn object<'a>(v: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
+    let Value::Object(map) = v else {
+        return Err(ModelFileError::invalid(
+            path,
+            format!("expected an object, found {}", kind_of(v)),
+        ));
+    };
+    if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ModelFileError::invalid(
+            &join(path, k),
+            format!(
+                "unknown field \"{k}\" (allowed here: {})",
+                allowed
+                    .iter()
+                    .map(|a| format!("\"{a}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(map)
+}
+
+fn required<'a>(map: &'a Map<String, Value>, path: &str, key: &str) -> Result<&'a Value> {
+    map.get(key)
+        .ok_or_else(|| ModelFileError::invalid(path, format!("missing required field \"{key}\"")))
+}
+
+fn array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
+    match v {
+        Value::Array(a) => Ok(a),
+        _ => Err(ModelFileError::invalid(
+            path,
+            format!("expected an array, found {}", kind_of(v)),
+        )),
+    }
+}
+
+fn string<'a>(v: &'a Value, path: &str) -> Result<&'a str> {
+    match v {
+        Value::String(s) => Ok(s),
+        _ => Err(ModelFileError::invalid(
+            path,
+            format!("expected a string, found {}", kind_of(v)),
+        )),
+    }
+}
+
+/// An integral JSON number (a float with no fractional part counts).
+fn integer(v: &Value) -> Option<i128> {
+    let Value::Number(n) = v else { return None };
+    if let Some(i) = n.as_i64() {
+        return Some(i128::from(i));
+    }
+    if let Some(u) = n.as_u64() {
+        return Some(i128::from(u));
+    }
+    let f = n.as_f64()?;
+    if f.fract() == 0.0 && f.abs() < 1e30 {
+        // Exact: `f` is an integer well inside i128's range.
+        #[allow(clippy::cast_possible_truncation)]
+        return Some(f as i128);
+    }
+    None
+}
+
+fn int_in(v: &Value, path: &str, min: i128, max: i128, what: &str) -> Result<i128> {
+    let Some(i) = integer(v) else {
+        return Err(ModelFileError::invalid(
+            path,
+            format!("expected {what}, found {}", describe(v)),
+        ));
+    };
+    if i < min || i > max {
+        return Err(ModelFileError::invalid(
+            path,
+            format!("{i} is out of range for {what} ({min}..={max})"),
+        ));
+    }
+    Ok(i)
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        _ => kind_of(v).to_string(),
+    }
+}
+
+fn u32_of(v: &Value, path: &str) -> Result<u32> {
+    let i = int_in(
+        v,
+        path,
+        0,
+        i128::from(u32::MAX),
+        "an unsigned 32-bit integer",
+    )?;
+    u32::try_from(i).map_err(|_| ModelFileError::invalid(path, "out of range"))
+}
+
+fn u32_list(v: &Value, path: &str) -> Result<Vec<u32>> {
+    array(v, path)?
+        .iter()
+        .enumerate()
+        .map(|(i, e)| u32_of(e, &index(path, i)))
+        .collect()
+}
+
+fn f32_of(v: &Value, path: &str, what: &str) -> Result<f32> {
+    let Some(f) = v.as_f64() else {
+        return Err(ModelFileError::invalid(
+            path,
+            format!("expected {what}, found {}", kind_of(v)),
+        ));
+    };
+    let x = f as f32;
+    if !x.is_finite() {
+        return Err(ModelFileError::invalid(
+            path,
+            format!("{f} is out of range for a 32-bit float"),
+        ));
+    }
+    Ok(x)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half precision
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+/// The element range of an integer operand type, or None for float types.
+fn int_range(ty: OperandType) -> Option<(i128, i128)> {
+    use OperandType as T;
+    Some(match ty {
+        T::Float32 | T::TensorFloat32 | T::Float16 | T::TensorFloat16 => return None,
+        T::Int32 | T::TensorInt32 => (i128::from(i32::MIN), i128::from(i32::MAX)),
+        T::Uint32 => (0, i128::from(u32::MAX)),
+        T::Bool | T::TensorBool8 => (0, 1),
+        T::TensorQuant8Asymm => (0, 255),
+        T::TensorQuant8AsymmSigned | T::TensorQuant8Symm | T::TensorQuant8SymmPerChannel => {
+            (-128, 127)
+        }
+        T::TensorQuant16Symm => (i128::from(i16::MIN), i128::from(i16::MAX)),
+        T::TensorQuant16Asymm => (0, i128::from(u16::MAX)),
+    })
+}
+
+/// Appends one JSON value encoded as an element of `ty`.
+fn encode_value(ty: OperandType, v: &Value, path: &str, out: &mut Vec<u8>) -> Result<()> {
+    use OperandType as T;
+    match ty {
+        T::Float32 | T::TensorFloat32 => {
+            out.extend_from_slice(&f32_of(v, path, "a number")?.to_le_bytes());
+        }
+        T::Float16 | T::TensorFloat16 => {
+            let x = f32_of(v, path, "a number")?;
+            let h = nnaccel_cpu::f32_to_f16(x);
+            if h & 0x7c00 == 0x7c00 {
+                return Err(ModelFileError::invalid(
+                    path,
+                    format!("{} is out of range for {ty} (largest: 65504)", describe(v)),
+                ));
+            }
+            out.extend_from_slice(&h.to_le_bytes());
+        }
+        T::Bool | T::TensorBool8 => {
+            let b = match v {
+                Value::Bool(b) => u8::from(*b),
+                _ => int_in(v, path, 0, 1, &format!("0 or 1 (a {ty} element)"))? as u8,
+            };
+            out.push(b);
+        }
+        _ => {
+            let Some((min, max)) = int_range(ty) else {
+                return Err(ModelFileError::invalid(path, "unexpected operand type"));
+            };
+            let what = format!("an integer of {ty}");
+            let i = int_in(v, path, min, max, &what)?;
+            // In range of the type, checked just above: the casts are exact.
+            match ty.element_size() {
+                1 => out.push(i as u8),
+                2 => out.extend_from_slice(&(i as u16).to_le_bytes()),
+                _ => out.extend_from_slice(&(i as u32).to_le_bytes()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Encodes a flat JSON array of elements of `ty`.
+fn encode_values(ty: OperandType, values: &[Value], path: &str) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(values.len() * ty.element_size());
+    for (i, v) in values.iter().enumerate() {
+        encode_value(ty, v, &index(path, i), &mut out)?;
+    }
+    Ok(out)
+}
+
+/// A JSON number for an f32 (its shortest decimal form), or null when not finite.
+fn float_value(x: f32) -> Value {
+    if !x.is_finite() {
+        return Value::Null;
+    }
+    // The shortest decimal that reads back as this f32, as a JSON number.
+    let f: f64 = format!("{x}").parse().unwrap_or(f64::from(x));
+    Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+/// Decodes output bytes of `ty` into JSON numbers: floats as numbers (null for NaN and
+/// infinities, which JSON cannot spell), integers and quantized values as their raw integers
+/// (not dequantized), booleans as 0/1. Trailing bytes short of an element are ignored.
+pub fn output_values(ty: OperandType, bytes: &[u8]) -> Vec<Value> {
+    use OperandType as T;
+    let size = ty.element_size();
+    bytes
+        .chunks_exact(size)
+        .map(|c| match ty {
+            T::Float32 | T::TensorFloat32 => {
+                float_value(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            }
+            T::Float16 | T::TensorFloat16 => {
+                float_value(nnaccel_cpu::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            }
+            T::Int32 | T::TensorInt32 => Value::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            T::Uint32 => Value::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            T::Bool | T::TensorBool8 => Value::from(u8::from(c[0] != 0)),
+            T::TensorQuant8Asymm => Value::from(c[0]),
+            T::TensorQuant8AsymmSigned | T::TensorQuant8Symm | T::TensorQuant8SymmPerChannel => {
+                Value::from(c[0] as i8)
+            }
+            T::TensorQuant16Symm => Value::from(i16::from_le_bytes([c[0], c[1]])),
+            T::TensorQuant16Asymm => Value::from(u16::from_le_bytes([c[0], c[1]])),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model
+
+const MODEL_FIELDS: &[&str] = &[
+    "version",
+    "operands",
+    "operations",
+    "inputIndexes",
+    "outputIndexes",
+    "relaxComputationFloat32toFloat16",
+];
+const OPERAND_FIELDS: &[&str] = &[
+    "type",
+    "dimensions",
+    "scale",
+    "zeroPoint",
+    "lifetime",
+    "value",
+    "channelQuant",
+];
+const CHANNEL_QUANT_FIELDS: &[&str] = &["channelDim", "scales"];
+const OPERATION_FIELDS: &[&str] = &["type", "inputs", "outputs"];
+
+/// Elements of an operand of `ty` with `dims`, for a constant (all extents known).
+fn constant_element_count(ty: OperandType, dims: &[u32], path: &str) -> Result<usize> {
+    if ty.is_scalar() {
+        if !dims.is_empty() {
+            return Err(ModelFileError::invalid(
+                &join(path, "dimensions"),
+                format!("{ty} is a scalar type: its dimensions must be []"),
+            ));
+        }
+        return Ok(1);
+    }
+    if dims.is_empty() || dims.contains(&0) {
+        return Err(ModelFileError::invalid(
+            &join(path, "dimensions"),
+            "a constant tensor needs every extent known (no [] and no 0)",
+        ));
+    }
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d as usize))
+        .filter(|n| {
+            n.checked_mul(ty.element_size())
+                .is_some_and(|b| b <= u32::MAX as usize)
+        })
+        .ok_or_else(|| {
+            ModelFileError::invalid(&join(path, "dimensions"), "the constant is too large")
+        })
+}
+
+/// A constant's bytes, waiting for its place.
+struct PendingConstant {
+    operand: usize,
+    bytes: Vec<u8>,
+}
+
+fn parse_operand(
+    v: &Value,
+    path: &str,
+    copies: &mut Vec<PendingConstant>,
+    refs: &mut Vec<PendingConstant>,
+    i: usize,
+) -> Result<Operand> {
+    let map = object(v, path, OPERAND_FIELDS)?;
+    let tpath = join(path, "type");
+    let tname = string(required(map, path, "type")?, &tpath)?;
+    let ty = OperandType::from_name(tname).ok_or_else(|| {
+        ModelFileError::invalid(
+            &tpath,
+            format!(
+                "unknown operand type \"{tname}\" (known: {})",
+                OperandType::ALL
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })?;
+    let dimensions = match map.get("dimensions") {
+        Some(d) => u32_list(d, &join(path, "dimensions"))?,
+        None => Vec::new(),
+    };
+    let scale = match map.get("scale") {
+        Some(s) => f32_of(s, &join(path, "scale"), "a number")?,
+        None => 0.0,
+    };
+    let zero_point = match map.get("zeroPoint") {
+        Some(z) => {
+            let zp = join(path, "zeroPoint");
+            let i = int_in(
+                z,
+                &zp,
+                i128::from(i32::MIN),
+                i128::from(i32::MAX),
+                "a 32-bit integer",
+            )?;
+            i32::try_from(i).map_err(|_| ModelFileError::invalid(&zp, "out of range"))?
+        }
+        None => 0,
+    };
+    let lpath = join(path, "lifetime");
+    let lname = string(required(map, path, "lifetime")?, &lpath)?;
+    let lifetime = OperandLifetime::from_name_or_alias(lname)
+        .filter(|l| *l != OperandLifetime::Subgraph)
+        .ok_or_else(|| {
+            ModelFileError::invalid(
+                &lpath,
+                format!(
+                    "unknown lifetime \"{lname}\" (known: TEMPORARY_VARIABLE, MODEL_INPUT, \
+                     MODEL_OUTPUT, CONSTANT_COPY, CONSTANT_REFERENCE, NO_VALUE; SUBGRAPH_INPUT \
+                     and SUBGRAPH_OUTPUT as synonyms)"
+                ),
+            )
+        })?;
+    let extra_params = match map.get("channelQuant") {
+        None => None,
+        Some(c) => {
+            let cpath = join(path, "channelQuant");
+            let cmap = object(c, &cpath, CHANNEL_QUANT_FIELDS)?;
+            let channel_dim = u32_of(
+                required(cmap, &cpath, "channelDim")?,
+                &join(&cpath, "channelDim"),
+            )?;
+            let spath = join(&cpath, "scales");
+            let scales = array(required(cmap, &cpath, "scales")?, &spath)?
+                .iter()
+                .enumerate()
+                .map(|(k, s)| f32_of(s, &index(&spath, k), "a number"))
+                .collect::<Result<Vec<f32>>>()?;
+            Some(SymmPerChannelQuantParams {
+                scales,
+                channel_dim,
+            })
+        }
+    };
+    let is_constant = matches!(
+        lifetime,
+        OperandLifetime::ConstantCopy | OperandLifetime::ConstantReference
+    );
+    match (map.get("value"), is_constant) {
+        (Some(value), true) => {
+            let vpath = join(path, "value");
+            let values = array(value, &vpath)?;
+            let count = constant_element_count(ty, &dimensions, path)?;
+            if values.len() != count {
+                return Err(ModelFileError::invalid(
+                    &vpath,
+                    format!(
+                        "{} values given, but a {ty} operand of dimensions {dimensions:?} has {count}",
+                        values.len()
+                    ),
+                ));
+            }
+            let bytes = encode_values(ty, values, &vpath)?;
+            let pending = PendingConstant { operand: i, bytes };
+            if lifetime == OperandLifetime::ConstantCopy {
+                copies.push(pending);
+            } else {
+                refs.push(pending);
+            }
+        }
+        (None, true) => {
+            return Err(ModelFileError::invalid(
+                path,
+                format!("a {lname} operand needs a \"value\""),
+            ));
+        }
+        (Some(_), false) => {
+            return Err(ModelFileError::invalid(
+                &join(path, "value"),
+                format!(
+                    "only CONSTANT_COPY and CONSTANT_REFERENCE operands have a value, this one is {lname}"
+                ),
+            ));
+        }
+        (None, false) => {}
+    }
+    Ok(Operand {
+        operand_type: ty,
+        dimensions,
+        scale,
+        zero_point,
+        lifetime,
+        location: DataLocation::default(),
+        extra_params,
+    })
+}
+
+fn parse_operation(v: &Value, path: &str) -> Result<Operation> {
+    let map = object(v, path, OPERATION_FIELDS)?;
+    let tpath = join(path, "type");
+    let name = string(required(map, path, "type")?, &tpath)?;
+    let operation_type = OperationType::from_name(name).ok_or_else(|| {
+        ModelFileError::invalid(
+            &tpath,
+            format!("unknown operation type \"{name}\" (NN HAL names: ADD, CONV_2D, ...)"),
+        )
+    })?;
+    Ok(Operation {
+        operation_type,
+        inputs: u32_list(required(map, path, "inputs")?, &join(path, "inputs"))?,
+        outputs: u32_list(required(map, path, "outputs")?, &join(path, "outputs"))?,
+    })
+}
+
+/// Parses a model file's text. CONSTANT_REFERENCE values, if any, are placed in one new
+/// memfd pool (`model.pools[0]`).
+pub fn parse_model(json: &str) -> Result<LoadedModelFile> {
+    let doc: Value = serde_json::from_str(json).map_err(|e| ModelFileError::json(&e))?;
+    let map = object(&doc, "", MODEL_FIELDS)?;
+    let version = required(map, "", "version")?;
+    match integer(version) {
+        Some(1) => {}
+        _ => {
+            return Err(ModelFileError::invalid(
+                "version",
+                format!(
+                    "unsupported model format version {} (this nnaccel reads version {FORMAT_VERSION})",
+                    describe(version)
+                ),
+            ));
+        }
+    }
+    let mut copies = Vec::new();
+    let mut refs = Vec::new();
+    let operands = array(required(map, "", "operands")?, "operands")?
+        .iter()
+        .enumerate()
+        .map(|(i, o)| parse_operand(o, &index("operands", i), &mut copies, &mut refs, i))
+        .collect::<Result<Vec<Operand>>>()?;
+    let operations = array(required(map, "", "operations")?, "operations")?
+        .iter()
+        .enumerate()
+        .map(|(i, o)| parse_operation(o, &index("operations", i)))
+        .collect::<Result<Vec<Operation>>>()?;
+    let input_indexes = u32_list(required(map, "", "inputIndexes")?, "inputIndexes")?;
+    let output_indexes = u32_list(required(map, "", "outputIndexes")?, "outputIndexes")?;
+    let relax = match map.get("relaxComputationFloat32toFloat16") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(ModelFileError::invalid(
+                "relaxComputationFloat32toFloat16",
+                format!("expected true or false, found {}", kind_of(v)),
+            ));
+        }
+    };
+    let mut model = Model {
+        operands,
+        operations,
+        input_indexes,
+        output_indexes,
+        operand_values: Vec::new(),
+        pools: Vec::new(),
+        relax_computation_float32_to_float16: relax,
+    };
+    place_copies(&mut model, copies)?;
+    place_references(&mut model, refs)?;
+    Ok(LoadedModelFile { path: None, model })
+}
+
+fn too_large() -> ModelFileError {
+    ModelFileError::invalid("operands", "the constants exceed 4 GiB")
+}
+
+fn place_copies(model: &mut Model, copies: Vec<PendingConstant>) -> Result<()> {
+    for c in copies {
+        let offset = model.operand_values.len().next_multiple_of(COPY_ALIGN);
+        model.operand_values.resize(offset, 0);
+        model.operand_values.extend_from_slice(&c.bytes);
+        model.operands[c.operand].location = DataLocation {
+            pool_index: 0,
+            offset: u32::try_from(offset).map_err(|_| too_large())?,
+            length: u32::try_from(c.bytes.len()).map_err(|_| too_large())?,
+            padding: 0,
+        };
+    }
+    let end = model.operand_values.len().next_multiple_of(COPY_ALIGN);
+    model.operand_values.resize(end, 0);
+    Ok(())
+}
+
+fn place_references(model: &mut Model, refs: Vec<PendingConstant>) -> Result<()> {
+    if refs.is_empty() {
+        return Ok(());
+    }
+    let mut offsets = Vec::with_capacity(refs.len());
+    let mut end = 0usize;
+    for r in &refs {
+        let offset = end.next_multiple_of(POOL_ALIGN);
+        offsets.push(offset);
+        end = offset + r.bytes.len();
+    }
+    let size = end.max(1).next_multiple_of(POOL_ALIGN);
+    let size_u32 = u32::try_from(size).map_err(|_| too_large())?;
+    let pool_err = |source| ModelFileError::Pool {
+        file: None,
+        size: size as u64,
+        source,
+    };
+    const NAME: &CStr = c"nnaccel-constants";
+    let fd = nnaccel_uapi::sys::memfd_create(NAME, size as u64).map_err(pool_err)?;
+    {
+        let map =
+            nnaccel_uapi::sys::Mapping::map_shared(fd.as_fd(), 0, size, true).map_err(pool_err)?;
+        for (r, &offset) in refs.iter().zip(&offsets) {
+            map.write_at(offset, &r.bytes).map_err(pool_err)?;
+        }
+    }
+    for (r, &offset) in refs.iter().zip(&offsets) {
+        // Both below `size`, which fits u32.
+        model.operands[r.operand].location = DataLocation {
+            pool_index: 0,
+            offset: offset as u32,
+            length: r.bytes.len() as u32,
+            padding: 0,
+        };
+    }
+    model.pools.push(Memory {
+        kind: MemoryKind::Ashmem,
+        fd: Arc::new(fd),
+        size: u64::from(size_u32),
+    });
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| ModelFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads and parses a model file.
+pub fn load_model(path: &Path) -> Result<LoadedModelFile> {
+    let text = read(path)?;
+    let mut loaded = parse_model(&text).map_err(|e| e.in_file(path))?;
+    loaded.path = Some(path.to_path_buf());
+    Ok(loaded)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+
+const INPUTS_FIELDS: &[&str] = &["inputs", "inputDimensions"];
+
+/// The operand type used to encode request input `i` of `model`: the model input's type.
+/// Inputs beyond the model's (a request the driver will reject) are encoded as TENSOR_FLOAT32.
+fn input_type(model: &Model, i: usize) -> OperandType {
+    model
+        .input_indexes
+        .get(i)
+        .and_then(|&idx| model.operands.get(idx as usize))
+        .map_or(OperandType::TensorFloat32, |o| o.operand_type)
+}
+
+/// Parses an inputs file's text against `model`. Values are encoded with each model input's
+/// operand type; counts and dimensions are left for the driver to check against the model
+/// (a mismatch is an INVALID_ARGUMENT execution, not a malformed file).
+pub fn parse_inputs(json: &str, model: &Model) -> Result<Vec<InputValue>> {
+    let doc: Value = serde_json::from_str(json).map_err(|e| ModelFileError::json(&e))?;
+    let map = object(&doc, "", INPUTS_FIELDS)?;
+    let inputs = array(required(map, "", "inputs")?, "inputs")?;
+    let dims: Vec<Vec<u32>> = match map.get("inputDimensions") {
+        None => vec![Vec::new(); inputs.len()],
+        Some(d) => {
+            let list = array(d, "inputDimensions")?;
+            if list.len() != inputs.len() {
+                return Err(ModelFileError::invalid(
+                    "inputDimensions",
+                    format!(
+                        "{} entries, but there are {} inputs (use [] to keep an input's model dimensions)",
+                        list.len(),
+                        inputs.len()
+                    ),
+                ));
+            }
+            list.iter()
+                .enumerate()
+                .map(|(i, e)| match e {
+                    Value::Null => Ok(Vec::new()),
+                    _ => u32_list(e, &index("inputDimensions", i)),
+                })
+                .collect::<Result<_>>()?
+        }
+    };
+    inputs
+        .iter()
+        .zip(dims)
+        .enumerate()
+        .map(|(i, (v, dimensions))| {
+            let path = index("inputs", i);
+            if v.is_null() {
+                return Ok(InputValue {
+                    bytes: Vec::new(),
+                    element_count: 0,
+                    dimensions,
+                    has_no_value: true,
+                });
+            }
+            let values = array(v, &path)?;
+            Ok(InputValue {
+                bytes: encode_values(input_type(model, i), values, &path)?,
+                element_count: values.len(),
+                dimensions,
+                has_no_value: false,
+            })
+        })
+        .collect()
+}
+
+/// Reads and parses an inputs file against `model`.
+pub fn load_inputs(path: &Path, model: &Model) -> Result<Vec<InputValue>> {
+    let text = read(path)?;
+    parse_inputs(&text, model).map_err(|e| e.in_file(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADD: &str = r#"{
+      "version": 1,
+      "operands": [
+        {"type": "TENSOR_FLOAT32", "dimensions": [1, 2, 2, 1], "lifetime": "MODEL_INPUT"},
+        {"type": "TENSOR_FLOAT32", "dimensions": [1, 2, 2, 1], "lifetime": "CONSTANT_COPY",
+         "value": [1.0, 2.0, 3.0, 4.0]},
+        {"type": "INT32", "dimensions": [], "lifetime": "CONSTANT_COPY", "value": [0]},
+        {"type": "TENSOR_QUANT8_ASYMM", "dimensions": [4], "scale": 0.5, "zeroPoint": 128,
+         "lifetime": "TEMPORARY_VARIABLE"},
+        {"type": "TENSOR_FLOAT32", "dimensions": [1, 2, 2, 1], "lifetime": "MODEL_OUTPUT"}
+      ],
+      "operations": [ {"type": "ADD", "inputs": [0, 1, 2], "outputs": [4]} ],
+      "inputIndexes": [0],
+      "outputIndexes": [4],
+      "relaxComputationFloat32toFloat16": false
+    }"#;
+
+    fn one_operand(operand: &str) -> String {
+        format!(
+            r#"{{"version": 1, "operands": [{operand}], "operations": [],
+                "inputIndexes": [], "outputIndexes": []}}"#
+        )
+    }
+
+    fn err(json: &str) -> String {
+        match parse_model(json) {
+            Ok(m) => panic!("parsed: {:?}", m.model),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn constant_bytes(ty: &str, dims: &str, values: &str) -> Result<Vec<u8>> {
+        let m = parse_model(&one_operand(&format!(
+            r#"{{"type": "{ty}", "dimensions": {dims}, "lifetime": "CONSTANT_COPY", "value": {values}}}"#
+        )))?
+        .model;
+        let loc = m.operands[0].location;
+        Ok(m.operand_values[loc.offset as usize..(loc.offset + loc.length) as usize].to_vec())
+    }
+
+    #[test]
+    fn the_issue_example_parses() {
+        let m = parse_model(ADD).unwrap().model;
+        assert_eq!(m.operands.len(), 5);
+        assert_eq!(m.operands[0].lifetime, OperandLifetime::SubgraphInput);
+        assert_eq!(m.operands[4].lifetime, OperandLifetime::SubgraphOutput);
+        assert_eq!(m.operands[3].operand_type, OperandType::TensorQuant8Asymm);
+        assert_eq!(m.operands[3].scale, 0.5);
+        assert_eq!(m.operands[3].zero_point, 128);
+        assert_eq!(m.operations[0].operation_type, OperationType::Add);
+        assert_eq!(m.operations[0].inputs, vec![0, 1, 2]);
+        assert_eq!(
+            m.operands[1].location,
+            DataLocation {
+                pool_index: 0,
+                offset: 0,
+                length: 16,
+                padding: 0
+            }
+        );
+        assert_eq!(m.operands[2].location.offset, 16);
+        assert_eq!(m.operands[2].location.length, 4);
+        assert_eq!(&m.operand_values[..4], &1.0f32.to_le_bytes());
+        assert_eq!(m.operand_values.len(), 20);
+        assert!(m.pools.is_empty());
+        assert_eq!(m.input_indexes, vec![0]);
+        assert_eq!(m.output_indexes, vec![4]);
+        assert!(!m.relax_computation_float32_to_float16);
+    }
+
+    #[test]
+    fn a_bad_version_is_rejected() {
+        let j = ADD.replace("\"version\": 1", "\"version\": 2");
+        let e = err(&j);
+        assert!(
+            e.contains("version: unsupported model format version 2"),
+            "{e}"
+        );
+        let j = ADD.replace("\"version\": 1,", "");
+        assert!(err(&j).contains("missing required field \"version\""));
+        let j = ADD.replace("\"version\": 1", "\"version\": \"1\"");
+        assert!(err(&j).contains("version"));
+    }
+
+    #[test]
+    fn unknown_type_names_are_rejected_with_their_path() {
+        let e = err(&ADD.replace("\"INT32\"", "\"INT64\""));
+        assert!(
+            e.starts_with("operands[2].type: unknown operand type \"INT64\""),
+            "{e}"
+        );
+        let e = err(&ADD.replace("\"ADD\"", "\"ADDD\""));
+        assert!(
+            e.starts_with("operations[0].type: unknown operation type \"ADDD\""),
+            "{e}"
+        );
+        let e = err(&ADD.replace("\"TEMPORARY_VARIABLE\"", "\"TEMPORARY\""));
+        assert!(
+            e.starts_with("operands[3].lifetime: unknown lifetime"),
+            "{e}"
+        );
+        let e = err(&ADD.replace("\"TEMPORARY_VARIABLE\"", "\"SUBGRAPH\""));
+        assert!(e.starts_with("operands[3].lifetime"), "{e}");
+    }
+
+    #[test]
+    fn the_value_count_must_match_the_element_count() {
+        let e = err(&ADD.replace("[1.0, 2.0, 3.0, 4.0]", "[1.0, 2.0, 3.0]"));
+        assert!(e.starts_with("operands[1].value: 3 values given"), "{e}");
+        assert!(e.contains("has 4"), "{e}");
+        let e = err(&ADD.replace("\"value\": [0]", "\"value\": [0, 1]"));
+        assert!(e.starts_with("operands[2].value: 2 values given"), "{e}");
+        // A constant tensor needs known extents.
+        let e = err(&one_operand(
+            r#"{"type": "TENSOR_INT32", "dimensions": [0], "lifetime": "CONSTANT_COPY", "value": []}"#,
+        ));
+        assert!(e.starts_with("operands[0].dimensions"), "{e}");
+        // A value on a non-constant, and no value on a constant.
+        let e = err(&one_operand(
+            r#"{"type": "INT32", "lifetime": "MODEL_INPUT", "value": [1]}"#,
+        ));
+        assert!(
+            e.starts_with("operands[0].value: only CONSTANT_COPY"),
+            "{e}"
+        );
+        let e = err(&one_operand(
+            r#"{"type": "INT32", "lifetime": "CONSTANT_COPY"}"#,
+        ));
+        assert!(e.contains("needs a \"value\""), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_are_rejected() {
+        for (ty, bad) in [
+            ("TENSOR_QUANT8_ASYMM", "256"),
+            ("TENSOR_QUANT8_ASYMM", "-1"),
+            ("TENSOR_QUANT8_ASYMM_SIGNED", "128"),
+            ("TENSOR_QUANT8_SYMM", "-129"),
+            ("TENSOR_QUANT8_SYMM_PER_CHANNEL", "200"),
+            ("TENSOR_QUANT16_SYMM", "32768"),
+            ("TENSOR_QUANT16_ASYMM", "65536"),
+            ("TENSOR_INT32", "2147483648"),
+            ("TENSOR_INT32", "1.5"),
+            ("TENSOR_BOOL8", "2"),
+            ("TENSOR_FLOAT32", "1e39"),
+            ("TENSOR_FLOAT16", "65520"),
+            ("TENSOR_FLOAT32", "\"1\""),
+        ] {
+            let e = constant_bytes(ty, "[2]", &format!("[0, {bad}]"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("operands[0].value[1]: "), "{ty} {bad}: {e}");
+        }
+        for (ty, bad) in [("UINT32", "-1"), ("INT32", "-2147483649"), ("BOOL", "-1")] {
+            let e = constant_bytes(ty, "[]", &format!("[{bad}]"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("operands[0].value[0]: "), "{ty} {bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn values_are_encoded_little_endian_per_type() {
+        let b = |ty, dims, v| constant_bytes(ty, dims, v).unwrap();
+        assert_eq!(b("FLOAT32", "[]", "[1.5]"), 1.5f32.to_le_bytes());
+        assert_eq!(b("INT32", "[]", "[-2]"), (-2i32).to_le_bytes());
+        assert_eq!(b("UINT32", "[]", "[4294967295]"), u32::MAX.to_le_bytes());
+        assert_eq!(b("BOOL", "[]", "[1]"), [1]);
+        assert_eq!(b("TENSOR_BOOL8", "[3]", "[0, 1, true]"), [0, 1, 1]);
+        assert_eq!(b("TENSOR_QUANT8_ASYMM", "[2]", "[0, 255]"), [0, 255]);
+        assert_eq!(
+            b("TENSOR_QUANT8_ASYMM_SIGNED", "[2]", "[-128, 127]"),
+            [0x80, 0x7f]
+        );
+        assert_eq!(b("TENSOR_QUANT16_SYMM", "[1]", "[-2]"), [0xfe, 0xff]);
+        assert_eq!(b("TENSOR_QUANT16_ASYMM", "[1]", "[65535]"), [0xff, 0xff]);
+        assert_eq!(b("TENSOR_INT32", "[1]", "[7.0]"), 7i32.to_le_bytes());
+        assert_eq!(
+            b("TENSOR_FLOAT16", "[2]", "[1.0, -2.0]"),
+            [0x00, 0x3c, 0x00, 0xc0]
+        );
+        assert_eq!(b("FLOAT16", "[]", "[65504]"), [0xff, 0x7b]);
+        // A scalar type with dimensions.
+        assert!(constant_bytes("INT32", "[1]", "[1]").is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_path() {
+        let e = err(&ADD.replace("\"version\": 1,", "\"version\": 1, \"extra\": 3,"));
+        assert!(e.starts_with("extra: unknown field \"extra\""), "{e}");
+        let e = err(&ADD.replace("\"scale\": 0.5", "\"scale\": 0.5, \"zero_point\": 1"));
+        assert!(
+            e.starts_with("operands[3].zero_point: unknown field \"zero_point\""),
+            "{e}"
+        );
+        assert!(e.contains("\"zeroPoint\""), "{e}");
+        let e = err(&ADD.replace("\"outputs\": [4]", "\"outputs\": [4], \"name\": \"add\""));
+        assert!(e.starts_with("operations[0].name: unknown field"), "{e}");
+        let e = err(&ADD.replace("\"inputIndexes\": [0]", "\"inputIndexes\": [-1]"));
+        assert!(e.starts_with("inputIndexes[0]: -1 is out of range"), "{e}");
+        let e = err(&ADD.replace("\"inputIndexes\": [0],", ""));
+        assert!(e.contains("missing required field \"inputIndexes\""), "{e}");
+        let e = err("[]");
+        assert!(
+            e.starts_with("$: expected an object, found an array"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn malformed_json_names_line_and_column() {
+        let e = err("{\n  \"version\": 1,\n  \"operands\": [\n}");
+        assert!(e.starts_with("malformed JSON at line 4, column 1"), "{e}");
+        let e = err("");
+        assert!(e.starts_with("malformed JSON at line 1"), "{e}");
+    }
+
+    #[test]
+    fn lifetime_synonyms_are_accepted() {
+        let j = ADD
+            .replace("MODEL_INPUT", "SUBGRAPH_INPUT")
+            .replace("MODEL_OUTPUT", "SUBGRAPH_OUTPUT");
+        let m = parse_model(&j).unwrap().model;
+        assert_eq!(m.operands[0].lifetime, OperandLifetime::SubgraphInput);
+        assert_eq!(m.operands[4].lifetime, OperandLifetime::SubgraphOutput);
+    }
+
+    #[test]
+    fn half_conversion_rounds_to_nearest_even() {
+        let h = nnaccel_cpu::f32_to_f16;
+        assert_eq!(h(0.0), 0x0000);
+        assert_eq!(h(-0.0), 0x8000);
+        assert_eq!(h(1.0), 0x3c00);
+        assert_eq!(h(-2.0), 0xc000);
+        assert_eq!(h(65504.0), 0x7bff);
+        assert_eq!(h(65519.0), 0x7bff); // below the halfway point to 65536
+        assert_eq!(h(65520.0), 0x7c00); // halfway: rounds to even = infinity
+        assert_eq!(h(f32::INFINITY), 0x7c00);
+        assert_eq!(h(f32::NEG_INFINITY), 0xfc00);
+        assert_eq!(h(f32::NAN) & 0x7c00, 0x7c00);
+        assert_ne!(h(f32::NAN) & 0x3ff, 0);
+        assert_eq!(h(0.1), 0x2e66);
+        // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1.0).
+        assert_eq!(h(1.0 + 2f32.powi(-11)), 0x3c00);
+        // 1 + 3 * 2^-11 is halfway between 1 + 2^-10 (odd) and 1 + 2^-9: to even, up.
+        assert_eq!(h(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
+        // Just above halfway rounds up.
+        assert_eq!(h(1.0 + 2f32.powi(-11) + 2f32.powi(-20)), 0x3c01);
+        // Subnormals: the smallest is 2^-24; 2^-25 is halfway to 0 (even: 0); a bit more is 1.
+        assert_eq!(h(2f32.powi(-24)), 0x0001);
+        assert_eq!(h(2f32.powi(-25)), 0x0000);
+        assert_eq!(h(2f32.powi(-25) * 1.5), 0x0001);
+        assert_eq!(h(3.0 * 2f32.powi(-25)), 0x0002); // 1.5 ulp: ties to even
+        assert_eq!(h(2f32.powi(-14)), 0x0400); // smallest normal
+        assert_eq!(h(2f32.powi(-14) - 2f32.powi(-25)), 0x0400); // rounds up into normal
+        assert_eq!(h(1e-10), 0x0000);
+        // Every half round-trips.
+        for bits in 0..=u16::MAX {
+            let x = nnaccel_cpu::f16_to_f32(bits);
+            if x.is_nan() {
+                continue;
+            }
+            assert_eq!(h(x), bits, "{bits:#06x} -> {x}");
+        }
+    }
+
+    #[test]
+    fn constant_references_go_to_one_shared_pool() {
+        let j = one_operand(
+            r#"{"type": "TENSOR_FLOAT32", "dimensions": [3], "lifetime": "CONSTANT_REFERENCE",
+                "value": [1, 2, 3]},
+               {"type": "TENSOR_QUANT8_ASYMM", "dimensions": [2], "scale": 1.0,
+                "lifetime": "CONSTANT_REFERENCE", "value": [7, 9]},
+               {"type": "INT32", "lifetime": "CONSTANT_COPY", "value": [5]}"#,
+        );
+        let m = parse_model(&j).unwrap().model;
+        assert_eq!(m.pools.len(), 1);
+        assert_eq!(m.pools[0].kind, MemoryKind::Ashmem);
+        assert_eq!(m.pools[0].size, 128);
+        assert_eq!(
+            m.operands[0].location,
+            DataLocation {
+                pool_index: 0,
+                offset: 0,
+                length: 12,
+                padding: 0
+            }
+        );
+        assert_eq!(m.operands[1].location.offset, 64);
+        assert_eq!(m.operands[1].location.length, 2);
+        assert_eq!(m.operands[2].location.offset, 0);
+        assert_eq!(m.operand_values, 5i32.to_le_bytes());
+        let map =
+            nnaccel_uapi::sys::Mapping::map_shared(m.pools[0].fd.as_fd(), 0, 128, false).unwrap();
+        let mut b = [0u8; 12];
+        map.read_at(0, &mut b).unwrap();
+        assert_eq!(&b[..4], &1.0f32.to_le_bytes());
+        assert_eq!(&b[8..], &3.0f32.to_le_bytes());
+        let mut q = [0u8; 2];
+        map.read_at(64, &mut q).unwrap();
+        assert_eq!(q, [7, 9]);
+    }
+
+    #[test]
+    fn channel_quant_is_an_extension() {
+        let j = one_operand(
+            r#"{"type": "TENSOR_QUANT8_SYMM_PER_CHANNEL", "dimensions": [2, 1], "lifetime":
+                "CONSTANT_COPY", "value": [1, -1], "channelQuant": {"channelDim": 0, "scales": [0.5, 0.25]}}"#,
+        );
+        let m = parse_model(&j).unwrap().model;
+        assert_eq!(
+            m.operands[0].extra_params,
+            Some(SymmPerChannelQuantParams {
+                scales: vec![0.5, 0.25],
+                channel_dim: 0
+            })
+        );
+        let e = err(&j.replace("\"channelDim\"", "\"dim\""));
+        assert!(
+            e.starts_with("operands[0].channelQuant.dim: unknown field"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn inputs_are_encoded_with_the_model_input_types() {
+        let m = parse_model(ADD).unwrap().model;
+        let v = parse_inputs(
+            r#"{"inputs": [[1, 2, 3, 4.5]], "inputDimensions": [[1, 2, 2, 1]]}"#,
+            &m,
+        )
+        .unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].element_count, 4);
+        assert_eq!(v[0].dimensions, vec![1, 2, 2, 1]);
+        assert_eq!(&v[0].bytes[12..], &4.5f32.to_le_bytes());
+        let v = parse_inputs(r#"{"inputs": [[1], null]}"#, &m).unwrap();
+        assert!(v[0].dimensions.is_empty());
+        assert!(v[1].has_no_value);
+        let e = parse_inputs(r#"{"inputs": [[1]], "inputDimensions": []}"#, &m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("inputDimensions: 0 entries"), "{e}");
+        let e = parse_inputs(r#"{"inputs": [["x"]]}"#, &m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("inputs[0][0]: expected a number"), "{e}");
+        let e = parse_inputs(r#"{"input": []}"#, &m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("input: unknown field"), "{e}");
+        // Quantized inputs are range checked.
+        let q = parse_model(&ADD.replace(
+            r#"{"type": "TENSOR_FLOAT32", "dimensions": [1, 2, 2, 1], "lifetime": "MODEL_INPUT"}"#,
+            r#"{"type": "TENSOR_QUANT8_ASYMM", "dimensions": [4], "scale": 1, "lifetime": "MODEL_INPUT"}"#,
+        ))
+        .unwrap()
+        .model;
+        assert_eq!(
+            parse_inputs(r#"{"inputs": [[0, 255]]}"#, &q).unwrap()[0].bytes,
+            vec![0, 255]
+        );
+        assert!(parse_inputs(r#"{"inputs": [[256]]}"#, &q).is_err());
+    }
+
+    #[test]
+    fn files_are_named_in_errors() {
+        let dir = std::env::temp_dir().join(format!("nnaccel-modelfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.json");
+        std::fs::write(&p, "{\"version\": 1").unwrap();
+        let e = load_model(&p).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: malformed JSON", p.display())),
+            "{e}"
+        );
+        let e = load_model(&dir.join("missing.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing.json: cannot read"), "{e}");
+        std::fs::write(&p, ADD.replace("\"INT32\"", "\"I32\"")).unwrap();
+        let e = load_model(&p).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: operands[2].type", p.display())),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn outputs_decode_per_type() {
+        let f: Vec<u8> = [0.1f32, -2.0, f32::NAN]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        assert_eq!(
+            output_values(OperandType::TensorFloat32, &f),
+            vec![Value::from(0.1), Value::from(-2.0), Value::Null]
+        );
+        assert_eq!(
+            serde_json::to_string(&output_values(OperandType::TensorFloat32, &f)).unwrap(),
+            "[0.1,-2.0,null]"
+        );
+        assert_eq!(
+            output_values(OperandType::TensorQuant8Asymm, &[0, 255]),
+            vec![Value::from(0), Value::from(255)]
+        );
+        assert_eq!(
+            output_values(OperandType::TensorQuant8AsymmSigned, &[0xff]),
+            vec![Value::from(-1)]
+        );
+        assert_eq!(
+            output_values(OperandType::TensorFloat16, &[0x00, 0x3c]),
+            vec![Value::from(1.0)]
+        );
+        assert_eq!(
+            output_values(OperandType::TensorInt32, &(-5i32).to_le_bytes()),
+            vec![Value::from(-5)]
+        );
+        assert_eq!(
+            output_values(OperandType::TensorBool8, &[0, 3]),
+            vec![Value::from(0), Value::from(1)]
+        );
+    }
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
+pub use vm_memory::VolatileSlice;
 
 /// A shared mapping of (part of) a file, unmapped on drop.
 #[derive(Debug)]
@@ -73,31 +74,36 @@ impl Mapping {
         self.len == 0
     }
 
+    /// The mapping as a volatile view. Memory that another process can write at any moment
+    /// (a client's pool, a queue ring) is read and written only through such a view, never
+    /// through `&[u8]` / `&mut [u8]`: Rust's aliasing rules do not allow references to memory
+    /// that changes underneath them. Values that are checked and then used are copied out
+    /// first.
+    pub fn volatile(&self) -> VolatileSlice<'_> {
+        // SAFETY: `ptr..ptr+len` is the live mapping, which outlives the returned view (it
+        // borrows `self`); a VolatileSlice never creates references into the bytes.
+        unsafe { VolatileSlice::new(self.ptr.as_ptr(), self.len) }
+    }
+
     /// Copies `dst.len()` bytes out of the mapping at `offset`.
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
-        let end = offset.checked_add(dst.len()).filter(|e| *e <= self.len);
-        if end.is_none() {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let src = self.ptr.as_ptr().wrapping_add(offset);
-        // SAFETY: `src..src+len` was checked above to lie inside the live mapping; `dst` is a
-        // distinct Rust buffer, so the two cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        let view = self.volatile();
+        let src = view.subslice(offset, dst.len()).map_err(|_| einval())?;
+        src.copy_to(dst);
         Ok(())
     }
 
     /// Copies `src` into the mapping at `offset`.
     pub fn write_at(&self, offset: usize, src: &[u8]) -> io::Result<()> {
-        let end = offset.checked_add(src.len()).filter(|e| *e <= self.len);
-        if end.is_none() {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let dst = self.ptr.as_ptr().wrapping_add(offset);
-        // SAFETY: `dst..dst+len` was checked above to lie inside the live mapping; `src` is a
-        // distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        let view = self.volatile();
+        let dst = view.subslice(offset, src.len()).map_err(|_| einval())?;
+        dst.copy_from(src);
         Ok(())
     }
+}
+
+fn einval() -> io::Error {
+    io::Error::from_raw_os_error(libc::EINVAL)
 }
 
 impl Drop for Mapping {

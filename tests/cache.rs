@@ -117,7 +117,7 @@ struct CacheFiles {
 }
 
 fn open_rw(p: &Path) -> File {
-    nnaccel_hal::cache::client::open_cache_file(p).unwrap()
+    nnaccel_protocol::cache_dir::open_cache_file(p).unwrap()
 }
 
 impl CacheFiles {

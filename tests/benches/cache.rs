@@ -91,7 +91,7 @@ struct Figures {
 fn measure(sim: &Sim, model: &Model, iters: usize) -> Figures {
     let dir = tempfile::tempdir().unwrap();
     let open =
-        |name: &str| nnaccel_hal::cache::client::open_cache_file(&dir.path().join(name)).unwrap();
+        |name: &str| nnaccel_protocol::cache_dir::open_cache_file(&dir.path().join(name)).unwrap();
     let (mf, df) = (open("model"), open("data"));
     let token = [7u8; 32];
     let pref = ExecutionPreference::FastSingleAnswer;

@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nnaccel_hal::cache::client::{CacheOutcome, prepare_with_cache_dir};
 use nnaccel_hal::cache::{CacheState, Entry, ManagedCache};
 use nnaccel_hal::{ErrorStatus, ExecutionPreference, HalDevice, HalPreparedModel, Model, Priority};
+use nnaccel_protocol::cache_dir::{CacheOutcome, prepare_with_cache_dir};
 use nnaccel_protocol::client::{DEFAULT_SOCKET, ServiceClient};
 
 use crate::backend::Selected;

@@ -1,7 +1,8 @@
 //! The client protocol of `nnaccel-hald`: versioned messages, serde-encoded (postcard), in the
 //! frames of [`nnaccel_hal::frame`] with file descriptors attached. Specified in
 //! `docs/protocol.md`. Also the client library: [`client`] (the service behind the HAL traits),
-//! [`modelfile`] (the JSON model format), [`pools`] (memory pools a client makes) and [`bench`].
+//! [`modelfile`] (the JSON model format), [`pools`] (memory pools a client makes),
+//! [`cache_dir`] (compilation caching in a directory the client owns) and [`bench`].
 
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +10,7 @@ pub use nnaccel_hal::frame::*;
 use nnaccel_hal::types::*;
 
 pub mod bench;
+pub mod cache_dir;
 pub mod client;
 pub mod modelfile;
 pub mod pools;

@@ -29,6 +29,8 @@ use super::types::*;
 use super::validate::{combined_dimensions, validate_model, validate_request};
 use crate::device::DeviceInfo;
 
+mod caching;
+
 /// What the driver runs on.
 #[derive(Debug, Clone)]
 pub enum Backend {
@@ -268,30 +270,6 @@ impl Driver {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, runs);
         runs
-    }
-
-    /// `prepareModel`: validates, compiles for the device when it runs the whole model, and
-    /// always prepares the CPU plan too (the fallback if the device goes away). With a
-    /// driver-managed cache (a state directory), a model prepared before is taken from it.
-    pub fn prepare_model(
-        &self,
-        model: &Model,
-        preference: ExecutionPreference,
-        priority: Priority,
-        deadline: Option<Deadline>,
-    ) -> Result<PreparedModel, ErrorStatus> {
-        match self.cache.managed() {
-            Some(m) => crate::cache::prepare_managed(
-                self,
-                m,
-                self.cache.build_id(),
-                model,
-                preference,
-                priority,
-                deadline,
-            ),
-            None => self.prepare_model_uncached(model, preference, priority, deadline),
-        }
     }
 
     /// `prepareModel` without the driver-managed cache.

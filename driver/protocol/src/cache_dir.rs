@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::{Token, blob, hex};
-use crate::{
+use nnaccel_hal::cache::{Token, blob, hex};
+use nnaccel_hal::{
     Deadline, ErrorStatus, ExecutionPreference, HalDevice, HalPreparedModel, Model, Priority,
 };
 
@@ -120,7 +120,7 @@ pub fn prepare_with_cache_dir(
         ErrorStatus::GeneralFailure
     })?;
     let (model_cache, data_cache) = (handles(&files.model), handles(&files.data));
-    let cache = super::CacheFiles {
+    let cache = nnaccel_hal::cache::CacheFiles {
         model: &model_cache,
         data: &data_cache,
         token: &files.token,
@@ -135,6 +135,6 @@ pub fn prepare_with_cache_dir(
 }
 
 /// One handle per file, each with its one fd.
-pub fn handles(files: &[File]) -> Vec<super::CacheHandle<'_>> {
+pub fn handles(files: &[File]) -> Vec<nnaccel_hal::cache::CacheHandle<'_>> {
     files.iter().map(|f| vec![f.as_fd()]).collect()
 }

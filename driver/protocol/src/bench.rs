@@ -16,7 +16,7 @@ pub const WARMUP: u32 = 50;
 
 /// p50 and p99 of one series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// Median.
     pub p50: Duration,
     /// 99th percentile.
@@ -25,7 +25,7 @@ pub struct Latency {
 
 /// The three series of one model.
 #[derive(Debug, Clone)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     /// Regular executions (over the socket when the model is remote).
     pub regular: Latency,
     /// Burst, polling window 0: both sides sleep on the futex at once.
@@ -74,7 +74,7 @@ fn series(
 }
 
 /// Runs the three series of `iterations` executions each.
-pub fn compare(
+pub(crate) fn compare(
     model: &dyn HalPreparedModel,
     request: &Request,
     iterations: u32,
@@ -135,7 +135,7 @@ impl Comparison {
 /// A request whose arguments each take a 64-byte aligned stretch of one ashmem pool, inputs
 /// filled with a ramp; every extent must be known.
 #[derive(Debug)]
-pub struct BenchRequest {
+pub(crate) struct BenchRequest {
     /// The request.
     pub request: Request,
     _map: MappedClientPool,
@@ -213,7 +213,7 @@ pub fn tiny_model() -> Result<Model, String> {
 }
 
 /// Inputs and units of [`medium_model`].
-pub const MEDIUM_WIDTH: u32 = 256;
+pub(crate) const MEDIUM_WIDTH: u32 = 256;
 
 /// The medium model: FULLY_CONNECTED `[1, 256]` × `[256, 256]` + bias, RELU fused
 /// (65,536 multiply-adds).

@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -19,7 +19,7 @@ use nnaccel_hal::{
 
 /// The token of `model` on the device described by `device_identity`: SHA-256 over the
 /// model's content (structure and every constant, pools included) and the identity.
-pub fn derive_token(model: &Model, device_identity: &str) -> Result<Token, ErrorStatus> {
+pub(crate) fn derive_token(model: &Model, device_identity: &str) -> Result<Token, ErrorStatus> {
     let enc = blob::encode(model, false).map_err(|e| {
         tracing::debug!("cannot derive a cache token: {e}");
         ErrorStatus::InvalidArgument
@@ -36,7 +36,7 @@ pub fn derive_token(model: &Model, device_identity: &str) -> Result<Token, Error
 
 /// The cache file names of `token`: 64 hex characters, then `1` (model cache) or `2` (data
 /// cache), then the file's index.
-pub fn cache_file_names(
+pub(crate) fn cache_file_names(
     token: &Token,
     model_files: u32,
     data_files: u32,
@@ -70,15 +70,13 @@ pub enum CacheOutcome {
 
 /// The cache files of one model in a cache directory, open.
 #[derive(Debug)]
-pub struct OpenCacheFiles {
+pub(crate) struct OpenCacheFiles {
     /// The token.
     pub token: Token,
     /// Model-cache files, opened read-write.
     pub model: Vec<File>,
     /// Data-cache files, opened read-write.
     pub data: Vec<File>,
-    /// Their paths (model files first).
-    pub paths: Vec<PathBuf>,
 }
 
 impl OpenCacheFiles {
@@ -96,11 +94,6 @@ impl OpenCacheFiles {
             token,
             model: model_names.iter().map(open).collect::<io::Result<_>>()?,
             data: data_names.iter().map(open).collect::<io::Result<_>>()?,
-            paths: model_names
-                .iter()
-                .chain(&data_names)
-                .map(|n| dir.join(n))
-                .collect(),
         })
     }
 }

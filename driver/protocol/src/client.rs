@@ -311,7 +311,7 @@ impl HalDevice for ServiceClient {
 
 /// A model prepared by the service; released there when dropped.
 #[derive(Debug)]
-pub struct RemotePreparedModel {
+pub(crate) struct RemotePreparedModel {
     inner: Arc<Inner>,
     model_id: u64,
     on_device: bool,

@@ -24,10 +24,10 @@ use nnaccel_hal::{
 pub const FORMAT_VERSION: u64 = 1;
 
 /// Alignment of each CONSTANT_COPY value in `operand_values`.
-pub const COPY_ALIGN: usize = 4;
+pub(crate) const COPY_ALIGN: usize = 4;
 
 /// Alignment of each CONSTANT_REFERENCE value (and of the size) of the shared constant pool.
-pub const POOL_ALIGN: usize = 64;
+pub(crate) const POOL_ALIGN: usize = 64;
 
 /// A model or inputs file that cannot be used.
 #[derive(Debug, thiserror::Error)]

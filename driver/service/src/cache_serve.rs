@@ -9,10 +9,10 @@ use nnaccel_hal::{Deadline, Driver, ErrorStatus, ExecutionPreference, PreparedMo
 use nnaccel_protocol::{ProtocolError, ReceivedFds, WireCacheFiles, WireModel, model_from_wire};
 
 /// Driver-managed cache entries on the wire: (key, bytes, last used).
-pub type WireEntries = Vec<(String, u64, u64)>;
+pub(crate) type WireEntries = Vec<(String, u64, u64)>;
 
 /// A failed call: its status and message.
-pub type Refusal = (ErrorStatus, String);
+pub(crate) type Refusal = (ErrorStatus, String);
 
 fn take_handles(
     fds: &mut ReceivedFds,
@@ -70,7 +70,7 @@ fn invalid(e: ProtocolError) -> Refusal {
 }
 
 /// `PrepareModelWithCache`.
-pub fn prepare_with_cache(
+pub(crate) fn prepare_with_cache(
     driver: &Driver,
     fds: &mut ReceivedFds,
     model: WireModel,
@@ -88,7 +88,7 @@ pub fn prepare_with_cache(
 }
 
 /// `PrepareModelFromCache`.
-pub fn prepare_from_cache(
+pub(crate) fn prepare_from_cache(
     driver: &Driver,
     fds: &mut ReceivedFds,
     preference: i32,

@@ -11,11 +11,11 @@ use nnaccel_hal::{Driver, ErrorStatus, PreparedModel};
 use nnaccel_protocol::{ClientMessage, ReceivedFds, ServiceMessage, WireRole, memory_from_wire};
 
 /// Buffers one connection may hold.
-pub const MAX_BUFFERS_PER_CONNECTION: usize = 1024;
+pub(crate) const MAX_BUFFERS_PER_CONNECTION: usize = 1024;
 
 /// The memory-domain buffers of one connection.
 #[derive(Debug)]
-pub struct ConnectionBuffers {
+pub(crate) struct ConnectionBuffers {
     owner: OwnerId,
     buffers: HashMap<u32, Arc<DeviceBuffer>>,
 }
@@ -60,11 +60,6 @@ impl ConnectionBuffers {
     /// Buffers held.
     pub fn len(&self) -> usize {
         self.buffers.len()
-    }
-
-    /// Whether none are held.
-    pub fn is_empty(&self) -> bool {
-        self.buffers.is_empty()
     }
 
     /// Answers a memory-domain message; `model` finds this connection's prepared models.
@@ -271,7 +266,7 @@ mod tests {
             conn.handle(&driver, free(token), &mut no_fds, lookup),
             ServiceMessage::BufferFreed
         );
-        assert!(conn.is_empty());
+        assert_eq!(conn.len(), 0);
         assert_eq!(driver.buffers().live_buffers(), 0);
     }
 }

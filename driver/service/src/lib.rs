@@ -9,13 +9,12 @@
 //! It may import the HAL and the protocol; nothing but the `nnaccel-hald` binary (and tests)
 //! imports it: the CLI and other clients link `nnaccel-protocol` only.
 
-pub mod cache_serve;
+pub(crate) mod cache_serve;
 pub mod domain;
 pub mod systemd;
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,7 +60,7 @@ pub const DEFAULT_MAX_BURSTS_PER_CONNECTION: usize =
 
 /// The credentials of a connected client (`SO_PEERCRED`), recorded with its objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerCred {
+pub(crate) struct PeerCred {
     /// Process id at connect time.
     pub pid: i32,
     /// User id.
@@ -91,11 +90,11 @@ pub struct Service {
 /// How long a stopping service waits for its connections to end. Each connection's socket is
 /// shut down for reading: a call in progress (a preparation, an execution) finishes and is
 /// answered, then the thread sees end-of-file and releases the connection's objects.
-pub const CONNECTION_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECTION_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a stopping service waits for its burst workers to end (each sees its socket shut
 /// down; one in the middle of an execution finishes it first).
-pub const BURST_STOP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const BURST_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct Held {
     model: PreparedModel,
@@ -550,7 +549,7 @@ impl Service {
 }
 
 /// Placement on the wire.
-pub fn placement_code(p: Placement) -> u8 {
+pub(crate) fn placement_code(p: Placement) -> u8 {
     match p {
         Placement::Device => 0,
         Placement::Cpu => 1,
@@ -607,12 +606,6 @@ pub fn raise_fd_limit() -> io::Result<Option<u64>> {
         )?;
     }
     Ok(limit.maximum)
-}
-
-/// Whether `fd` is a listening Unix stream socket (for socket activation checks).
-pub fn is_unix_listener(fd: &impl AsFd) -> bool {
-    rustix::net::sockopt::socket_type(fd).is_ok_and(|t| t == rustix::net::SocketType::STREAM)
-        && rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false)
 }
 
 #[cfg(test)]

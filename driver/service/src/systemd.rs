@@ -24,7 +24,7 @@ use rustix::io::{FdFlags, fcntl_getfd, fcntl_setfd};
 use rustix::net::{AddressFamily, SocketType, sockopt};
 
 /// The first passed file descriptor (`SD_LISTEN_FDS_START`).
-pub const SD_LISTEN_FDS_START: RawFd = 3;
+pub(crate) const SD_LISTEN_FDS_START: RawFd = 3;
 
 /// More passed fds than this is a malformed `LISTEN_FDS` (systemd caps a unit's sockets far
 /// lower); it keeps a garbage value from making us adopt thousands of descriptors.
@@ -83,7 +83,7 @@ pub fn listener_from_env() -> io::Result<Option<UnixListener>> {
 }
 
 /// Whether `fd` is a listening `AF_UNIX` stream socket.
-pub fn check_unix_listener(fd: &impl AsFd) -> io::Result<()> {
+fn check_unix_listener(fd: &impl AsFd) -> io::Result<()> {
     let domain = sockopt::socket_domain(fd)?;
     let ty = sockopt::socket_type(fd)?;
     let listening = sockopt::socket_acceptconn(fd)?;
@@ -294,7 +294,7 @@ fn one_line(s: &str) -> String {
 
 /// The interval at which to send `WATCHDOG=1`: half of `WATCHDOG_USEC`, when `WATCHDOG_PID`
 /// is unset or names this process; `None` otherwise (no watchdog, or a malformed value).
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     let usec = std::env::var("WATCHDOG_USEC").ok();
     let pid = std::env::var("WATCHDOG_PID").ok();
     watchdog_interval_from(usec.as_deref(), pid.as_deref(), std::process::id())
@@ -349,7 +349,7 @@ impl Drop for WatchdogGuard {
 ///
 /// # Errors
 /// The thread could not be spawned; `InvalidInput` for a zero interval.
-pub fn spawn_watchdog(notifier: Notifier, interval: Duration) -> io::Result<WatchdogGuard> {
+pub(crate) fn spawn_watchdog(notifier: Notifier, interval: Duration) -> io::Result<WatchdogGuard> {
     spawn_watchdog_checked(notifier, interval, || true)
 }
 
@@ -359,7 +359,7 @@ pub fn spawn_watchdog(notifier: Notifier, interval: Duration) -> io::Result<Watc
 ///
 /// # Errors
 /// As [`spawn_watchdog`].
-pub fn spawn_watchdog_checked(
+pub(crate) fn spawn_watchdog_checked(
     notifier: Notifier,
     interval: Duration,
     healthy: impl Fn() -> bool + Send + 'static,

@@ -242,13 +242,9 @@ fn with_cache(driver: Driver, state_dir: &Path, managed_max_bytes: u64) -> Drive
 
 /// The socket from systemd, or one bound at `path`.
 fn listener(path: &Path) -> Result<UnixListener, String> {
-    let inherited = systemd::listen_fds().map_err(|e| format!("socket activation: {e}"))?;
-    if let Some(fd) = inherited.into_iter().next() {
-        if !service::is_unix_listener(&fd) {
-            return Err("the socket systemd passed is not a listening Unix stream socket".into());
-        }
+    if let Some(l) = systemd::listener_from_env().map_err(|e| format!("socket activation: {e}"))? {
         tracing::info!("listening on the socket systemd passed");
-        return Ok(UnixListener::from(fd));
+        return Ok(l);
     }
     let l = service::bind_socket(path)
         .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;

@@ -435,7 +435,7 @@ impl ExecutionBurstController {
 
     fn read_result(&self) -> Result<Vec<Datum>, Exchange> {
         let q = &self.shared.result;
-        let bad = |why: String| {
+        let bad = |why: super::BurstError| {
             tracing::debug!("burst result: {why}");
             let _ = q.discard_all();
             Exchange::Failed(ErrorStatus::GeneralFailure)

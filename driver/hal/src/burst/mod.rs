@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fmq::Fmq;
-use crate::frame::WireMemory;
+use crate::fmq::{Fmq, FmqError};
+use crate::frame::{ProtocolError, WireMemory};
 use crate::{ErrorStatus, PreparedModel};
 
 pub use controller::{ExecutionBurstController, configure};
@@ -31,6 +31,65 @@ pub const DEFAULT_POLLING_WINDOW: Duration = Duration::from_micros(50);
 pub const MAX_POLLING_WINDOW: Duration = Duration::from_millis(10);
 /// How long the worker waits for the client's answer to `GetMemories`.
 pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a burst packet or a burst's callback exchange failed. The execution it belongs to
+/// answers GENERAL_FAILURE (`ErrorStatus::from`); the message goes to the log.
+#[derive(Debug, thiserror::Error)]
+pub enum BurstError {
+    /// The queue's shared counters are corrupt.
+    #[error("queue: {0}")]
+    Queue(#[from] FmqError),
+    /// The datums break the packet layout.
+    #[error(transparent)]
+    Packet(#[from] packet::PacketError),
+    /// The burst's socket failed or carried a malformed frame.
+    #[error("channel: {0}")]
+    Channel(#[from] ProtocolError),
+    /// The queue held no datum.
+    #[error("no datum")]
+    NoDatum,
+    /// The first datum announces a packet the queue cannot hold.
+    #[error("a packet of {size} datums does not fit the {capacity}-datum queue")]
+    TooLarge {
+        /// Announced size.
+        size: usize,
+        /// Queue capacity in datums.
+        capacity: usize,
+    },
+    /// Fewer datums than announced.
+    #[error("truncated packet of {0} datums")]
+    Truncated(usize),
+    /// More datums after a whole packet (one execution is in flight per burst).
+    #[error("datums follow a packet of {0}")]
+    TrailingDatums(usize),
+    /// A pool slot below zero.
+    #[error("negative slot {0}")]
+    NegativeSlot(i32),
+    /// A packet's new slots would pass the per-burst limit.
+    #[error("{new} new slots with {cached} cached pass the {limit}-slot limit")]
+    TooManySlots {
+        /// Slots the packet adds.
+        new: usize,
+        /// Slots cached already.
+        cached: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The client answered getMemories with something else, or the wrong number of entries.
+    #[error("bad getMemories answer: {0}")]
+    BadAnswer(String),
+    /// The client says it has no such slot.
+    #[error("the client has no slot {0}")]
+    UnknownSlot(i32),
+}
+
+impl From<BurstError> for ErrorStatus {
+    /// NN HAL: a burst packet that cannot be served is GENERAL_FAILURE (invalid requests
+    /// inside a well-formed packet are INVALID_ARGUMENT, decided by request validation).
+    fn from(_: BurstError) -> Self {
+        ErrorStatus::GeneralFailure
+    }
+}
 
 /// What the client says a slot holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,6 +3,7 @@
 //! trusts a count: every index is checked against the datums actually received, every tag
 //! against the position it appears in, and the packet must end exactly where its size says.
 
+use super::BurstError;
 use crate::types::*;
 
 /// Bytes per datum, request and result alike.
@@ -374,22 +375,22 @@ pub fn to_bytes(datums: &[Datum]) -> Vec<u8> {
 pub fn read_packet(
     queue: &crate::fmq::Fmq,
     packet_size: fn(&Datum) -> Result<usize, PacketError>,
-) -> Result<Vec<Datum>, String> {
+) -> Result<Vec<Datum>, BurstError> {
     let mut first = [0u8; DATUM_SIZE];
-    if !queue.read(&mut first).map_err(|e| e.to_string())? {
-        return Err("no datum".into());
+    if !queue.read(&mut first)? {
+        return Err(BurstError::NoDatum);
     }
-    let size = packet_size(&first).map_err(|e| e.to_string())?;
+    let size = packet_size(&first)?;
     if size == 0 || size > queue.capacity() {
-        return Err(format!("a packet of {size} datums does not fit the queue"));
+        return Err(BurstError::TooLarge {
+            size,
+            capacity: queue.capacity(),
+        });
     }
     let mut datums = vec![[0u8; DATUM_SIZE]; size];
     datums[0] = first;
-    if !queue
-        .read(datums[1..].as_flattened_mut())
-        .map_err(|e| e.to_string())?
-    {
-        return Err(format!("truncated packet of {size} datums"));
+    if !queue.read(datums[1..].as_flattened_mut())? {
+        return Err(BurstError::Truncated(size));
     }
     Ok(datums)
 }

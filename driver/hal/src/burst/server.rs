@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags};
 
 use super::packet::{self, DATUM_SIZE, Datum};
-use super::{BurstMessage, CALLBACK_TIMEOUT, SlotMemory};
+use super::{BurstError, BurstMessage, CALLBACK_TIMEOUT, SlotMemory};
 use crate::driver::BurstCache;
 use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL};
-use crate::frame::{self, ReceivedFds};
+use crate::frame::{self, ProtocolError, ReceivedFds};
 use crate::live_sockets::LiveSockets;
 use crate::types::*;
 use crate::{MemoryPool, OwnerId, PreparedModel};
@@ -142,12 +142,14 @@ pub const MAX_SLOTS_PER_BURST: usize = 1024;
 pub const MAX_QUEUE_DATUMS: u32 = 64 * super::CHANNEL_LENGTH;
 
 /// Why the worker stops.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum Stop {
     /// The client closed its end or broke the channel.
-    ChannelClosed(String),
-    /// The client misbehaved on the queues (floods `NOT_EMPTY` without data).
-    Misbehaved(String),
+    #[error("channel: {0}")]
+    ChannelClosed(#[from] ProtocolError),
+    /// The client set `NOT_EMPTY` again and again without writing a packet.
+    #[error("the client set NOT_EMPTY {0} times without writing a packet")]
+    EmptyWakes(u32),
 }
 
 /// A cached slot: the pool the client named, kept for the life of the burst.
@@ -259,13 +261,10 @@ impl Worker {
         };
         // The ring goes first: its pending FutexWait names the request queue's flag word.
         drop(uring);
-        let why = match stop {
-            Stop::ChannelClosed(why) => why,
-            Stop::Misbehaved(why) => {
-                tracing::warn!("burst ended: {why}");
-                why
-            }
-        };
+        if let Stop::EmptyWakes(_) = stop {
+            tracing::warn!("burst ended: {stop}");
+        }
+        let why = stop;
         tracing::debug!(
             "burst worker ends after {} executions ({why}); freeing {} slots ({} with a BO or \
              mapping){}",
@@ -320,10 +319,7 @@ impl Worker {
     fn count_empty_wake(&mut self) -> Result<(), Stop> {
         self.empty_wakes += 1;
         if self.empty_wakes > MAX_EMPTY_WAKES {
-            return Err(Stop::Misbehaved(format!(
-                "the client set NOT_EMPTY {} times without writing a packet",
-                self.empty_wakes
-            )));
+            return Err(Stop::EmptyWakes(self.empty_wakes));
         }
         Ok(())
     }
@@ -426,11 +422,10 @@ impl Worker {
         let (body, fds) = loop {
             match frame::recv_frame_by(&self.channel, 1 << 20, deadline) {
                 Err(frame::ProtocolError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                other => break other.map_err(|e| Stop::ChannelClosed(e.to_string()))?,
+                other => break other?,
             }
         };
-        let msg =
-            frame::decode::<BurstMessage>(&body).map_err(|e| Stop::ChannelClosed(e.to_string()))?;
+        let msg = frame::decode::<BurstMessage>(&body)?;
         Ok((msg, ReceivedFds::new(fds)))
     }
 
@@ -461,13 +456,13 @@ impl Worker {
         self.send_result(&result);
     }
 
-    fn take_packet(&self) -> Result<Vec<Datum>, String> {
+    fn take_packet(&self) -> Result<Vec<Datum>, BurstError> {
         let datums = packet::read_packet(&self.request, packet::request_packet_size)?;
         // One execution is in flight per burst: the client writes the next packet only after
         // reading this one's result, so datums beyond the packet are junk, and answering them as
         // a packet of their own would put every later result one packet off.
         if self.request.available_to_read() > 0 {
-            return Err(format!("datums follow a packet of {}", datums.len()));
+            return Err(BurstError::TrailingDatums(datums.len()));
         }
         Ok(datums)
     }
@@ -475,7 +470,7 @@ impl Worker {
     fn execute(&mut self, datums: &[Datum]) -> ExecutionResult {
         // Frees the client sent before this packet apply before its slots are resolved.
         if let Err(e) = self.drain_channel() {
-            tracing::debug!("burst channel: {e:?}");
+            tracing::debug!("burst channel: {e}");
             return ExecutionResult::failure(ErrorStatus::GeneralFailure);
         }
         let req = match packet::deserialize_request(datums) {
@@ -511,7 +506,7 @@ impl Worker {
     }
 
     /// Fetches the slots not in the cache with one `GetMemories` (sorted, deduplicated).
-    fn resolve_slots(&mut self, slots: &[i32]) -> Result<(), String> {
+    fn resolve_slots(&mut self, slots: &[i32]) -> Result<(), BurstError> {
         let mut unknown: Vec<i32> = slots
             .iter()
             .copied()
@@ -523,49 +518,47 @@ impl Worker {
         unknown.sort_unstable();
         unknown.dedup();
         if let Some(s) = unknown.iter().find(|s| **s < 0) {
-            return Err(format!("negative slot {s}"));
+            return Err(BurstError::NegativeSlot(*s));
         }
         if self.slots.len() + unknown.len() > MAX_SLOTS_PER_BURST {
-            return Err(format!(
-                "{} new slots with {} cached pass the {MAX_SLOTS_PER_BURST}-slot limit",
-                unknown.len(),
-                self.slots.len()
-            ));
+            return Err(BurstError::TooManySlots {
+                new: unknown.len(),
+                cached: self.slots.len(),
+                limit: MAX_SLOTS_PER_BURST,
+            });
         }
         let ask = frame::encode(&BurstMessage::GetMemories {
             slots: unknown.clone(),
-        })
-        .map_err(|e| e.to_string())?;
-        frame::send_frame(&self.channel, &ask, &[]).map_err(|e| e.to_string())?;
+        })?;
+        frame::send_frame(&self.channel, &ask, &[])?;
         let deadline = Instant::now() + CALLBACK_TIMEOUT;
         loop {
-            let (msg, mut fds) = self
-                .receive(deadline)
-                .map_err(|e| format!("the client did not answer getMemories: {e:?}"))?;
+            let (msg, mut fds) = self.receive(deadline).map_err(|e| match e {
+                Stop::ChannelClosed(e) => BurstError::Channel(e),
+                other => BurstError::BadAnswer(other.to_string()),
+            })?;
             let entries = match msg {
                 BurstMessage::FreeMemory { slot } => {
                     self.free(slot);
                     continue;
                 }
                 BurstMessage::GetMemories { .. } => {
-                    return Err("the client sent getMemories".into());
+                    return Err(BurstError::BadAnswer("the client sent getMemories".into()));
                 }
                 BurstMessage::Memories { entries } => entries,
             };
             if entries.len() != unknown.len() {
-                return Err(format!(
+                return Err(BurstError::BadAnswer(format!(
                     "{} memories for {} slots",
                     entries.len(),
                     unknown.len()
-                ));
+                )));
             }
             for (slot, entry) in unknown.iter().zip(entries) {
                 let pool = match entry {
-                    SlotMemory::Memory(w) => {
-                        MemoryPool::Memory(fds.memory(&w).map_err(|e| e.to_string())?)
-                    }
+                    SlotMemory::Memory(w) => MemoryPool::Memory(fds.memory(&w)?),
                     SlotMemory::Token(t) => MemoryPool::Token(t),
-                    SlotMemory::Unknown => return Err(format!("the client has no slot {slot}")),
+                    SlotMemory::Unknown => return Err(BurstError::UnknownSlot(*slot)),
                 };
                 self.slots.insert(*slot, Slot { pool });
             }

@@ -207,7 +207,7 @@ fn mutated_models_and_requests_are_invalid_argument_or_run_never_panic() {
         );
         let pm = match (valid, prepare) {
             (Err(e), Err(status)) => {
-                assert_eq!(e.status(), ErrorStatus::InvalidArgument);
+                assert_eq!(ErrorStatus::from(&e), ErrorStatus::InvalidArgument);
                 assert_eq!(status, ErrorStatus::InvalidArgument, "invalid model: {e}");
                 invalid += 1;
                 return;

@@ -81,16 +81,6 @@ pub enum DomainError {
     Failed(String),
 }
 
-impl DomainError {
-    /// The HAL status.
-    pub fn status(&self) -> ErrorStatus {
-        match self {
-            Self::Invalid(_) => ErrorStatus::InvalidArgument,
-            Self::Failed(_) => ErrorStatus::GeneralFailure,
-        }
-    }
-}
-
 fn invalid<T>(msg: impl Into<String>) -> Result<T, DomainError> {
     Err(DomainError::Invalid(msg.into()))
 }
@@ -102,7 +92,7 @@ fn failed(msg: impl Into<String>) -> DomainError {
 /// Logs `e` and gives its status.
 fn status_of(e: DomainError) -> ErrorStatus {
     tracing::debug!("memory domain: {e}");
-    e.status()
+    ErrorStatus::from(e)
 }
 
 /// Combines two dimension lists (REFERENCE.md §6): an empty side takes the other, ranks must

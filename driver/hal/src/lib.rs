@@ -6,7 +6,8 @@
 //! ([`burst`], [`fmq`]), the compilation cache with its own on-disk schema ([`cache`]), the
 //! device handle ([`device`]), and the socket frames with attached fds that the burst callback
 //! channel and the service protocol share ([`frame`]). [`interface`] holds the HAL traits
-//! that every backend (this crate's [`Driver`], the service's client) implements.
+//! that every backend (this crate's [`Driver`], the service's client) implements; [`error`]
+//! maps each error type to the NN HAL status a client sees.
 //!
 //! It reaches the device only through `nnaccel-uapi` and a file descriptor (or the in-process
 //! device behind the same trait), and runs models through `nnaccel-cpu`. It may not import the
@@ -19,6 +20,7 @@ pub mod convert;
 pub mod device;
 pub mod domain;
 pub mod driver;
+pub mod error;
 pub mod fmq;
 pub mod frame;
 pub mod interface;

@@ -1,7 +1,7 @@
 //! Validation of models and requests (the rules of AOSP `ValidateHal.cpp`, REFERENCE.md §2).
 //!
 //! Every broken rule is a [`ValidationError`], which the HAL answers with
-//! [`ErrorStatus::InvalidArgument`]. Messages name the operand, operation, pool or argument
+//! [`crate::ErrorStatus::InvalidArgument`]. Messages name the operand, operation, pool or argument
 //! index involved and the rule that was broken.
 //!
 //! Deliberate choices where the HAL leaves room:
@@ -20,21 +20,14 @@ use std::collections::VecDeque;
 
 use crate::convert::model_to_graph;
 use crate::{
-    DataLocation, ErrorStatus, Memory, MemoryKind, MemoryPool, Model, Operand, OperandLifetime,
-    OperandType, Request, RequestArgument,
+    DataLocation, Memory, MemoryKind, MemoryPool, Model, Operand, OperandLifetime, OperandType,
+    Request, RequestArgument,
 };
 
 /// A model or request breaks a HAL rule; always answered with INVALID_ARGUMENT.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ValidationError(pub String);
-
-impl ValidationError {
-    /// The HAL status for a validation failure: always [`ErrorStatus::InvalidArgument`].
-    pub fn status(&self) -> ErrorStatus {
-        ErrorStatus::InvalidArgument
-    }
-}
 
 fn invalid<T>(msg: impl Into<String>) -> Result<T, ValidationError> {
     Err(ValidationError(msg.into()))
@@ -713,6 +706,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::ErrorStatus;
     use crate::{Operation, OperationType, SymmPerChannelQuantParams};
 
     use OperandLifetime as L;
@@ -834,14 +828,14 @@ mod tests {
 
     fn model_err(m: &Model) -> String {
         let e = validate_model(m).expect_err("model should be invalid");
-        assert_eq!(e.status(), ErrorStatus::InvalidArgument);
+        assert_eq!(ErrorStatus::from(&e), ErrorStatus::InvalidArgument);
         e.0
     }
 
     fn request_err(r: &Request, m: &Model) -> String {
         validate_model(m).expect("the model itself should be valid");
         let e = validate_request(r, m).expect_err("request should be invalid");
-        assert_eq!(e.status(), ErrorStatus::InvalidArgument);
+        assert_eq!(ErrorStatus::from(&e), ErrorStatus::InvalidArgument);
         e.0
     }
 
@@ -898,7 +892,7 @@ mod tests {
     #[test]
     fn validation_error_is_invalid_argument() {
         let e = ValidationError("x".into());
-        assert_eq!(e.status(), ErrorStatus::InvalidArgument);
+        assert_eq!(ErrorStatus::from(&e), ErrorStatus::InvalidArgument);
         assert_eq!(e.to_string(), "x");
     }
 
@@ -1742,7 +1736,7 @@ mod tests {
         );
         assert_eq!(combined_dimensions(&[1, 2], &[1, 2]).unwrap(), vec![1, 2]);
         let e = combined_dimensions(&[1, 2], &[1, 2, 3]).unwrap_err();
-        assert_eq!(e.status(), ErrorStatus::InvalidArgument);
+        assert_eq!(ErrorStatus::from(&e), ErrorStatus::InvalidArgument);
         assert_mentions(&e.0, &["rank 3", "rank 2"]);
         let e = combined_dimensions(&[1, 2], &[1, 3]).unwrap_err();
         assert_mentions(&e.0, &["dimension 1 is 3", "model's is 2"]);

@@ -33,7 +33,7 @@ pub const MAX_POLLING_WINDOW: Duration = Duration::from_millis(10);
 pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a burst packet or a burst's callback exchange failed. The execution it belongs to
-/// answers GENERAL_FAILURE (`ErrorStatus::from`); the message goes to the log.
+/// answers GENERAL_FAILURE (`crate::error`); the message goes to the log.
 #[derive(Debug, thiserror::Error)]
 pub enum BurstError {
     /// The queue's shared counters are corrupt.
@@ -81,14 +81,6 @@ pub enum BurstError {
     /// The client says it has no such slot.
     #[error("the client has no slot {0}")]
     UnknownSlot(i32),
-}
-
-impl From<BurstError> for ErrorStatus {
-    /// NN HAL: a burst packet that cannot be served is GENERAL_FAILURE (invalid requests
-    /// inside a well-formed packet are INVALID_ARGUMENT, decided by request validation).
-    fn from(_: BurstError) -> Self {
-        ErrorStatus::GeneralFailure
-    }
 }
 
 /// What the client says a slot holds.

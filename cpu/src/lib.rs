@@ -32,8 +32,8 @@ mod par;
 mod tensor;
 mod validate;
 
-pub use error::GraphError;
-pub use exec::{ExecError, InputArg, OutputShape, PreparedGraph};
+pub use error::{ExecError, GraphError, OutputShape};
+pub use exec::{InputArg, PreparedGraph};
 pub use model::{
     ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType,
     supported_operation_types,

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use crate::exec::ExecError;
+use crate::error::ExecError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 use crate::tensor::{Data, Tensor};
 

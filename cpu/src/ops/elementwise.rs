@@ -1,7 +1,7 @@
 //! Elementwise kernels: broadcast arithmetic, activations, (de)quantization, softmax, L2 norm.
 
 use super::quant::{act_range_q, mbqm, quantize_multiplier, quantize_val};
-use super::{KResult, OpCtx, count, resolve_axis};
+use super::{KResult, OpCtx, count, q8_range, q8_tensor, resolve_axis};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
@@ -165,23 +165,6 @@ fn q8_values(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<i32>)> {
         _ => return Err(ctx.err(format!("input {i} is not 8-bit quantized"))),
     };
     Ok((t.dims.clone(), v))
-}
-
-fn q8_range(ty: OperandType) -> (i32, i32) {
-    if ty == OperandType::TensorQuant8AsymmSigned {
-        (-128, 127)
-    } else {
-        (0, 255)
-    }
-}
-
-/// Builds an 8-bit tensor of type `ty` from already clamped values.
-pub(crate) fn q8_tensor(ty: OperandType, dims: Vec<u32>, v: Vec<i32>) -> Tensor {
-    if ty == OperandType::TensorQuant8AsymmSigned {
-        Tensor::new(dims, Data::I8(v.into_iter().map(|x| x as i8).collect()))
-    } else {
-        Tensor::new(dims, Data::U8(v.into_iter().map(|x| x as u8).collect()))
-    }
 }
 
 fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {

@@ -321,6 +321,50 @@ pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
     (vec![d[0], d[3], d[1], d[2]], out)
 }
 
+/// NHWC results back in the operation's layout: NCHW when its layout argument asked for it.
+pub(crate) fn to_layout<T: Copy>(od: Vec<u32>, out: Vec<T>, nchw: bool) -> (Vec<u32>, Vec<T>) {
+    if nchw {
+        nhwc_to_nchw(&out, &od)
+    } else {
+        (od, out)
+    }
+}
+
+/// Checks that input `t` is 4-D and returns its dimensions in NHWC order, both as declared
+/// extents and as `[batch, height, width, depth]`; an NCHW input's dimensions are reordered.
+pub(crate) fn nhwc_input(
+    ctx: &OpCtx<'_>,
+    t: &Tensor,
+    nchw: bool,
+) -> KResult<(Vec<u32>, [usize; 4])> {
+    check4(ctx, &t.dims, t.data.len(), "input")?;
+    let d = if nchw {
+        vec![t.dims[0], t.dims[2], t.dims[3], t.dims[1]]
+    } else {
+        t.dims.clone()
+    };
+    let nhwc = [0, 1, 2, 3].map(|i| d[i] as usize);
+    Ok((d, nhwc))
+}
+
+/// The value range of an 8-bit quantized type.
+pub(crate) fn q8_range(ty: OperandType) -> (i32, i32) {
+    if ty == OperandType::TensorQuant8AsymmSigned {
+        (-128, 127)
+    } else {
+        (0, 255)
+    }
+}
+
+/// Builds an 8-bit tensor of type `ty` from already clamped values.
+pub(crate) fn q8_tensor(ty: OperandType, dims: Vec<u32>, v: Vec<i32>) -> Tensor {
+    if ty == OperandType::TensorQuant8AsymmSigned {
+        Tensor::new(dims, Data::I8(v.into_iter().map(|x| x as i8).collect()))
+    } else {
+        Tensor::new(dims, Data::U8(v.into_iter().map(|x| x as u8).collect()))
+    }
+}
+
 /// Checks that `dims` is 4-D and its element count matches `len`.
 pub(crate) fn check4(ctx: &OpCtx<'_>, dims: &[u32], len: usize, what: &str) -> KResult<()> {
     if dims.len() != 4 {

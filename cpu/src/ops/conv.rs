@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use super::gemm::{GEMV_MAX_ROWS, gemv_rows, sgemm, sgemm_st};
 use super::quant::{mbqm, quantize_multiplier};
 use super::{
-    KResult, OpCtx, check4, count, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor, to_layout, to_u32,
+    KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor,
+    to_layout, to_u32,
 };
 use crate::model::OperandType;
 use crate::par;
@@ -34,6 +35,23 @@ pub(crate) enum Padding {
         t: usize,
         b: usize,
     },
+}
+
+impl Padding {
+    /// Reads the padding arguments from input `at` on: the scheme when `implicit`, else the
+    /// explicit left, right, top and bottom extents. Also returns the next argument's index.
+    pub(crate) fn parse(ctx: &OpCtx<'_>, at: usize, implicit: bool) -> KResult<(Padding, usize)> {
+        if implicit {
+            return Ok((Padding::Implicit(ctx.scalar_i32(at)?), at + 1));
+        }
+        let explicit = Padding::Explicit {
+            l: ctx.scalar_usize(at, "padding")?,
+            r: ctx.scalar_usize(at + 1, "padding")?,
+            t: ctx.scalar_usize(at + 2, "padding")?,
+            b: ctx.scalar_usize(at + 3, "padding")?,
+        };
+        Ok((explicit, at + 4))
+    }
 }
 
 /// Head/tail padding for an implicit scheme (SAME=1, VALID=2).
@@ -153,19 +171,7 @@ fn parse_conv_args(ctx: &OpCtx<'_>, depthwise: bool) -> KResult<ConvArgs> {
     let implicit = n == 7 + extra
         || n == 8 + extra
         || (n == 10 + extra && ctx.ty(7 + extra)? == OperandType::Bool);
-    let (padding, first) = if implicit {
-        (Padding::Implicit(ctx.scalar_i32(3)?), 4)
-    } else {
-        (
-            Padding::Explicit {
-                l: ctx.scalar_usize(3, "padding")?,
-                r: ctx.scalar_usize(4, "padding")?,
-                t: ctx.scalar_usize(5, "padding")?,
-                b: ctx.scalar_usize(6, "padding")?,
-            },
-            7,
-        )
-    };
+    let (padding, first) = Padding::parse(ctx, 3, implicit)?;
     let strides = (
         ctx.scalar_pos(first, "stride_w")?,
         ctx.scalar_pos(first + 1, "stride_h")?,
@@ -258,13 +264,6 @@ impl Requant {
             .saturating_add(self.out_zp)
             .clamp(self.lo, self.hi)
     }
-}
-
-fn is_quant8(ty: OperandType) -> bool {
-    matches!(
-        ty,
-        OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned
-    )
 }
 
 /// The integer operands of an 8-bit FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D.

@@ -347,6 +347,14 @@ pub(crate) fn nhwc_input(
     Ok((d, nhwc))
 }
 
+/// Whether `ty` is one of the 8-bit asymmetric quantized types.
+pub(crate) fn is_quant8(ty: OperandType) -> bool {
+    matches!(
+        ty,
+        OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned
+    )
+}
+
 /// The value range of an 8-bit quantized type.
 pub(crate) fn q8_range(ty: OperandType) -> (i32, i32) {
     if ty == OperandType::TensorQuant8AsymmSigned {

@@ -356,7 +356,8 @@ pub(crate) fn split_axis(dims: &[u32], axis: usize) -> (usize, usize, usize) {
     (outer, dims[axis] as usize, inner)
 }
 
-fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
+/// Input `i` as floats (8-bit values dequantized), checked against its dimensions.
+pub(crate) fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
     let op = ctx.operand(i)?;
     let t = ctx.t(i)?;
     let v = match &t.data {
@@ -377,7 +378,8 @@ fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
     Ok((t.dims.clone(), v))
 }
 
-fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KResult<Tensor> {
+/// `v` as output 0: floats, or quantized to the output's 8-bit type.
+pub(crate) fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KResult<Tensor> {
     let out = ctx.out(0)?;
     match out.ty {
         OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
@@ -395,16 +397,21 @@ fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KResult<Tensor>
     }
 }
 
+/// [`split_axis`] at the axis given by optional INT32 input `i` (default: the last one).
+fn split_at_axis_arg(ctx: &OpCtx<'_>, dims: &[u32], i: usize) -> KResult<(usize, usize, usize)> {
+    let axis = if ctx.has(i) { ctx.scalar_i32(i)? } else { -1 };
+    if dims.is_empty() {
+        return Err(ctx.err("input must have rank >= 1"));
+    }
+    let axis = resolve_axis(ctx, axis, dims.len())?;
+    Ok(split_axis(dims, axis))
+}
+
 /// SOFTMAX(input, beta, [axis]).
 pub(crate) fn softmax(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let (d, x) = float_view(ctx, 0)?;
     let beta = ctx.scalar_f32(1)?;
-    let axis = if ctx.has(2) { ctx.scalar_i32(2)? } else { -1 };
-    if d.is_empty() {
-        return Err(ctx.err("input must have rank >= 1"));
-    }
-    let axis = resolve_axis(ctx, axis, d.len())?;
-    let (outer, n, inner) = split_axis(&d, axis);
+    let (outer, n, inner) = split_at_axis_arg(ctx, &d, 2)?;
     let mut out = vec![0f32; x.len()];
     for o in 0..outer {
         for i in 0..inner {
@@ -430,12 +437,7 @@ pub(crate) fn softmax(ctx: &OpCtx<'_>) -> KResult<Tensor> {
 /// L2_NORMALIZATION(input, [axis]).
 pub(crate) fn l2_normalization(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let (d, x) = float_view(ctx, 0)?;
-    let axis = if ctx.has(1) { ctx.scalar_i32(1)? } else { -1 };
-    if d.is_empty() {
-        return Err(ctx.err("input must have rank >= 1"));
-    }
-    let axis = resolve_axis(ctx, axis, d.len())?;
-    let (outer, n, inner) = split_axis(&d, axis);
+    let (outer, n, inner) = split_at_axis_arg(ctx, &d, 1)?;
     let mut out = vec![0f32; x.len()];
     for o in 0..outer {
         for i in 0..inner {

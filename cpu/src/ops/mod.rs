@@ -40,30 +40,32 @@ impl<'a> OpCtx<'a> {
         self.op.inputs.len()
     }
 
-    /// Declaration of input `i`.
-    pub fn operand(&self, i: usize) -> KResult<&'a Operand> {
-        let idx = *self
-            .op
-            .inputs
+    /// Operand index of the operation's `what` ("input", "output") number `i`, listed in
+    /// `indexes`.
+    fn index_of(&self, indexes: &[u32], what: &str, i: usize) -> KResult<usize> {
+        let idx = indexes
             .get(i)
-            .ok_or_else(|| self.err(format!("missing input {i}")))?;
+            .ok_or_else(|| self.err(format!("missing {what} {i}")))?;
+        Ok(*idx as usize)
+    }
+
+    /// Declaration of the operation's `what` number `i`, listed in `indexes`.
+    fn declared(&self, indexes: &[u32], what: &str, i: usize) -> KResult<&'a Operand> {
+        let idx = self.index_of(indexes, what, i)?;
         self.graph
             .operands
-            .get(idx as usize)
-            .ok_or_else(|| self.err(format!("input {i} out of range")))
+            .get(idx)
+            .ok_or_else(|| self.err(format!("{what} {i} out of range")))
+    }
+
+    /// Declaration of input `i`.
+    pub fn operand(&self, i: usize) -> KResult<&'a Operand> {
+        self.declared(&self.op.inputs, "input", i)
     }
 
     /// Declaration of output `k`.
     pub fn out(&self, k: usize) -> KResult<&'a Operand> {
-        let idx = *self
-            .op
-            .outputs
-            .get(k)
-            .ok_or_else(|| self.err(format!("missing output {k}")))?;
-        self.graph
-            .operands
-            .get(idx as usize)
-            .ok_or_else(|| self.err(format!("output {k} out of range")))
+        self.declared(&self.op.outputs, "output", k)
     }
 
     /// Whether optional input `i` is present and has a value.
@@ -83,12 +85,8 @@ impl<'a> OpCtx<'a> {
 
     /// Value of input `i`.
     pub fn t(&self, i: usize) -> KResult<&'a Tensor> {
-        let idx = *self
-            .op
-            .inputs
-            .get(i)
-            .ok_or_else(|| self.err(format!("missing input {i}")))?;
-        match self.values.get(idx as usize) {
+        let idx = self.index_of(&self.op.inputs, "input", i)?;
+        match self.values.get(idx) {
             Some(Some(v)) => Ok(v.as_ref()),
             _ => Err(self.err(format!("input {i} (operand {idx}) has no value"))),
         }

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::gemm::{GEMV_MAX_ROWS, gemv_rows, sgemm, sgemm_st};
+use super::gemm::{GEMV_MAX_ROWS, gemm_with_threads, gemv_rows, sgemm};
 use super::quant::{mbqm, quantize_multiplier};
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor,
@@ -715,7 +715,7 @@ impl ConvF32<'_> {
             if split {
                 sgemm(rows, k, oc, a, self.f, self.rsf, self.csf, chunk)?;
             } else {
-                sgemm_st(rows, k, oc, a, self.f, self.rsf, self.csf, chunk)?;
+                gemm_with_threads(rows, k, oc, a, self.f, self.rsf, self.csf, chunk, 1)?;
             }
             bias_act(chunk, self.win.bias, self.win.lo, self.win.hi);
         }

@@ -263,7 +263,7 @@ impl PreparedGraph {
 }
 
 /// Whether `actual` fits `declared` (empty = unknown rank; 0 = unknown extent).
-pub(crate) fn dims_compatible(declared: &[u32], actual: &[u32]) -> bool {
+fn dims_compatible(declared: &[u32], actual: &[u32]) -> bool {
     if declared.is_empty() {
         return true;
     }

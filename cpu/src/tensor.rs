@@ -3,7 +3,7 @@
 use crate::model::OperandType;
 
 /// Largest number of elements one tensor may have (guards allocations driven by input values).
-pub(crate) const MAX_ELEMENTS: usize = 1 << 28;
+const MAX_ELEMENTS: usize = 1 << 28;
 
 /// Typed element storage. Several operand types share one storage kind (see [`kind_of`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -148,8 +148,8 @@ impl Data {
 /// A runtime value: dimensions plus elements.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Tensor {
-    pub dims: Vec<u32>,
-    pub data: Data,
+    pub(crate) dims: Vec<u32>,
+    pub(crate) data: Data,
 }
 
 impl Tensor {

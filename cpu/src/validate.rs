@@ -48,7 +48,7 @@ const DEQUANT_IN: &[OperandType] = &[
 ];
 
 /// Operation types with kernels and the primary tensor types each supports.
-pub(crate) static SUPPORTED: &[(OperationType, &[OperandType])] = &[
+static SUPPORTED: &[(OperationType, &[OperandType])] = &[
     (O::Add, ARITH),
     (O::Sub, ARITH),
     (O::Mul, ARITH),

@@ -15,14 +15,14 @@ use crate::tensor::{Data, Tensor};
 /// Convolution window geometry.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Geometry {
-    pub pad_l: usize,
-    pub pad_r: usize,
-    pub pad_t: usize,
-    pub pad_b: usize,
-    pub stride_w: usize,
-    pub stride_h: usize,
-    pub dil_w: usize,
-    pub dil_h: usize,
+    pub(crate) pad_l: usize,
+    pub(crate) pad_r: usize,
+    pub(crate) pad_t: usize,
+    pub(crate) pad_b: usize,
+    pub(crate) stride_w: usize,
+    pub(crate) stride_h: usize,
+    pub(crate) dil_w: usize,
+    pub(crate) dil_h: usize,
 }
 
 /// How padding was given.
@@ -55,7 +55,7 @@ impl Padding {
 }
 
 /// Head/tail padding for an implicit scheme (SAME=1, VALID=2).
-pub(crate) fn implicit_padding(
+fn implicit_padding(
     in_size: usize,
     stride: usize,
     dil: usize,
@@ -82,7 +82,7 @@ pub(crate) fn implicit_padding(
 }
 
 /// Output extent: (in + head + tail - effective_filter + stride) / stride.
-pub(crate) fn out_size(
+fn out_size(
     in_size: usize,
     filter: usize,
     stride: usize,

@@ -6,7 +6,7 @@ use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 /// numpy-style broadcast of two shapes.
-pub(crate) fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
+fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
     let r = a.len().max(b.len());
     let mut out = vec![0u32; r];
     for i in 0..r {
@@ -34,7 +34,7 @@ pub(crate) fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
 }
 
 /// Applies `f` elementwise over the broadcast of `a` and `b`.
-pub(crate) fn broadcast<A: Copy, B: Copy, R>(
+fn broadcast<A: Copy, B: Copy, R>(
     ctx: &OpCtx<'_>,
     ad: &[u32],
     a: &[A],

@@ -6,29 +6,29 @@ use crate::error::ExecError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 use crate::tensor::{Data, Tensor};
 
-pub(crate) mod conv;
-pub(crate) mod elementwise;
-pub(crate) mod gemm;
-pub(crate) mod pool;
-pub(crate) mod quant;
-pub(crate) mod shape;
+mod conv;
+mod elementwise;
+mod gemm;
+mod pool;
+mod quant;
+mod shape;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.
 pub(crate) struct OpCtx<'a> {
-    pub graph: &'a Graph,
-    pub op: &'a Operation,
-    pub index: usize,
-    pub values: &'a [Option<Cow<'a, Tensor>>],
+    pub(crate) graph: &'a Graph,
+    pub(crate) op: &'a Operation,
+    pub(crate) index: usize,
+    pub(crate) values: &'a [Option<Cow<'a, Tensor>>],
     /// The operation's constant float weights as `[k][n]`, when prepared (see
     /// [`transposed_weights`]).
-    pub weights_t: Option<&'a [f32]>,
+    pub(crate) weights_t: Option<&'a [f32]>,
 }
 
 pub(crate) type KResult<T> = Result<T, ExecError>;
 
 impl<'a> OpCtx<'a> {
     /// An InvalidArgument error naming this operation.
-    pub fn err(&self, msg: impl std::fmt::Display) -> ExecError {
+    pub(crate) fn err(&self, msg: impl std::fmt::Display) -> ExecError {
         ExecError::InvalidArgument(format!(
             "operation {} ({}): {msg}",
             self.index,
@@ -36,7 +36,7 @@ impl<'a> OpCtx<'a> {
         ))
     }
 
-    pub fn n_inputs(&self) -> usize {
+    pub(crate) fn n_inputs(&self) -> usize {
         self.op.inputs.len()
     }
 
@@ -59,17 +59,17 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Declaration of input `i`.
-    pub fn operand(&self, i: usize) -> KResult<&'a Operand> {
+    pub(crate) fn operand(&self, i: usize) -> KResult<&'a Operand> {
         self.declared(&self.op.inputs, "input", i)
     }
 
     /// Declaration of output `k`.
-    pub fn out(&self, k: usize) -> KResult<&'a Operand> {
+    pub(crate) fn out(&self, k: usize) -> KResult<&'a Operand> {
         self.declared(&self.op.outputs, "output", k)
     }
 
     /// Whether optional input `i` is present and has a value.
-    pub fn has(&self, i: usize) -> bool {
+    pub(crate) fn has(&self, i: usize) -> bool {
         match self.op.inputs.get(i) {
             Some(&idx) => {
                 matches!(self.values.get(idx as usize), Some(Some(_)))
@@ -84,7 +84,7 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Value of input `i`.
-    pub fn t(&self, i: usize) -> KResult<&'a Tensor> {
+    pub(crate) fn t(&self, i: usize) -> KResult<&'a Tensor> {
         let idx = self.index_of(&self.op.inputs, "input", i)?;
         match self.values.get(idx) {
             Some(Some(v)) => Ok(v.as_ref()),
@@ -92,7 +92,7 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    pub fn f32s(&self, i: usize) -> KResult<(&'a [u32], &'a [f32])> {
+    pub(crate) fn f32s(&self, i: usize) -> KResult<(&'a [u32], &'a [f32])> {
         let t = self.t(i)?;
         match &t.data {
             Data::F32(v) => Ok((&t.dims, v)),
@@ -100,7 +100,7 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    pub fn i32s(&self, i: usize) -> KResult<(&'a [u32], &'a [i32])> {
+    pub(crate) fn i32s(&self, i: usize) -> KResult<(&'a [u32], &'a [i32])> {
         let t = self.t(i)?;
         match &t.data {
             Data::I32(v) => Ok((&t.dims, v)),
@@ -108,21 +108,21 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    pub fn scalar_i32(&self, i: usize) -> KResult<i32> {
+    pub(crate) fn scalar_i32(&self, i: usize) -> KResult<i32> {
         match &self.t(i)?.data {
             Data::I32(v) if v.len() == 1 => Ok(v[0]),
             _ => Err(self.err(format!("input {i} is not an INT32 scalar"))),
         }
     }
 
-    pub fn scalar_f32(&self, i: usize) -> KResult<f32> {
+    pub(crate) fn scalar_f32(&self, i: usize) -> KResult<f32> {
         match &self.t(i)?.data {
             Data::F32(v) if v.len() == 1 => Ok(v[0]),
             _ => Err(self.err(format!("input {i} is not a FLOAT32 scalar"))),
         }
     }
 
-    pub fn scalar_bool(&self, i: usize) -> KResult<bool> {
+    pub(crate) fn scalar_bool(&self, i: usize) -> KResult<bool> {
         match &self.t(i)?.data {
             Data::U8(v) if v.len() == 1 => Ok(v[0] != 0),
             _ => Err(self.err(format!("input {i} is not a BOOL scalar"))),
@@ -130,7 +130,7 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Optional BOOL input `i`, `default` when absent.
-    pub fn opt_bool(&self, i: usize, default: bool) -> KResult<bool> {
+    pub(crate) fn opt_bool(&self, i: usize, default: bool) -> KResult<bool> {
         if self.has(i) {
             self.scalar_bool(i)
         } else {
@@ -139,13 +139,13 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Non-negative INT32 scalar as usize.
-    pub fn scalar_usize(&self, i: usize, what: &str) -> KResult<usize> {
+    pub(crate) fn scalar_usize(&self, i: usize, what: &str) -> KResult<usize> {
         let v = self.scalar_i32(i)?;
         usize::try_from(v).map_err(|_| self.err(format!("{what} must be >= 0, got {v}")))
     }
 
     /// Positive INT32 scalar as usize.
-    pub fn scalar_pos(&self, i: usize, what: &str) -> KResult<usize> {
+    pub(crate) fn scalar_pos(&self, i: usize, what: &str) -> KResult<usize> {
         let v = self.scalar_i32(i)?;
         if v <= 0 {
             return Err(self.err(format!("{what} must be > 0, got {v}")));
@@ -154,17 +154,17 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Type of input `i` (declared).
-    pub fn ty(&self, i: usize) -> KResult<OperandType> {
+    pub(crate) fn ty(&self, i: usize) -> KResult<OperandType> {
         Ok(self.operand(i)?.ty)
     }
 
-    pub fn act_f32(&self, i: usize) -> KResult<(f32, f32)> {
+    pub(crate) fn act_f32(&self, i: usize) -> KResult<(f32, f32)> {
         let a = self.scalar_i32(i)?;
         quant::act_range_f32(a).map_err(|e| self.err(e))
     }
 
     /// Quantized activation range of output 0 for the activation at input `i`.
-    pub fn act_q(&self, i: usize, qmin: i32, qmax: i32) -> KResult<(i32, i32)> {
+    pub(crate) fn act_q(&self, i: usize, qmin: i32, qmax: i32) -> KResult<(i32, i32)> {
         let a = self.scalar_i32(i)?;
         let o = self.out(0)?;
         quant::act_range_q(a, o.scale, o.zero_point, qmin, qmax).map_err(|e| self.err(e))
@@ -304,7 +304,7 @@ pub(crate) fn nchw_to_nhwc<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
 }
 
 /// NHWC → NCHW permutation of a 4-D tensor's elements.
-pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
+fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
     let (n, h, w, c) = (d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize);
     let mut out = Vec::with_capacity(v.len());
     for b in 0..n {

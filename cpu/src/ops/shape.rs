@@ -15,7 +15,7 @@ fn checked(ctx: &OpCtx<'_>, t: &Tensor) -> KResult<usize> {
 }
 
 /// Source indexes of `dims` permuted by `perm`: out[i] = in[idx[i]].
-pub(crate) fn permute_indices(dims: &[u32], perm: &[usize]) -> (Vec<u32>, Vec<usize>) {
+fn permute_indices(dims: &[u32], perm: &[usize]) -> (Vec<u32>, Vec<usize>) {
     let st = strides(dims);
     let od: Vec<u32> = perm.iter().map(|&p| dims[p]).collect();
     let ost: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
@@ -42,7 +42,7 @@ pub(crate) fn permute_indices(dims: &[u32], perm: &[usize]) -> (Vec<u32>, Vec<us
 }
 
 /// Permutes a tensor's axes.
-pub(crate) fn permute(t: &Tensor, perm: &[usize]) -> Tensor {
+fn permute(t: &Tensor, perm: &[usize]) -> Tensor {
     let (od, idx) = permute_indices(&t.dims, perm);
     Tensor::new(od, t.data.gather(&idx))
 }

@@ -1,4 +1,6 @@
-//! Graph validation errors.
+//! The crate's errors: graph validation ([`GraphError`]) and execution ([`ExecError`]).
+//!
+//! Both the interpreter and the kernels return [`ExecError`], so it lives here, below both.
 
 /// Why a [`crate::Graph`] is not valid or cannot be prepared.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -32,4 +34,30 @@ pub enum GraphError {
         /// HAL name of the operation type.
         op: &'static str,
     },
+}
+
+/// The shape of one output after (or instead of) an execution.
+///
+/// Defined beside [`ExecError`], whose `OutputInsufficientSize` carries it, so that the error
+/// module needs nothing from the interpreter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputShape {
+    /// Actual extents.
+    pub dimensions: Vec<u32>,
+    /// Whether the caller's buffer was large enough.
+    pub is_sufficient: bool,
+}
+
+/// Why an execution failed.
+#[derive(thiserror::Error, Debug, Clone, PartialEq)]
+pub enum ExecError {
+    /// At least one output buffer is too small; every output's needed shape is reported.
+    #[error("output buffer too small")]
+    OutputInsufficientSize(Vec<OutputShape>),
+    /// The request (inputs, outputs, pools) is invalid for this graph.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The execution failed for another reason.
+    #[error("execution failed: {0}")]
+    Failed(String),
 }

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use crate::error::GraphError;
+use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
 use crate::tensor::{Data, Tensor, kind_of, num_elements};
@@ -20,29 +20,6 @@ pub enum InputArg<'a> {
     },
     /// The optional input is omitted.
     NoValue,
-}
-
-/// The shape of one output after (or instead of) an execution.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputShape {
-    /// Actual extents.
-    pub dimensions: Vec<u32>,
-    /// Whether the caller's buffer was large enough.
-    pub is_sufficient: bool,
-}
-
-/// Why an execution failed.
-#[derive(thiserror::Error, Debug, Clone, PartialEq)]
-pub enum ExecError {
-    /// At least one output buffer is too small; every output's needed shape is reported.
-    #[error("output buffer too small")]
-    OutputInsufficientSize(Vec<OutputShape>),
-    /// The request (inputs, outputs, pools) is invalid for this graph.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
-    /// The execution failed for another reason.
-    #[error("execution failed: {0}")]
-    Failed(String),
 }
 
 /// A validated graph ready to run many times, possibly from several threads at once.
@@ -286,7 +263,7 @@ impl PreparedGraph {
 }
 
 /// Whether `actual` fits `declared` (empty = unknown rank; 0 = unknown extent).
-pub(crate) fn dims_compatible(declared: &[u32], actual: &[u32]) -> bool {
+fn dims_compatible(declared: &[u32], actual: &[u32]) -> bool {
     if declared.is_empty() {
         return true;
     }

@@ -32,14 +32,12 @@ mod par;
 mod tensor;
 mod validate;
 
-pub use error::GraphError;
-pub use exec::{ExecError, InputArg, OutputShape, PreparedGraph};
-pub use model::{
-    ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType,
-    supported_operation_types,
-};
+pub use error::{ExecError, GraphError, OutputShape};
+pub use exec::{InputArg, PreparedGraph};
+pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 pub use par::{max_threads, set_max_threads};
 pub use tensor::{f16_to_f32, f32_to_f16};
+pub use validate::supported_operation_types;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,5 @@
 //! The graph model: operand and operation types with their NN HAL codes, operands, operations.
 
-use crate::error::GraphError;
-
 macro_rules! code_enum {
     (
         $(#[$meta:meta])*
@@ -345,41 +343,4 @@ pub struct Graph {
     pub operand_values: Vec<u8>,
     /// Whether FLOAT32 may be computed with FLOAT16 range and precision.
     pub relax_float32_to_float16: bool,
-}
-
-impl Graph {
-    /// Structural and per-operation validation: operand types and quantization parameters,
-    /// constant locations and lengths, graph input/output lists against lifetimes, operand
-    /// indexes in range, every temporary/output written exactly once, no cycles, and the
-    /// argument count, types and fixed quantization of every operation this executor knows.
-    /// Operations without a kernel are only checked structurally.
-    pub fn validate(&self) -> Result<(), GraphError> {
-        crate::validate::validate_graph(self).map(|_| ())
-    }
-
-    /// Whether this executor implements operation `index` as written (op type + operand types).
-    pub fn is_operation_supported(&self, index: usize) -> bool {
-        match self.operations.get(index) {
-            Some(_) => crate::validate::check_operation(self, index).is_ok(),
-            None => false,
-        }
-    }
-
-    /// Why operation `index` cannot run on this executor, or None when it can.
-    pub fn unsupported_reason(&self, index: usize) -> Option<String> {
-        if index >= self.operations.len() {
-            return Some(format!("operation {index} does not exist"));
-        }
-        match crate::validate::check_operation(self, index) {
-            Ok(()) => None,
-            Err(crate::validate::Issue::Invalid(r) | crate::validate::Issue::Unsupported(r)) => {
-                Some(r)
-            }
-        }
-    }
-}
-
-/// Operation types with kernels, and for each the primary tensor types implemented.
-pub fn supported_operation_types() -> &'static [(OperationType, &'static [OperandType])] {
-    crate::validate::SUPPORTED
 }

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Work (in flops, or flop-equivalents) below which a kernel stays single-threaded.
-pub(crate) const PAR_MIN_FLOPS: usize = 1 << 22;
+const PAR_MIN_FLOPS: usize = 1 << 22;
 
 /// 0 = not set by [`set_max_threads`]: use the environment or the machine.
 static OVERRIDE: AtomicUsize = AtomicUsize::new(0);

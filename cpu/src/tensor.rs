@@ -3,7 +3,7 @@
 use crate::model::OperandType;
 
 /// Largest number of elements one tensor may have (guards allocations driven by input values).
-pub(crate) const MAX_ELEMENTS: usize = 1 << 28;
+const MAX_ELEMENTS: usize = 1 << 28;
 
 /// Typed element storage. Several operand types share one storage kind (see [`kind_of`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -110,43 +110,22 @@ impl Data {
 
     /// Encodes as elements of operand type `ty` into `out` (at least `len() * element_size`).
     pub(crate) fn encode(&self, ty: OperandType, out: &mut [u8]) {
-        if let (Data::F32(v), OperandType::Float16 | OperandType::TensorFloat16) = (self, ty) {
-            for (o, x) in out.chunks_exact_mut(2).zip(v) {
-                o.copy_from_slice(&f32_to_f16(*x).to_le_bytes());
+        /// Writes each `x` of `v` as its `N` bytes `le(x)` into consecutive chunks of `out`.
+        fn put<T: Copy, const N: usize>(out: &mut [u8], v: &[T], le: impl Fn(T) -> [u8; N]) {
+            for (o, &x) in out.chunks_exact_mut(N).zip(v) {
+                o.copy_from_slice(&le(x));
             }
-            return;
         }
-        match self {
-            Data::F32(v) => {
-                for (o, x) in out.chunks_exact_mut(4).zip(v) {
-                    o.copy_from_slice(&x.to_le_bytes());
-                }
+        match (self, ty) {
+            (Data::F32(v), OperandType::Float16 | OperandType::TensorFloat16) => {
+                put(out, v, |x| f32_to_f16(x).to_le_bytes())
             }
-            Data::I32(v) => {
-                for (o, x) in out.chunks_exact_mut(4).zip(v) {
-                    o.copy_from_slice(&x.to_le_bytes());
-                }
-            }
-            Data::U8(v) => {
-                for (o, x) in out.iter_mut().zip(v) {
-                    *o = *x;
-                }
-            }
-            Data::I8(v) => {
-                for (o, x) in out.iter_mut().zip(v) {
-                    *o = *x as u8;
-                }
-            }
-            Data::I16(v) => {
-                for (o, x) in out.chunks_exact_mut(2).zip(v) {
-                    o.copy_from_slice(&x.to_le_bytes());
-                }
-            }
-            Data::U16(v) => {
-                for (o, x) in out.chunks_exact_mut(2).zip(v) {
-                    o.copy_from_slice(&x.to_le_bytes());
-                }
-            }
+            (Data::F32(v), _) => put(out, v, f32::to_le_bytes),
+            (Data::I32(v), _) => put(out, v, i32::to_le_bytes),
+            (Data::U8(v), _) => put(out, v, |x| [x]),
+            (Data::I8(v), _) => put(out, v, i8::to_le_bytes),
+            (Data::I16(v), _) => put(out, v, i16::to_le_bytes),
+            (Data::U16(v), _) => put(out, v, u16::to_le_bytes),
         }
     }
 
@@ -169,8 +148,8 @@ impl Data {
 /// A runtime value: dimensions plus elements.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Tensor {
-    pub dims: Vec<u32>,
-    pub data: Data,
+    pub(crate) dims: Vec<u32>,
+    pub(crate) data: Data,
 }
 
 impl Tensor {

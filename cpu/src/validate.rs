@@ -48,7 +48,7 @@ const DEQUANT_IN: &[OperandType] = &[
 ];
 
 /// Operation types with kernels and the primary tensor types each supports.
-pub(crate) static SUPPORTED: &[(OperationType, &[OperandType])] = &[
+static SUPPORTED: &[(OperationType, &[OperandType])] = &[
     (O::Add, ARITH),
     (O::Sub, ARITH),
     (O::Mul, ARITH),
@@ -100,6 +100,43 @@ pub(crate) static SUPPORTED: &[(OperationType, &[OperandType])] = &[
     ),
     (O::Prelu, FLOAT),
 ];
+
+// The public entry points of validation are defined here rather than in model.rs, so that
+// validation depends on the model and not the other way round.
+impl Graph {
+    /// Structural and per-operation validation: operand types and quantization parameters,
+    /// constant locations and lengths, graph input/output lists against lifetimes, operand
+    /// indexes in range, every temporary/output written exactly once, no cycles, and the
+    /// argument count, types and fixed quantization of every operation this executor knows.
+    /// Operations without a kernel are only checked structurally.
+    pub fn validate(&self) -> Result<(), GraphError> {
+        validate_graph(self).map(|_| ())
+    }
+
+    /// Whether this executor implements operation `index` as written (op type + operand types).
+    pub fn is_operation_supported(&self, index: usize) -> bool {
+        match self.operations.get(index) {
+            Some(_) => check_operation(self, index).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Why operation `index` cannot run on this executor, or None when it can.
+    pub fn unsupported_reason(&self, index: usize) -> Option<String> {
+        if index >= self.operations.len() {
+            return Some(format!("operation {index} does not exist"));
+        }
+        match check_operation(self, index) {
+            Ok(()) => None,
+            Err(Issue::Invalid(r) | Issue::Unsupported(r)) => Some(r),
+        }
+    }
+}
+
+/// Operation types with kernels, and for each the primary tensor types implemented.
+pub fn supported_operation_types() -> &'static [(OperationType, &'static [OperandType])] {
+    SUPPORTED
+}
 
 fn operand_err(index: usize, reason: impl Into<String>) -> GraphError {
     GraphError::InvalidOperand {

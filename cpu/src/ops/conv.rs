@@ -2,9 +2,12 @@
 
 use std::borrow::Cow;
 
-use super::gemm::{GEMV_MAX_ROWS, gemv_rows, sgemm, sgemm_st};
+use super::gemm::{GEMV_MAX_ROWS, gemm_with_threads, gemv_rows, sgemm};
 use super::quant::{mbqm, quantize_multiplier};
-use super::{KResult, OpCtx, check4, count, nchw_to_nhwc, nhwc_to_nchw, to_u32};
+use super::{
+    KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor,
+    to_layout, to_u32,
+};
 use crate::model::OperandType;
 use crate::par;
 use crate::tensor::{Data, Tensor};
@@ -12,14 +15,14 @@ use crate::tensor::{Data, Tensor};
 /// Convolution window geometry.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Geometry {
-    pub pad_l: usize,
-    pub pad_r: usize,
-    pub pad_t: usize,
-    pub pad_b: usize,
-    pub stride_w: usize,
-    pub stride_h: usize,
-    pub dil_w: usize,
-    pub dil_h: usize,
+    pub(crate) pad_l: usize,
+    pub(crate) pad_r: usize,
+    pub(crate) pad_t: usize,
+    pub(crate) pad_b: usize,
+    pub(crate) stride_w: usize,
+    pub(crate) stride_h: usize,
+    pub(crate) dil_w: usize,
+    pub(crate) dil_h: usize,
 }
 
 /// How padding was given.
@@ -34,8 +37,25 @@ pub(crate) enum Padding {
     },
 }
 
+impl Padding {
+    /// Reads the padding arguments from input `at` on: the scheme when `implicit`, else the
+    /// explicit left, right, top and bottom extents. Also returns the next argument's index.
+    pub(crate) fn parse(ctx: &OpCtx<'_>, at: usize, implicit: bool) -> KResult<(Padding, usize)> {
+        if implicit {
+            return Ok((Padding::Implicit(ctx.scalar_i32(at)?), at + 1));
+        }
+        let explicit = Padding::Explicit {
+            l: ctx.scalar_usize(at, "padding")?,
+            r: ctx.scalar_usize(at + 1, "padding")?,
+            t: ctx.scalar_usize(at + 2, "padding")?,
+            b: ctx.scalar_usize(at + 3, "padding")?,
+        };
+        Ok((explicit, at + 4))
+    }
+}
+
 /// Head/tail padding for an implicit scheme (SAME=1, VALID=2).
-pub(crate) fn implicit_padding(
+fn implicit_padding(
     in_size: usize,
     stride: usize,
     dil: usize,
@@ -62,7 +82,7 @@ pub(crate) fn implicit_padding(
 }
 
 /// Output extent: (in + head + tail - effective_filter + stride) / stride.
-pub(crate) fn out_size(
+fn out_size(
     in_size: usize,
     filter: usize,
     stride: usize,
@@ -151,19 +171,7 @@ fn parse_conv_args(ctx: &OpCtx<'_>, depthwise: bool) -> KResult<ConvArgs> {
     let implicit = n == 7 + extra
         || n == 8 + extra
         || (n == 10 + extra && ctx.ty(7 + extra)? == OperandType::Bool);
-    let (padding, first) = if implicit {
-        (Padding::Implicit(ctx.scalar_i32(3)?), 4)
-    } else {
-        (
-            Padding::Explicit {
-                l: ctx.scalar_usize(3, "padding")?,
-                r: ctx.scalar_usize(4, "padding")?,
-                t: ctx.scalar_usize(5, "padding")?,
-                b: ctx.scalar_usize(6, "padding")?,
-            },
-            7,
-        )
-    };
+    let (padding, first) = Padding::parse(ctx, 3, implicit)?;
     let strides = (
         ctx.scalar_pos(first, "stride_w")?,
         ctx.scalar_pos(first + 1, "stride_h")?,
@@ -224,14 +232,14 @@ struct Requant {
     out_zp: i32,
     lo: i32,
     hi: i32,
-    signed: bool,
+    /// The output type (8-bit, signed or not).
+    ty: OperandType,
 }
 
 impl Requant {
     fn new(ctx: &OpCtx<'_>, in_scale: f32, f_scales: &[f32], act: usize) -> KResult<Requant> {
         let out = ctx.out(0)?;
-        let signed = out.ty == OperandType::TensorQuant8AsymmSigned;
-        let (qmin, qmax) = if signed { (-128, 127) } else { (0, 255) };
+        let (qmin, qmax) = q8_range(out.ty);
         let (lo, hi) = ctx.act_q(act, qmin, qmax)?;
         let mult = f_scales
             .iter()
@@ -244,7 +252,7 @@ impl Requant {
             out_zp: out.zero_point,
             lo,
             hi,
-            signed,
+            ty: out.ty,
         })
     }
 
@@ -256,21 +264,53 @@ impl Requant {
             .saturating_add(self.out_zp)
             .clamp(self.lo, self.hi)
     }
-
-    fn tensor(&self, dims: Vec<u32>, v: Vec<i32>) -> Tensor {
-        if self.signed {
-            Tensor::new(dims, Data::I8(v.into_iter().map(|x| x as i8).collect()))
-        } else {
-            Tensor::new(dims, Data::U8(v.into_iter().map(|x| x as u8).collect()))
-        }
-    }
 }
 
-fn is_quant8(ty: OperandType) -> bool {
-    matches!(
-        ty,
-        OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned
-    )
+/// The integer operands of an 8-bit FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D.
+struct QuantOperands<'a> {
+    /// The input minus its zero point, in NHWC order.
+    x: Vec<i32>,
+    /// The filter (weights) minus its zero point.
+    f: Vec<i32>,
+    bias: &'a [i32],
+    rq: Requant,
+}
+
+impl<'a> QuantOperands<'a> {
+    /// Reads inputs 0 (input), 1 (filter) and 2 (bias) for `out_c` output channels, with the
+    /// fused activation at input `act`; an NCHW input is reordered to NHWC.
+    fn new(ctx: &OpCtx<'a>, nchw: bool, out_c: usize, act: usize) -> KResult<Self> {
+        let in_ty = ctx.ty(0)?;
+        if !is_quant8(in_ty) {
+            return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
+        }
+        let inp = ctx.operand(0)?;
+        let (dims, mut x) = centered(ctx, 0, inp.zero_point)?;
+        if nchw {
+            x = nchw_to_nhwc(&x, &dims).1;
+        }
+        let (fzp, fscales) = filter_quant(ctx, out_c)?;
+        let (_, f) = centered(ctx, 1, fzp)?;
+        let (_, bias) = ctx.i32s(2)?;
+        let rq = Requant::new(ctx, inp.scale, &fscales, act)?;
+        Ok(QuantOperands { x, f, bias, rq })
+    }
+
+    /// Appends, for each output channel `o < n`, the requantized `bias[o] + row · f[o]`, the
+    /// filter rows being `row.len()` long.
+    fn push_dots(&self, row: &[i32], n: usize, out: &mut Vec<i32>) {
+        let k = row.len();
+        for o in 0..n {
+            let fr = &self.f[o * k..(o + 1) * k];
+            let acc: i64 = row
+                .iter()
+                .zip(fr)
+                .map(|(&p, &q)| i64::from(p * q))
+                .sum::<i64>()
+                + i64::from(self.bias[o]);
+            out.push(self.rq.apply(acc, o));
+        }
+    }
 }
 
 /// FULLY_CONNECTED(input, weights, bias, act).
@@ -314,96 +354,98 @@ pub(crate) fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         bias_act(&mut out, bias, lo, hi);
         return Ok(Tensor::new(od, Data::F32(out)));
     }
-    if !is_quant8(in_ty) {
-        return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
-    }
-    let inp = ctx.operand(0)?;
-    let (_, x) = centered(ctx, 0, inp.zero_point)?;
-    let (fzp, fscales) = filter_quant(ctx, units)?;
-    let (_, w) = centered(ctx, 1, fzp)?;
-    let (_, bias) = ctx.i32s(2)?;
-    let rq = Requant::new(ctx, inp.scale, &fscales, 3)?;
+    let q = QuantOperands::new(ctx, false, units, 3)?;
     let mut out = Vec::with_capacity(batch * units);
     for b in 0..batch {
-        let xr = &x[b * isz..(b + 1) * isz];
-        for u in 0..units {
-            let wr = &w[u * isz..(u + 1) * isz];
-            let acc: i64 = xr
-                .iter()
-                .zip(wr)
-                .map(|(&a, &c)| i64::from(a * c))
-                .sum::<i64>()
-                + i64::from(bias[u]);
-            out.push(rq.apply(acc, u));
-        }
+        q.push_dots(&q.x[b * isz..(b + 1) * isz], units, &mut out);
     }
-    Ok(rq.tensor(od, out))
+    Ok(q8_tensor(q.rq.ty, od, out))
+}
+
+/// What CONV_2D and DEPTHWISE_CONV_2D check and derive before their kernels.
+struct ConvSetup<'a> {
+    args: ConvArgs,
+    input: &'a Tensor,
+    /// Input extents (batch, height, width, depth), in NHWC order whatever the layout.
+    nhwc: [usize; 4],
+    filter_hw: (usize, usize),
+    /// Output depth.
+    oc: usize,
+    g: Geometry,
+    out_hw: (usize, usize),
+    /// Output dimensions, NHWC.
+    od: Vec<u32>,
+}
+
+impl<'a> ConvSetup<'a> {
+    fn new(ctx: &OpCtx<'a>, depthwise: bool) -> KResult<Self> {
+        let a = parse_conv_args(ctx, depthwise)?;
+        let it = ctx.t(0)?;
+        let ft = ctx.t(1)?;
+        let (in_dims, nhwc) = nhwc_input(ctx, it, a.nchw)?;
+        let [_, h, w, c] = nhwc;
+        check4(ctx, &ft.dims, ft.data.len(), "filter")?;
+        let [f0, fh, fw, f3] = [0, 1, 2, 3].map(|i| ft.dims[i] as usize);
+        // CONV_2D filters are [oc, fh, fw, c]; DEPTHWISE_CONV_2D ones [1, fh, fw, c·multiplier].
+        let oc_dim = if depthwise {
+            let mult = a.multiplier;
+            if f0 != 1 || c.checked_mul(mult) != Some(f3) {
+                return Err(ctx.err(format!(
+                    "filter {:?} does not match input depth {c} × multiplier {mult}",
+                    ft.dims
+                )));
+            }
+            ft.dims[3]
+        } else {
+            if f3 != c {
+                return Err(ctx.err(format!("filter depth {f3} does not match input depth {c}")));
+            }
+            ft.dims[0]
+        };
+        let oc = oc_dim as usize;
+        if ctx.t(2)?.data.len() != oc {
+            return Err(ctx.err("bias length does not match the output depth"));
+        }
+        let (g, oh, ow) = Geometry::resolve(ctx, a.padding, a.strides, a.dil, (h, w), (fh, fw))?;
+        let od = vec![in_dims[0], to_u32(ctx, oh)?, to_u32(ctx, ow)?, oc_dim];
+        count(ctx, &od)?;
+        Ok(ConvSetup {
+            args: a,
+            input: it,
+            nhwc,
+            filter_hw: (fh, fw),
+            oc,
+            g,
+            out_hw: (oh, ow),
+            od,
+        })
+    }
 }
 
 /// CONV_2D in all its argument forms.
 pub(crate) fn conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
-    let a = parse_conv_args(ctx, false)?;
-    let it = ctx.t(0)?;
-    let ft = ctx.t(1)?;
-    check4(ctx, &it.dims, it.data.len(), "input")?;
-    check4(ctx, &ft.dims, ft.data.len(), "filter")?;
-    let in_dims = if a.nchw {
-        vec![it.dims[0], it.dims[2], it.dims[3], it.dims[1]]
-    } else {
-        it.dims.clone()
-    };
-    let [n, h, w, c] = [0, 1, 2, 3].map(|i| in_dims[i] as usize);
-    let [oc, fh, fw, fc] = [0, 1, 2, 3].map(|i| ft.dims[i] as usize);
-    if fc != c {
-        return Err(ctx.err(format!("filter depth {fc} does not match input depth {c}")));
-    }
-    if ctx.t(2)?.data.len() != oc {
-        return Err(ctx.err("bias length does not match the output depth"));
-    }
-    let (g, oh, ow) = Geometry::resolve(ctx, a.padding, a.strides, a.dil, (h, w), (fh, fw))?;
-    let od = vec![in_dims[0], to_u32(ctx, oh)?, to_u32(ctx, ow)?, ft.dims[0]];
-    count(ctx, &od)?;
+    let s = ConvSetup::new(ctx, false)?;
+    let (a, g, oc) = (&s.args, s.g, s.oc);
+    let ([n, h, w, c], (fh, fw), (oh, ow)) = (s.nhwc, s.filter_hw, s.out_hw);
     let k = fh * fw * c;
     let in_ty = ctx.ty(0)?;
     if crate::tensor::is_float(in_ty) {
-        let x = nhwc_f32(ctx, it, a.nchw)?;
-        let (_, f) = ctx.f32s(1)?;
-        let (_, bias) = ctx.f32s(2)?;
-        let (lo, hi) = ctx.act_f32(a.act)?;
+        let x = nhwc_f32(ctx, s.input, a.nchw)?;
+        let (win, w_rows) = FloatWindow::new(ctx, &s, &x)?;
         let mut out = vec![0f32; n * oh * ow * oc];
-        let w_rows = f;
-        let (f, rsf, csf) = weights_operand(ctx, f, oc, k);
+        let (f, rsf, csf) = weights_operand(ctx, w_rows, oc, k);
         let conv = ConvF32 {
-            x: &x,
+            win,
             w_rows,
             f,
             rsf,
             csf,
-            bias,
-            lo,
-            hi,
-            g,
-            in_hw: (h, w),
-            c,
-            out_hw: (oh, ow),
-            filter_hw: (fh, fw),
             oc,
         };
         conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
-        return Ok(finish_f32(od, out, a.nchw));
+        return Ok(finish_f32(s.od, out, a.nchw));
     }
-    if !is_quant8(in_ty) {
-        return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
-    }
-    let inp = ctx.operand(0)?;
-    let (_, mut x) = centered(ctx, 0, inp.zero_point)?;
-    if a.nchw {
-        x = nchw_to_nhwc(&x, &it.dims).1;
-    }
-    let (fzp, fscales) = filter_quant(ctx, oc)?;
-    let (_, f) = centered(ctx, 1, fzp)?;
-    let (_, bias) = ctx.i32s(2)?;
-    let rq = Requant::new(ctx, inp.scale, &fscales, a.act)?;
+    let q = QuantOperands::new(ctx, a.nchw, oc, a.act)?;
     let mut out = Vec::with_capacity(n * oh * ow * oc);
     let mut patch = vec![0i32; k];
     for b in 0..n {
@@ -414,109 +456,46 @@ pub(crate) fn conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                         let d = &mut patch[(ky * fw + kx) * c..(ky * fw + kx + 1) * c];
                         match (g.in_y(oy, ky, h), g.in_x(ox, kx, w)) {
                             (Some(iy), Some(ix)) => {
-                                let s = ((b * h + iy) * w + ix) * c;
-                                d.copy_from_slice(&x[s..s + c]);
+                                let at = ((b * h + iy) * w + ix) * c;
+                                d.copy_from_slice(&q.x[at..at + c]);
                             }
                             _ => d.fill(0),
                         }
                     }
                 }
-                for o in 0..oc {
-                    let fr = &f[o * k..(o + 1) * k];
-                    let acc: i64 = patch
-                        .iter()
-                        .zip(fr)
-                        .map(|(&p, &q)| i64::from(p * q))
-                        .sum::<i64>()
-                        + i64::from(bias[o]);
-                    out.push(rq.apply(acc, o));
-                }
+                q.push_dots(&patch, oc, &mut out);
             }
         }
     }
-    Ok(finish_q(&rq, od, out, a.nchw))
+    Ok(finish_q(&q.rq, s.od, out, a.nchw))
 }
 
 fn finish_f32(od: Vec<u32>, out: Vec<f32>, nchw: bool) -> Tensor {
-    if nchw {
-        let (d, v) = nhwc_to_nchw(&out, &od);
-        Tensor::new(d, Data::F32(v))
-    } else {
-        Tensor::new(od, Data::F32(out))
-    }
+    let (d, v) = to_layout(od, out, nchw);
+    Tensor::new(d, Data::F32(v))
 }
 
 fn finish_q(rq: &Requant, od: Vec<u32>, out: Vec<i32>, nchw: bool) -> Tensor {
-    if nchw {
-        let (d, v) = nhwc_to_nchw(&out, &od);
-        rq.tensor(d, v)
-    } else {
-        rq.tensor(od, out)
-    }
+    let (d, v) = to_layout(od, out, nchw);
+    q8_tensor(rq.ty, d, v)
 }
 
 /// DEPTHWISE_CONV_2D in all its argument forms.
 pub(crate) fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
-    let a = parse_conv_args(ctx, true)?;
-    let it = ctx.t(0)?;
-    let ft = ctx.t(1)?;
-    check4(ctx, &it.dims, it.data.len(), "input")?;
-    check4(ctx, &ft.dims, ft.data.len(), "filter")?;
-    let in_dims = if a.nchw {
-        vec![it.dims[0], it.dims[2], it.dims[3], it.dims[1]]
-    } else {
-        it.dims.clone()
-    };
-    let [n, h, w, c] = [0, 1, 2, 3].map(|i| in_dims[i] as usize);
-    let [f0, fh, fw, oc] = [0, 1, 2, 3].map(|i| ft.dims[i] as usize);
+    let s = ConvSetup::new(ctx, true)?;
+    let (a, g, oc) = (&s.args, s.g, s.oc);
+    let ([n, h, w, c], (fh, fw), (oh, ow)) = (s.nhwc, s.filter_hw, s.out_hw);
     let mult = a.multiplier;
-    if f0 != 1 || c.checked_mul(mult) != Some(oc) {
-        return Err(ctx.err(format!(
-            "filter {:?} does not match input depth {c} × multiplier {mult}",
-            ft.dims
-        )));
-    }
-    if ctx.t(2)?.data.len() != oc {
-        return Err(ctx.err("bias length does not match the output depth"));
-    }
-    let (g, oh, ow) = Geometry::resolve(ctx, a.padding, a.strides, a.dil, (h, w), (fh, fw))?;
-    let od = vec![in_dims[0], to_u32(ctx, oh)?, to_u32(ctx, ow)?, ft.dims[3]];
-    count(ctx, &od)?;
     let in_ty = ctx.ty(0)?;
     if crate::tensor::is_float(in_ty) {
-        let x = nhwc_f32(ctx, it, a.nchw)?;
-        let (_, f) = ctx.f32s(1)?;
-        let (_, bias) = ctx.f32s(2)?;
-        let (lo, hi) = ctx.act_f32(a.act)?;
+        let x = nhwc_f32(ctx, s.input, a.nchw)?;
+        let (win, f) = FloatWindow::new(ctx, &s, &x)?;
         let mut out = vec![0f32; n * oh * ow * oc];
-        let dw = DepthwiseF32 {
-            x: &x,
-            f,
-            bias,
-            lo,
-            hi,
-            g,
-            in_hw: (h, w),
-            c,
-            mult,
-            out_hw: (oh, ow),
-            filter_hw: (fh, fw),
-        };
+        let dw = DepthwiseF32 { win, f, mult };
         dw.run(&mut out);
-        return Ok(finish_f32(od, out, a.nchw));
+        return Ok(finish_f32(s.od, out, a.nchw));
     }
-    if !is_quant8(in_ty) {
-        return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
-    }
-    let inp = ctx.operand(0)?;
-    let (_, mut x) = centered(ctx, 0, inp.zero_point)?;
-    if a.nchw {
-        x = nchw_to_nhwc(&x, &it.dims).1;
-    }
-    let (fzp, fscales) = filter_quant(ctx, oc)?;
-    let (_, f) = centered(ctx, 1, fzp)?;
-    let (_, bias) = ctx.i32s(2)?;
-    let rq = Requant::new(ctx, inp.scale, &fscales, a.act)?;
+    let QuantOperands { x, f, bias, rq } = QuantOperands::new(ctx, a.nchw, oc, a.act)?;
     let mut out = Vec::with_capacity(n * oh * ow * oc);
     let mut acc = vec![0i64; oc];
     for b in 0..n {
@@ -549,7 +528,7 @@ pub(crate) fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             }
         }
     }
-    Ok(finish_q(&rq, od, out, a.nchw))
+    Ok(finish_q(&rq, s.od, out, a.nchw))
 }
 
 /// The weights `w[n][k]` as a GEMM B operand `(data, row stride, column stride)`: the
@@ -614,19 +593,9 @@ fn nhwc_f32<'a>(ctx: &OpCtx<'_>, t: &'a Tensor, nchw: bool) -> KResult<Cow<'a, [
     }
 }
 
-/// Floats per im2col block (512 KiB: the block and its output stay in L2 while the GEMM runs).
-const PATCH_FLOATS: usize = 128 * 1024;
-
-/// A float CONV_2D on NHWC data: GEMM of (pixels × fh·fw·c) patches by the (oc × fh·fw·c)
-/// filter, with bias and activation applied to each block while it is in cache.
-struct ConvF32<'a> {
+/// The float operands of a CONV_2D or DEPTHWISE_CONV_2D with its window geometry, NHWC.
+struct FloatWindow<'a> {
     x: &'a [f32],
-    /// The filter as declared, `[oc][fh·fw·c]`.
-    w_rows: &'a [f32],
-    /// The filter as GEMM operand B (k × oc) with its row and column strides.
-    f: &'a [f32],
-    rsf: usize,
-    csf: usize,
     bias: &'a [f32],
     lo: f32,
     hi: f32,
@@ -635,14 +604,52 @@ struct ConvF32<'a> {
     c: usize,
     out_hw: (usize, usize),
     filter_hw: (usize, usize),
+}
+
+impl<'a> FloatWindow<'a> {
+    /// The window over `x` (the input in NHWC order) with the bias and the fused activation;
+    /// returned with the filter (input 1), read in argument order before them.
+    fn new<'c: 'a>(ctx: &OpCtx<'c>, s: &ConvSetup<'c>, x: &'a [f32]) -> KResult<(Self, &'c [f32])> {
+        let (_, f) = ctx.f32s(1)?;
+        let (_, bias) = ctx.f32s(2)?;
+        let (lo, hi) = ctx.act_f32(s.args.act)?;
+        let [_, h, w, c] = s.nhwc;
+        let win = FloatWindow {
+            x,
+            bias,
+            lo,
+            hi,
+            g: s.g,
+            in_hw: (h, w),
+            c,
+            out_hw: s.out_hw,
+            filter_hw: s.filter_hw,
+        };
+        Ok((win, f))
+    }
+}
+
+/// Floats per im2col block (512 KiB: the block and its output stay in L2 while the GEMM runs).
+const PATCH_FLOATS: usize = 128 * 1024;
+
+/// A float CONV_2D on NHWC data: GEMM of (pixels × fh·fw·c) patches by the (oc × fh·fw·c)
+/// filter, with bias and activation applied to each block while it is in cache.
+struct ConvF32<'a> {
+    win: FloatWindow<'a>,
+    /// The filter as declared, `[oc][fh·fw·c]`.
+    w_rows: &'a [f32],
+    /// The filter as GEMM operand B (k × oc) with its row and column strides.
+    f: &'a [f32],
+    rsf: usize,
+    csf: usize,
     oc: usize,
 }
 
 impl ConvF32<'_> {
     /// Whether the input itself is the patch matrix (1×1 filter, stride 1, no padding).
     fn pointwise(&self) -> bool {
-        let g = &self.g;
-        self.filter_hw == (1, 1)
+        let g = &self.win.g;
+        self.win.filter_hw == (1, 1)
             && g.stride_h == 1
             && g.stride_w == 1
             && g.pad_l + g.pad_r + g.pad_t + g.pad_b == 0
@@ -653,13 +660,13 @@ impl ConvF32<'_> {
         if oc == 0 || out.is_empty() {
             return Ok(());
         }
-        let (oh, ow) = self.out_hw;
-        let (fh, fw) = self.filter_hw;
-        let k = fh * fw * self.c;
+        let (oh, ow) = self.win.out_hw;
+        let (fh, fw) = self.win.filter_hw;
+        let k = fh * fw * self.win.c;
         let m = n * oh * ow;
         if self.pointwise() && m <= GEMV_MAX_ROWS {
-            gemv_rows(m, k, oc, self.x, self.w_rows, out)?;
-            bias_act(out, self.bias, self.lo, self.hi);
+            gemv_rows(m, k, oc, self.win.x, self.w_rows, out)?;
+            bias_act(out, self.win.bias, self.win.lo, self.win.hi);
             return Ok(());
         }
         let block = (PATCH_FLOATS / k.max(1)).max(256).min(m.max(1));
@@ -682,8 +689,8 @@ impl ConvF32<'_> {
 
     /// Computes output pixels `p0..` (all of `out`) in blocks of `block` pixels.
     fn blocks(&self, p0: usize, out: &mut [f32], block: usize, split: bool) -> Result<(), String> {
-        let (fh, fw) = self.filter_hw;
-        let (c, oc) = (self.c, self.oc);
+        let (fh, fw) = self.win.filter_hw;
+        let (c, oc) = (self.win.c, self.oc);
         let k = fh * fw * c;
         let pointwise = self.pointwise();
         let rows_total = out.len() / oc;
@@ -696,7 +703,8 @@ impl ConvF32<'_> {
             let rows = chunk.len() / oc;
             let start = p0 + bi * block;
             let a: &[f32] = if pointwise {
-                self.x
+                self.win
+                    .x
                     .get(start * c..(start + rows) * c)
                     .ok_or("input smaller than its dimensions")?
             } else {
@@ -707,20 +715,20 @@ impl ConvF32<'_> {
             if split {
                 sgemm(rows, k, oc, a, self.f, self.rsf, self.csf, chunk)?;
             } else {
-                sgemm_st(rows, k, oc, a, self.f, self.rsf, self.csf, chunk)?;
+                gemm_with_threads(rows, k, oc, a, self.f, self.rsf, self.csf, chunk, 1)?;
             }
-            bias_act(chunk, self.bias, self.lo, self.hi);
+            bias_act(chunk, self.win.bias, self.win.lo, self.win.hi);
         }
         Ok(())
     }
 
     /// Fills `patch` (whole rows of fh·fw·c) with the windows of output pixels `p0..`.
     fn im2col(&self, p0: usize, patch: &mut [f32]) {
-        let g = &self.g;
-        let (h, w) = self.in_hw;
-        let (oh, ow) = self.out_hw;
-        let (fh, fw) = self.filter_hw;
-        let c = self.c;
+        let g = &self.win.g;
+        let (h, w) = self.win.in_hw;
+        let (oh, ow) = self.win.out_hw;
+        let (fh, fw) = self.win.filter_hw;
+        let c = self.win.c;
         let k = fh * fw * c;
         let per_img = oh * ow;
         for (r, dst) in patch.chunks_exact_mut(k.max(1)).enumerate() {
@@ -733,7 +741,7 @@ impl ConvF32<'_> {
                     drow.fill(0.0);
                     continue;
                 };
-                let src = &self.x[(b * h + iy) * w * c..][..w * c];
+                let src = &self.win.x[(b * h + iy) * w * c..][..w * c];
                 if g.dil_w == 1 {
                     // Input column of tap kx is base + kx - pad_l: the valid taps are one run.
                     let base = ox * g.stride_w;
@@ -760,17 +768,10 @@ impl ConvF32<'_> {
 
 /// A float DEPTHWISE_CONV_2D on NHWC data, vectorized over channels.
 struct DepthwiseF32<'a> {
-    x: &'a [f32],
+    win: FloatWindow<'a>,
+    /// The filter, `[fh][fw][c·mult]`.
     f: &'a [f32],
-    bias: &'a [f32],
-    lo: f32,
-    hi: f32,
-    g: Geometry,
-    in_hw: (usize, usize),
-    c: usize,
     mult: usize,
-    out_hw: (usize, usize),
-    filter_hw: (usize, usize),
 }
 
 /// Channels accumulated in registers at once (two AVX-512 / four AVX registers).
@@ -783,9 +784,9 @@ fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
 
 impl DepthwiseF32<'_> {
     fn run(&self, out: &mut [f32]) {
-        let oc = self.c * self.mult;
-        let (_, ow) = self.out_hw;
-        let (fh, fw) = self.filter_hw;
+        let oc = self.win.c * self.mult;
+        let (_, ow) = self.win.out_hw;
+        let (fh, fw) = self.win.filter_hw;
         let row_len = ow * oc;
         if row_len == 0 || out.is_empty() {
             return;
@@ -820,11 +821,11 @@ impl DepthwiseF32<'_> {
 
     #[inline(always)]
     fn rows_generic<const FMA: bool>(&self, r0: usize, out: &mut [f32]) {
-        let g = &self.g;
-        let (h, w) = self.in_hw;
-        let (oh, ow) = self.out_hw;
-        let (fh, fw) = self.filter_hw;
-        let (c, oc) = (self.c, self.c * self.mult);
+        let g = &self.win.g;
+        let (h, w) = self.win.in_hw;
+        let (oh, ow) = self.win.out_hw;
+        let (fh, fw) = self.win.filter_hw;
+        let (c, oc) = (self.win.c, self.win.c * self.mult);
         // Output columns whose whole window lies inside the input horizontally.
         let ox_lo = g.pad_l.div_ceil(g.stride_w).min(ow);
         let span = (fw - 1) * g.dil_w;
@@ -873,8 +874,9 @@ impl DepthwiseF32<'_> {
     /// One output pixel: `acc = clamp(bias + Σ taps x[xo + shift ..] * f[fo ..])`.
     #[inline(always)]
     fn pixel<const FMA: bool>(&self, acc: &mut [f32], taps: &[(usize, usize)], shift: usize) {
-        let (x, f, bias, lo, hi) = (self.x, self.f, self.bias, self.lo, self.hi);
-        let (c, mult) = (self.c, self.mult);
+        let (x, f, bias) = (self.win.x, self.f, self.win.bias);
+        let (lo, hi) = (self.win.lo, self.win.hi);
+        let (c, mult) = (self.win.c, self.mult);
         let oc = c * mult;
         if mult == 1 {
             let mut c0 = 0;

@@ -1,12 +1,12 @@
 //! Elementwise kernels: broadcast arithmetic, activations, (de)quantization, softmax, L2 norm.
 
 use super::quant::{act_range_q, mbqm, quantize_multiplier, quantize_val};
-use super::{KResult, OpCtx, count, resolve_axis};
+use super::{KResult, OpCtx, count, q8_range, q8_tensor, resolve_axis};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 /// numpy-style broadcast of two shapes.
-pub(crate) fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
+fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
     let r = a.len().max(b.len());
     let mut out = vec![0u32; r];
     for i in 0..r {
@@ -34,7 +34,7 @@ pub(crate) fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
 }
 
 /// Applies `f` elementwise over the broadcast of `a` and `b`.
-pub(crate) fn broadcast<A: Copy, B: Copy, R>(
+fn broadcast<A: Copy, B: Copy, R>(
     ctx: &OpCtx<'_>,
     ad: &[u32],
     a: &[A],
@@ -165,23 +165,6 @@ fn q8_values(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<i32>)> {
         _ => return Err(ctx.err(format!("input {i} is not 8-bit quantized"))),
     };
     Ok((t.dims.clone(), v))
-}
-
-fn q8_range(ty: OperandType) -> (i32, i32) {
-    if ty == OperandType::TensorQuant8AsymmSigned {
-        (-128, 127)
-    } else {
-        (0, 255)
-    }
-}
-
-/// Builds an 8-bit tensor of type `ty` from already clamped values.
-pub(crate) fn q8_tensor(ty: OperandType, dims: Vec<u32>, v: Vec<i32>) -> Tensor {
-    if ty == OperandType::TensorQuant8AsymmSigned {
-        Tensor::new(dims, Data::I8(v.into_iter().map(|x| x as i8).collect()))
-    } else {
-        Tensor::new(dims, Data::U8(v.into_iter().map(|x| x as u8).collect()))
-    }
 }
 
 fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
@@ -373,7 +356,8 @@ pub(crate) fn split_axis(dims: &[u32], axis: usize) -> (usize, usize, usize) {
     (outer, dims[axis] as usize, inner)
 }
 
-fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
+/// Input `i` as floats (8-bit values dequantized), checked against its dimensions.
+pub(crate) fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
     let op = ctx.operand(i)?;
     let t = ctx.t(i)?;
     let v = match &t.data {
@@ -394,7 +378,8 @@ fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
     Ok((t.dims.clone(), v))
 }
 
-fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KResult<Tensor> {
+/// `v` as output 0: floats, or quantized to the output's 8-bit type.
+pub(crate) fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KResult<Tensor> {
     let out = ctx.out(0)?;
     match out.ty {
         OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
@@ -412,16 +397,21 @@ fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KResult<Tensor>
     }
 }
 
+/// [`split_axis`] at the axis given by optional INT32 input `i` (default: the last one).
+fn split_at_axis_arg(ctx: &OpCtx<'_>, dims: &[u32], i: usize) -> KResult<(usize, usize, usize)> {
+    let axis = if ctx.has(i) { ctx.scalar_i32(i)? } else { -1 };
+    if dims.is_empty() {
+        return Err(ctx.err("input must have rank >= 1"));
+    }
+    let axis = resolve_axis(ctx, axis, dims.len())?;
+    Ok(split_axis(dims, axis))
+}
+
 /// SOFTMAX(input, beta, [axis]).
 pub(crate) fn softmax(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let (d, x) = float_view(ctx, 0)?;
     let beta = ctx.scalar_f32(1)?;
-    let axis = if ctx.has(2) { ctx.scalar_i32(2)? } else { -1 };
-    if d.is_empty() {
-        return Err(ctx.err("input must have rank >= 1"));
-    }
-    let axis = resolve_axis(ctx, axis, d.len())?;
-    let (outer, n, inner) = split_axis(&d, axis);
+    let (outer, n, inner) = split_at_axis_arg(ctx, &d, 2)?;
     let mut out = vec![0f32; x.len()];
     for o in 0..outer {
         for i in 0..inner {
@@ -447,12 +437,7 @@ pub(crate) fn softmax(ctx: &OpCtx<'_>) -> KResult<Tensor> {
 /// L2_NORMALIZATION(input, [axis]).
 pub(crate) fn l2_normalization(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let (d, x) = float_view(ctx, 0)?;
-    let axis = if ctx.has(1) { ctx.scalar_i32(1)? } else { -1 };
-    if d.is_empty() {
-        return Err(ctx.err("input must have rank >= 1"));
-    }
-    let axis = resolve_axis(ctx, axis, d.len())?;
-    let (outer, n, inner) = split_axis(&d, axis);
+    let (outer, n, inner) = split_at_axis_arg(ctx, &d, 1)?;
     let mut out = vec![0f32; x.len()];
     for o in 0..outer {
         for i in 0..inner {

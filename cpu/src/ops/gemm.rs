@@ -30,21 +30,6 @@ pub(crate) fn sgemm(
     )
 }
 
-/// [`sgemm`] on the calling thread only.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn sgemm_st(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    b: &[f32],
-    rsb: usize,
-    csb: usize,
-    c: &mut [f32],
-) -> Result<(), String> {
-    gemm_with_threads(m, k, n, a, b, rsb, csb, c, 1)
-}
-
 /// A raw pointer that may cross to a scoped worker thread.
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
@@ -61,8 +46,10 @@ unsafe impl Send for SendPtr {}
 // SAFETY: as above; the threads never touch the same element.
 unsafe impl Sync for SendPtr {}
 
+/// [`sgemm`] on `threads` threads; 1 keeps it on the calling thread (for callers that are
+/// already split across threads).
 #[allow(clippy::too_many_arguments)]
-fn gemm_with_threads(
+pub(crate) fn gemm_with_threads(
     m: usize,
     k: usize,
     n: usize,
@@ -282,13 +269,28 @@ mod tests {
         c
     }
 
+    /// An `m×k` A and a `k×n` B of values in [-0.5, 0.5) drawn from an LCG at `seed`, so
+    /// failures reproduce.
+    fn operands(seed: &mut u32, m: usize, k: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+        let mut rnd = || {
+            *seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (*seed >> 9) as f32 / (1u32 << 23) as f32 - 0.5
+        };
+        let a = (0..m * k).map(|_| rnd()).collect();
+        let b = (0..k * n).map(|_| rnd()).collect();
+        (a, b)
+    }
+
+    /// `got` and `want` agree to the relative tolerance of f32 summation in a different order.
+    fn assert_close(got: &[f32], want: &[f32], what: &str) {
+        for (x, y) in got.iter().zip(want) {
+            assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{what}");
+        }
+    }
+
     #[test]
     fn threaded_splits_match_naive() {
-        let mut seed = 7u32;
-        let mut rnd = move || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 9) as f32 / (1u32 << 23) as f32 - 0.5
-        };
+        let mut seed = 7;
         for &(m, k, n) in &[
             (1, 1, 1),
             (3, 5, 70),
@@ -297,19 +299,13 @@ mod tests {
             (5, 40, 200),
             (200, 3, 5),
         ] {
-            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let b: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
+            let (a, b) = operands(&mut seed, m, k, n);
             for (rsb, csb) in [(n, 1), (1, k)] {
                 let want = naive(m, k, n, &a, &b, rsb, csb);
                 for threads in 1..=3 {
                     let mut c = vec![f32::NAN; m * n];
                     gemm_with_threads(m, k, n, &a, &b, rsb, csb, &mut c, threads).unwrap();
-                    for (x, y) in c.iter().zip(&want) {
-                        assert!(
-                            (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                            "{m}x{k}x{n} t{threads}"
-                        );
-                    }
+                    assert_close(&c, &want, &format!("{m}x{k}x{n} t{threads}"));
                 }
             }
         }
@@ -317,11 +313,7 @@ mod tests {
 
     #[test]
     fn gemv_rows_match_naive() {
-        let mut seed = 11u32;
-        let mut rnd = move || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 9) as f32 / (1u32 << 23) as f32 - 0.5
-        };
+        let mut seed = 11;
         for &(m, k, n) in &[
             (1, 1, 1),
             (1, 31, 5),
@@ -329,14 +321,11 @@ mod tests {
             (4, 100, 65),
             (1, 1024, 4096),
         ] {
-            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let w: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
+            let (a, w) = operands(&mut seed, m, k, n);
             let want = naive(m, k, n, &a, &w, 1, k);
             let mut c = vec![f32::NAN; m * n];
             gemv_rows(m, k, n, &a, &w, &mut c).unwrap();
-            for (x, y) in c.iter().zip(&want) {
-                assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{m}x{k}x{n}");
-            }
+            assert_close(&c, &want, &format!("{m}x{k}x{n}"));
         }
         assert!(gemv_rows(1, 2, 2, &[1.0; 2], &[1.0; 3], &mut [0.0; 2]).is_err());
     }

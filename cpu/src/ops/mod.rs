@@ -2,33 +2,33 @@
 
 use std::borrow::Cow;
 
-use crate::exec::ExecError;
+use crate::error::ExecError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 use crate::tensor::{Data, Tensor};
 
-pub(crate) mod conv;
-pub(crate) mod elementwise;
-pub(crate) mod gemm;
-pub(crate) mod pool;
-pub(crate) mod quant;
-pub(crate) mod shape;
+mod conv;
+mod elementwise;
+mod gemm;
+mod pool;
+mod quant;
+mod shape;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.
 pub(crate) struct OpCtx<'a> {
-    pub graph: &'a Graph,
-    pub op: &'a Operation,
-    pub index: usize,
-    pub values: &'a [Option<Cow<'a, Tensor>>],
+    pub(crate) graph: &'a Graph,
+    pub(crate) op: &'a Operation,
+    pub(crate) index: usize,
+    pub(crate) values: &'a [Option<Cow<'a, Tensor>>],
     /// The operation's constant float weights as `[k][n]`, when prepared (see
     /// [`transposed_weights`]).
-    pub weights_t: Option<&'a [f32]>,
+    pub(crate) weights_t: Option<&'a [f32]>,
 }
 
 pub(crate) type KResult<T> = Result<T, ExecError>;
 
 impl<'a> OpCtx<'a> {
     /// An InvalidArgument error naming this operation.
-    pub fn err(&self, msg: impl std::fmt::Display) -> ExecError {
+    pub(crate) fn err(&self, msg: impl std::fmt::Display) -> ExecError {
         ExecError::InvalidArgument(format!(
             "operation {} ({}): {msg}",
             self.index,
@@ -36,38 +36,40 @@ impl<'a> OpCtx<'a> {
         ))
     }
 
-    pub fn n_inputs(&self) -> usize {
+    pub(crate) fn n_inputs(&self) -> usize {
         self.op.inputs.len()
     }
 
-    /// Declaration of input `i`.
-    pub fn operand(&self, i: usize) -> KResult<&'a Operand> {
-        let idx = *self
-            .op
-            .inputs
+    /// Operand index of the operation's `what` ("input", "output") number `i`, listed in
+    /// `indexes`.
+    fn index_of(&self, indexes: &[u32], what: &str, i: usize) -> KResult<usize> {
+        let idx = indexes
             .get(i)
-            .ok_or_else(|| self.err(format!("missing input {i}")))?;
+            .ok_or_else(|| self.err(format!("missing {what} {i}")))?;
+        Ok(*idx as usize)
+    }
+
+    /// Declaration of the operation's `what` number `i`, listed in `indexes`.
+    fn declared(&self, indexes: &[u32], what: &str, i: usize) -> KResult<&'a Operand> {
+        let idx = self.index_of(indexes, what, i)?;
         self.graph
             .operands
-            .get(idx as usize)
-            .ok_or_else(|| self.err(format!("input {i} out of range")))
+            .get(idx)
+            .ok_or_else(|| self.err(format!("{what} {i} out of range")))
+    }
+
+    /// Declaration of input `i`.
+    pub(crate) fn operand(&self, i: usize) -> KResult<&'a Operand> {
+        self.declared(&self.op.inputs, "input", i)
     }
 
     /// Declaration of output `k`.
-    pub fn out(&self, k: usize) -> KResult<&'a Operand> {
-        let idx = *self
-            .op
-            .outputs
-            .get(k)
-            .ok_or_else(|| self.err(format!("missing output {k}")))?;
-        self.graph
-            .operands
-            .get(idx as usize)
-            .ok_or_else(|| self.err(format!("output {k} out of range")))
+    pub(crate) fn out(&self, k: usize) -> KResult<&'a Operand> {
+        self.declared(&self.op.outputs, "output", k)
     }
 
     /// Whether optional input `i` is present and has a value.
-    pub fn has(&self, i: usize) -> bool {
+    pub(crate) fn has(&self, i: usize) -> bool {
         match self.op.inputs.get(i) {
             Some(&idx) => {
                 matches!(self.values.get(idx as usize), Some(Some(_)))
@@ -82,19 +84,15 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Value of input `i`.
-    pub fn t(&self, i: usize) -> KResult<&'a Tensor> {
-        let idx = *self
-            .op
-            .inputs
-            .get(i)
-            .ok_or_else(|| self.err(format!("missing input {i}")))?;
-        match self.values.get(idx as usize) {
+    pub(crate) fn t(&self, i: usize) -> KResult<&'a Tensor> {
+        let idx = self.index_of(&self.op.inputs, "input", i)?;
+        match self.values.get(idx) {
             Some(Some(v)) => Ok(v.as_ref()),
             _ => Err(self.err(format!("input {i} (operand {idx}) has no value"))),
         }
     }
 
-    pub fn f32s(&self, i: usize) -> KResult<(&'a [u32], &'a [f32])> {
+    pub(crate) fn f32s(&self, i: usize) -> KResult<(&'a [u32], &'a [f32])> {
         let t = self.t(i)?;
         match &t.data {
             Data::F32(v) => Ok((&t.dims, v)),
@@ -102,7 +100,7 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    pub fn i32s(&self, i: usize) -> KResult<(&'a [u32], &'a [i32])> {
+    pub(crate) fn i32s(&self, i: usize) -> KResult<(&'a [u32], &'a [i32])> {
         let t = self.t(i)?;
         match &t.data {
             Data::I32(v) => Ok((&t.dims, v)),
@@ -110,21 +108,21 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    pub fn scalar_i32(&self, i: usize) -> KResult<i32> {
+    pub(crate) fn scalar_i32(&self, i: usize) -> KResult<i32> {
         match &self.t(i)?.data {
             Data::I32(v) if v.len() == 1 => Ok(v[0]),
             _ => Err(self.err(format!("input {i} is not an INT32 scalar"))),
         }
     }
 
-    pub fn scalar_f32(&self, i: usize) -> KResult<f32> {
+    pub(crate) fn scalar_f32(&self, i: usize) -> KResult<f32> {
         match &self.t(i)?.data {
             Data::F32(v) if v.len() == 1 => Ok(v[0]),
             _ => Err(self.err(format!("input {i} is not a FLOAT32 scalar"))),
         }
     }
 
-    pub fn scalar_bool(&self, i: usize) -> KResult<bool> {
+    pub(crate) fn scalar_bool(&self, i: usize) -> KResult<bool> {
         match &self.t(i)?.data {
             Data::U8(v) if v.len() == 1 => Ok(v[0] != 0),
             _ => Err(self.err(format!("input {i} is not a BOOL scalar"))),
@@ -132,7 +130,7 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Optional BOOL input `i`, `default` when absent.
-    pub fn opt_bool(&self, i: usize, default: bool) -> KResult<bool> {
+    pub(crate) fn opt_bool(&self, i: usize, default: bool) -> KResult<bool> {
         if self.has(i) {
             self.scalar_bool(i)
         } else {
@@ -141,13 +139,13 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Non-negative INT32 scalar as usize.
-    pub fn scalar_usize(&self, i: usize, what: &str) -> KResult<usize> {
+    pub(crate) fn scalar_usize(&self, i: usize, what: &str) -> KResult<usize> {
         let v = self.scalar_i32(i)?;
         usize::try_from(v).map_err(|_| self.err(format!("{what} must be >= 0, got {v}")))
     }
 
     /// Positive INT32 scalar as usize.
-    pub fn scalar_pos(&self, i: usize, what: &str) -> KResult<usize> {
+    pub(crate) fn scalar_pos(&self, i: usize, what: &str) -> KResult<usize> {
         let v = self.scalar_i32(i)?;
         if v <= 0 {
             return Err(self.err(format!("{what} must be > 0, got {v}")));
@@ -156,17 +154,17 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Type of input `i` (declared).
-    pub fn ty(&self, i: usize) -> KResult<OperandType> {
+    pub(crate) fn ty(&self, i: usize) -> KResult<OperandType> {
         Ok(self.operand(i)?.ty)
     }
 
-    pub fn act_f32(&self, i: usize) -> KResult<(f32, f32)> {
+    pub(crate) fn act_f32(&self, i: usize) -> KResult<(f32, f32)> {
         let a = self.scalar_i32(i)?;
         quant::act_range_f32(a).map_err(|e| self.err(e))
     }
 
     /// Quantized activation range of output 0 for the activation at input `i`.
-    pub fn act_q(&self, i: usize, qmin: i32, qmax: i32) -> KResult<(i32, i32)> {
+    pub(crate) fn act_q(&self, i: usize, qmin: i32, qmax: i32) -> KResult<(i32, i32)> {
         let a = self.scalar_i32(i)?;
         let o = self.out(0)?;
         quant::act_range_q(a, o.scale, o.zero_point, qmin, qmax).map_err(|e| self.err(e))
@@ -306,7 +304,7 @@ pub(crate) fn nchw_to_nhwc<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
 }
 
 /// NHWC → NCHW permutation of a 4-D tensor's elements.
-pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
+fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
     let (n, h, w, c) = (d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize);
     let mut out = Vec::with_capacity(v.len());
     for b in 0..n {
@@ -319,6 +317,58 @@ pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
         }
     }
     (vec![d[0], d[3], d[1], d[2]], out)
+}
+
+/// NHWC results back in the operation's layout: NCHW when its layout argument asked for it.
+pub(crate) fn to_layout<T: Copy>(od: Vec<u32>, out: Vec<T>, nchw: bool) -> (Vec<u32>, Vec<T>) {
+    if nchw {
+        nhwc_to_nchw(&out, &od)
+    } else {
+        (od, out)
+    }
+}
+
+/// Checks that input `t` is 4-D and returns its dimensions in NHWC order, both as declared
+/// extents and as `[batch, height, width, depth]`; an NCHW input's dimensions are reordered.
+pub(crate) fn nhwc_input(
+    ctx: &OpCtx<'_>,
+    t: &Tensor,
+    nchw: bool,
+) -> KResult<(Vec<u32>, [usize; 4])> {
+    check4(ctx, &t.dims, t.data.len(), "input")?;
+    let d = if nchw {
+        vec![t.dims[0], t.dims[2], t.dims[3], t.dims[1]]
+    } else {
+        t.dims.clone()
+    };
+    let nhwc = [0, 1, 2, 3].map(|i| d[i] as usize);
+    Ok((d, nhwc))
+}
+
+/// Whether `ty` is one of the 8-bit asymmetric quantized types.
+pub(crate) fn is_quant8(ty: OperandType) -> bool {
+    matches!(
+        ty,
+        OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned
+    )
+}
+
+/// The value range of an 8-bit quantized type.
+pub(crate) fn q8_range(ty: OperandType) -> (i32, i32) {
+    if ty == OperandType::TensorQuant8AsymmSigned {
+        (-128, 127)
+    } else {
+        (0, 255)
+    }
+}
+
+/// Builds an 8-bit tensor of type `ty` from already clamped values.
+pub(crate) fn q8_tensor(ty: OperandType, dims: Vec<u32>, v: Vec<i32>) -> Tensor {
+    if ty == OperandType::TensorQuant8AsymmSigned {
+        Tensor::new(dims, Data::I8(v.into_iter().map(|x| x as i8).collect()))
+    } else {
+        Tensor::new(dims, Data::U8(v.into_iter().map(|x| x as u8).collect()))
+    }
 }
 
 /// Checks that `dims` is 4-D and its element count matches `len`.

@@ -1,7 +1,10 @@
 //! AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D and RESIZE_BILINEAR.
 
 use super::conv::{Geometry, Padding};
-use super::{KResult, OpCtx, check4, count, nchw_to_nhwc, nhwc_to_nchw, to_u32};
+use super::{
+    KResult, OpCtx, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor, to_layout,
+    to_u32,
+};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
@@ -21,19 +24,7 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     };
     let n_in = ctx.n_inputs();
     let implicit = n_in == 7 || n_in == 8;
-    let (padding, first) = if implicit {
-        (Padding::Implicit(ctx.scalar_i32(1)?), 2)
-    } else {
-        (
-            Padding::Explicit {
-                l: ctx.scalar_usize(1, "padding")?,
-                r: ctx.scalar_usize(2, "padding")?,
-                t: ctx.scalar_usize(3, "padding")?,
-                b: ctx.scalar_usize(4, "padding")?,
-            },
-            5,
-        )
-    };
+    let (padding, first) = Padding::parse(ctx, 1, implicit)?;
     let sw = ctx.scalar_pos(first, "stride_w")?;
     let sh = ctx.scalar_pos(first + 1, "stride_h")?;
     let fw = ctx.scalar_pos(first + 2, "filter_width")?;
@@ -41,13 +32,7 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let act = first + 4;
     let nchw = ctx.opt_bool(act + 1, false)?;
     let it = ctx.t(0)?;
-    check4(ctx, &it.dims, it.data.len(), "input")?;
-    let in_dims = if nchw {
-        vec![it.dims[0], it.dims[2], it.dims[3], it.dims[1]]
-    } else {
-        it.dims.clone()
-    };
-    let [n, h, w, c] = [0, 1, 2, 3].map(|i| in_dims[i] as usize);
+    let (in_dims, [n, h, w, c]) = nhwc_input(ctx, it, nchw)?;
     let (g, oh, ow) = Geometry::resolve(ctx, padding, (sw, sh), (1, 1), (h, w), (fh, fw))?;
     let od = vec![in_dims[0], to_u32(ctx, oh)?, to_u32(ctx, ow)?, in_dims[3]];
     count(ctx, &od)?;
@@ -118,18 +103,12 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             };
             v.max(lo).min(hi)
         });
-        return Ok(if nchw {
-            let (d, v) = nhwc_to_nchw(&out, &od);
-            Tensor::new(d, Data::F32(v))
-        } else {
-            Tensor::new(od, Data::F32(out))
-        });
+        let (d, v) = to_layout(od, out, nchw);
+        return Ok(Tensor::new(d, Data::F32(v)));
     }
-    let signed = match in_ty {
-        OperandType::TensorQuant8Asymm => false,
-        OperandType::TensorQuant8AsymmSigned => true,
-        t => return Err(ctx.err(format!("unsupported type {}", t.name()))),
-    };
+    if !is_quant8(in_ty) {
+        return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
+    }
     if kind == PoolKind::L2 {
         return Err(ctx.err("L2_POOL_2D is not implemented for quantized tensors"));
     }
@@ -141,7 +120,7 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     if nchw {
         x = nchw_to_nhwc(&x, &it.dims).1;
     }
-    let (qmin, qmax) = if signed { (-128, 127) } else { (0, 255) };
+    let (qmin, qmax) = q8_range(in_ty);
     let (lo, hi) = ctx.act_q(act, qmin, qmax)?;
     let out = run(&x, (n, h, w, c), (oh, ow), win, |it, cnt| {
         let v = match kind {
@@ -161,16 +140,8 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         };
         v.clamp(lo, hi)
     });
-    let (d, out) = if nchw {
-        nhwc_to_nchw(&out, &od)
-    } else {
-        (od, out)
-    };
-    Ok(if signed {
-        Tensor::new(d, Data::I8(out.into_iter().map(|v| v as i8).collect()))
-    } else {
-        Tensor::new(d, Data::U8(out.into_iter().map(|v| v as u8).collect()))
-    })
+    let (d, out) = to_layout(od, out, nchw);
+    Ok(q8_tensor(in_ty, d, out))
 }
 
 /// Source coordinate, lower and upper neighbour for output coordinate `o`.
@@ -196,13 +167,7 @@ pub(crate) fn resize_bilinear(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let align = ctx.opt_bool(4, false)?;
     let half = ctx.opt_bool(5, false)?;
     let it = ctx.t(0)?;
-    check4(ctx, &it.dims, it.data.len(), "input")?;
-    let in_dims = if nchw {
-        vec![it.dims[0], it.dims[2], it.dims[3], it.dims[1]]
-    } else {
-        it.dims.clone()
-    };
-    let [n, h, w, c] = [0, 1, 2, 3].map(|i| in_dims[i] as usize);
+    let (in_dims, [n, h, w, c]) = nhwc_input(ctx, it, nchw)?;
     let (ow, oh) = if matches!(ctx.ty(1)?, OperandType::Float32 | OperandType::Float16) {
         let sw = ctx.scalar_f32(1)?;
         let sh = ctx.scalar_f32(2)?;
@@ -260,11 +225,7 @@ pub(crate) fn resize_bilinear(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             }
         }
     }
-    let (d, out) = if nchw {
-        nhwc_to_nchw(&out, &od)
-    } else {
-        (od, out)
-    };
+    let (d, out) = to_layout(od, out, nchw);
     Ok(match &it.data {
         Data::U8(_) => Tensor::new(
             d,

@@ -1,7 +1,7 @@
 //! Fixed-point helpers with the NN HAL (TFLite gemmlowp) rounding behaviour.
 
 /// gemmlowp SaturatingRoundingDoublingHighMul.
-pub(crate) fn srdhm(a: i32, b: i32) -> i32 {
+fn srdhm(a: i32, b: i32) -> i32 {
     if a == i32::MIN && b == i32::MIN {
         return i32::MAX;
     }
@@ -11,7 +11,7 @@ pub(crate) fn srdhm(a: i32, b: i32) -> i32 {
 }
 
 /// gemmlowp RoundingDivideByPOT (round half away from zero).
-pub(crate) fn rdbpot(x: i32, exponent: i32) -> i32 {
+fn rdbpot(x: i32, exponent: i32) -> i32 {
     let e = exponent.clamp(0, 31);
     let mask = ((1i64 << e) - 1) as i32;
     let remainder = x & mask;

@@ -1,8 +1,7 @@
 //! Data-movement kernels: RESHAPE, SQUEEZE, TRANSPOSE, PAD, CONCATENATION, SPACE_TO_DEPTH,
 //! DEPTH_TO_SPACE, MEAN.
 
-use super::elementwise::split_axis;
-use super::quant::quantize_val;
+use super::elementwise::{float_result, float_view, split_axis};
 use super::{KResult, OpCtx, count, resolve_axis, strides, to_u32};
 use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
@@ -16,7 +15,7 @@ fn checked(ctx: &OpCtx<'_>, t: &Tensor) -> KResult<usize> {
 }
 
 /// Source indexes of `dims` permuted by `perm`: out[i] = in[idx[i]].
-pub(crate) fn permute_indices(dims: &[u32], perm: &[usize]) -> (Vec<u32>, Vec<usize>) {
+fn permute_indices(dims: &[u32], perm: &[usize]) -> (Vec<u32>, Vec<usize>) {
     let st = strides(dims);
     let od: Vec<u32> = perm.iter().map(|&p| dims[p]).collect();
     let ost: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
@@ -43,9 +42,18 @@ pub(crate) fn permute_indices(dims: &[u32], perm: &[usize]) -> (Vec<u32>, Vec<us
 }
 
 /// Permutes a tensor's axes.
-pub(crate) fn permute(t: &Tensor, perm: &[usize]) -> Tensor {
+fn permute(t: &Tensor, perm: &[usize]) -> Tensor {
     let (od, idx) = permute_indices(&t.dims, perm);
     Tensor::new(od, t.data.gather(&idx))
+}
+
+/// The extents of `dims` whose `drop` flag is false.
+fn kept_dims(dims: &[u32], drop: &[bool]) -> Vec<u32> {
+    dims.iter()
+        .zip(drop)
+        .filter(|(_, d)| !**d)
+        .map(|(&x, _)| x)
+        .collect()
 }
 
 fn int_list(ctx: &OpCtx<'_>, i: usize) -> KResult<Vec<i32>> {
@@ -113,14 +121,7 @@ pub(crate) fn squeeze(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             drop[a] = true;
         }
     }
-    let dims = t
-        .dims
-        .iter()
-        .zip(&drop)
-        .filter(|(_, d)| !**d)
-        .map(|(&x, _)| x)
-        .collect();
-    Ok(Tensor::new(dims, t.data.clone()))
+    Ok(Tensor::new(kept_dims(&t.dims, &drop), t.data.clone()))
 }
 
 /// TRANSPOSE(input, [perm]).
@@ -390,7 +391,6 @@ pub(crate) fn depth_to_space(ctx: &OpCtx<'_>) -> KResult<Tensor> {
 pub(crate) fn mean(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let t = ctx.t(0)?;
     checked(ctx, t)?;
-    let inp = ctx.operand(0)?;
     let r = t.dims.len();
     let axes = int_list(ctx, 1)?;
     let keep = ctx.scalar_i32(2)? > 0;
@@ -398,18 +398,7 @@ pub(crate) fn mean(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     for &a in &axes {
         reduce[resolve_axis(ctx, a, r)?] = true;
     }
-    let x: Vec<f32> = match &t.data {
-        Data::F32(v) => v.clone(),
-        Data::U8(v) => v
-            .iter()
-            .map(|&q| (i32::from(q) - inp.zero_point) as f32 * inp.scale)
-            .collect(),
-        Data::I8(v) => v
-            .iter()
-            .map(|&q| (i32::from(q) - inp.zero_point) as f32 * inp.scale)
-            .collect(),
-        _ => return Err(ctx.err("unsupported input type")),
-    };
+    let (_, x) = float_view(ctx, 0)?;
     let mut od_keep = t.dims.clone();
     for (i, d) in od_keep.iter_mut().enumerate() {
         if reduce[i] {
@@ -448,31 +437,8 @@ pub(crate) fn mean(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let od = if keep {
         od_keep
     } else {
-        let v: Vec<u32> = t
-            .dims
-            .iter()
-            .zip(&reduce)
-            .filter(|(_, r)| !**r)
-            .map(|(&d, _)| d)
-            .collect();
+        let v = kept_dims(&t.dims, &reduce);
         if v.is_empty() { vec![1] } else { v }
     };
-    let out = ctx.out(0)?;
-    let data = match out.ty {
-        OperandType::TensorFloat32 | OperandType::TensorFloat16 => Data::F32(means),
-        OperandType::TensorQuant8Asymm => Data::U8(
-            means
-                .iter()
-                .map(|&m| quantize_val(m, out.scale, out.zero_point, 0, 255) as u8)
-                .collect(),
-        ),
-        OperandType::TensorQuant8AsymmSigned => Data::I8(
-            means
-                .iter()
-                .map(|&m| quantize_val(m, out.scale, out.zero_point, -128, 127) as i8)
-                .collect(),
-        ),
-        ty => return Err(ctx.err(format!("unsupported output type {}", ty.name()))),
-    };
-    Ok(Tensor::new(od, data))
+    float_result(ctx, od, means)
 }

@@ -1,5 +1,9 @@
 //! The graph model: operand and operation types with their NN HAL codes, operands, operations.
 
+/// An enum of NN HAL codes: the variants with their numeric codes and HAL spellings, and
+/// `ALL`, `code`, `from_code`, `name`, `from_name` and `Display`. The HAL's own enums
+/// (`nnaccel_hal::types`) are made with it too.
+#[macro_export]
 macro_rules! code_enum {
     (
         $(#[$meta:meta])*

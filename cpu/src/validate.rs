@@ -1,9 +1,8 @@
 //! Graph validation and per-operation support checks.
 
-use std::collections::VecDeque;
-
 use crate::error::GraphError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, OperationType};
+use crate::order::execution_order;
 
 use OperandType as T;
 use OperationType as O;
@@ -357,45 +356,17 @@ pub(crate) fn validate_graph(g: &Graph) -> Result<Vec<usize>, GraphError> {
             )));
         }
     }
-    // Kahn's algorithm over operand readiness.
-    let mut missing: Vec<usize> = g
-        .operations
-        .iter()
-        .map(|op| {
-            op.inputs
-                .iter()
-                .filter(|&&x| writer[x as usize].is_some())
-                .count()
-        })
-        .collect();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (oi, op) in g.operations.iter().enumerate() {
-        for &x in &op.inputs {
-            if writer[x as usize].is_some() {
-                readers[x as usize].push(oi);
-            }
-        }
-    }
-    let mut queue: VecDeque<usize> = (0..g.operations.len())
-        .filter(|&i| missing[i] == 0)
-        .collect();
-    let mut order = Vec::with_capacity(g.operations.len());
-    while let Some(oi) = queue.pop_front() {
-        order.push(oi);
-        for &x in &g.operations[oi].outputs {
-            for &r in &readers[x as usize] {
-                missing[r] -= 1;
-                if missing[r] == 0 {
-                    queue.push_back(r);
-                }
-            }
-        }
-    }
-    if order.len() != g.operations.len() {
-        return Err(GraphError::InvalidGraph(
+    let order = execution_order(
+        n,
+        g.operations
+            .iter()
+            .map(|op| (op.inputs.as_slice(), op.outputs.as_slice())),
+    )
+    .map_err(|_| {
+        GraphError::InvalidGraph(
             "the operations contain a cycle (no topological order exists)".into(),
-        ));
-    }
+        )
+    })?;
     for oi in 0..g.operations.len() {
         if let Err(Issue::Invalid(reason)) = check_op(g, oi) {
             return Err(GraphError::InvalidOperation {

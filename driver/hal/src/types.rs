@@ -1,37 +1,12 @@
 //! The NN HAL 1.3 types, in Rust. Names follow the HAL (`types.hal`); numeric codes are the
 //! HAL's. Operand and operation type codes come from the CPU executor, which shares them.
 
-use std::fmt;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 pub use nnaccel_cpu::{OperandType, OperationType};
 
-macro_rules! hal_enum {
-    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident = $code:literal => $hal:literal,)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        #[repr(i32)]
-        pub enum $name { $($(#[$vm])* $v = $code,)* }
-        impl $name {
-            /// Every value.
-            pub const ALL: &'static [$name] = &[$($name::$v,)*];
-            /// The HAL's numeric code.
-            pub fn code(self) -> i32 { self as i32 }
-            /// The value with this code.
-            pub fn from_code(code: i32) -> Option<Self> { match code { $($code => Some($name::$v),)* _ => None } }
-            /// The HAL's spelling.
-            pub fn name(self) -> &'static str { match self { $($name::$v => $hal,)* } }
-            /// The value with this HAL spelling.
-            pub fn from_name(s: &str) -> Option<Self> { match s { $($hal => Some($name::$v),)* _ => None } }
-        }
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
-        }
-    };
-}
-
-hal_enum! {
+nnaccel_cpu::code_enum! {
     /// Result of a HAL call (1.0 + 1.3 `ErrorStatus`).
     pub enum ErrorStatus {
         /// Success.
@@ -55,7 +30,7 @@ hal_enum! {
     }
 }
 
-hal_enum! {
+nnaccel_cpu::code_enum! {
     /// How an operand gets its value (1.3 `OperandLifetime`).
     pub enum OperandLifetime {
         /// Produced and consumed inside the model.
@@ -86,7 +61,7 @@ impl OperandLifetime {
     }
 }
 
-hal_enum! {
+nnaccel_cpu::code_enum! {
     /// What the client wants preparation to optimise for.
     pub enum ExecutionPreference {
         /// Prefer low power (bursts poll less).
@@ -98,7 +73,7 @@ hal_enum! {
     }
 }
 
-hal_enum! {
+nnaccel_cpu::code_enum! {
     /// Priority of a prepared model (1.3).
     pub enum Priority {
         /// Low.
@@ -110,7 +85,7 @@ hal_enum! {
     }
 }
 
-hal_enum! {
+nnaccel_cpu::code_enum! {
     /// Whether an execution measures its timing.
     pub enum MeasureTiming {
         /// Do not measure.

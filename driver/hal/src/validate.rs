@@ -16,8 +16,6 @@
 //!   = 0), as the NNAPI requires for non-BLOB buffers and as for token pools.
 //! - Request dimensions on a scalar operand are rejected (a scalar's rank is known to be 0).
 
-use std::collections::VecDeque;
-
 use crate::convert::model_to_graph;
 use crate::{
     DataLocation, Memory, MemoryKind, MemoryPool, Model, Operand, OperandLifetime, OperandType,
@@ -423,40 +421,15 @@ fn validate_operations(model: &Model) -> Result<(), ValidationError> {
             ));
         }
     }
-    // Cycles: Kahn's algorithm over "operation reads an operand another operation writes".
-    let ops = &model.operations;
-    let mut pending: Vec<usize> = ops
-        .iter()
-        .map(|op| {
-            op.inputs
-                .iter()
-                .filter(|&&x| writer[x as usize].is_some())
-                .count()
-        })
-        .collect();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (oi, op) in ops.iter().enumerate() {
-        for &x in &op.inputs {
-            if writer[x as usize].is_some() {
-                readers[x as usize].push(oi);
-            }
-        }
-    }
-    let mut ready: VecDeque<usize> = (0..ops.len()).filter(|&oi| pending[oi] == 0).collect();
-    let mut done = vec![false; ops.len()];
-    while let Some(oi) = ready.pop_front() {
-        done[oi] = true;
-        for &x in &ops[oi].outputs {
-            for &r in &readers[x as usize] {
-                pending[r] -= 1;
-                if pending[r] == 0 {
-                    ready.push_back(r);
-                }
-            }
-        }
-    }
-    let stuck: Vec<usize> = (0..ops.len()).filter(|&oi| !done[oi]).collect();
-    if !stuck.is_empty() {
+    // Cycles: no execution order exists when operations read each other's outputs.
+    let order = nnaccel_cpu::execution_order(
+        n,
+        model
+            .operations
+            .iter()
+            .map(|op| (op.inputs.as_slice(), op.outputs.as_slice())),
+    );
+    if let Err(stuck) = order {
         return invalid(format!(
             "operations {stuck:?} depend on each other in a cycle; no execution order exists"
         ));

@@ -9,7 +9,7 @@ use nnaccel_uapi::sys::{self, Mapping};
 use rustix::fs::{FileType, SealFlags};
 use rustix::io::Errno;
 
-use crate::device::Stats;
+use crate::shared::Stats;
 
 /// One buffer object. Reference-counted: a program or an in-flight job keeps it alive after
 /// its handle is closed.

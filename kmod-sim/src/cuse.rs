@@ -25,7 +25,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::caller::Caller;
 use crate::device::SimDevice;
-use crate::dispatch::Reply;
+use crate::reply::Reply;
 
 /// The CUSE control device.
 pub const CUSE_DEVICE: &str = "/dev/cuse";

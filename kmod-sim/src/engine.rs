@@ -22,8 +22,9 @@ use zerocopy::IntoBytes;
 
 use crate::bo::Bo;
 use crate::config::WaitMode;
-use crate::device::{DeviceCore, FileCtx, ResolvedJob};
-use crate::dispatch::Reply;
+use crate::program::LoadedProgram;
+use crate::reply::Reply;
+use crate::shared::DeviceCore;
 use crate::timers::TimerKey;
 
 /// Completions remembered per queue for WAIT.
@@ -64,6 +65,29 @@ pub fn io_uring_futex_supported() -> bool {
     probe.is_supported(io_uring::opcode::FutexWait::CODE)
 }
 
+/// A job whose handles were resolved and whose bindings were checked.
+#[derive(Debug)]
+pub struct ResolvedJob {
+    /// Echoed in the completion.
+    pub user_data: u64,
+    /// The program.
+    pub program: Arc<LoadedProgram>,
+    /// (BO, offset, length) per argument: inputs, then outputs.
+    pub bindings: Vec<(Arc<Bo>, u64, u64)>,
+}
+
+/// The open file a queue belongs to, as the engine sees it: where its counters live and
+/// where ring jobs are resolved. The device model's file implements it; a trait, so that the
+/// engine sits below the device model rather than importing it.
+pub trait QueueOwner: Send + Sync {
+    /// The file's id (names the worker thread).
+    fn file_id(&self) -> u64;
+    /// The device the file belongs to.
+    fn core(&self) -> &Arc<DeviceCore>;
+    /// Resolves and checks a job copied out of the ring against the file's handles.
+    fn resolve_job(&self, job: &Job) -> Result<ResolvedJob, Errno>;
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -100,7 +124,8 @@ struct Ring {
 struct Shared {
     id: u32,
     core: Arc<DeviceCore>,
-    file: Weak<FileCtx>,
+    /// Weak: the file owns its queues, not the other way round.
+    file: Weak<dyn QueueOwner>,
     ring: Option<Ring>,
     state: Mutex<QueueState>,
     cond: Condvar,
@@ -124,13 +149,13 @@ impl std::fmt::Debug for Queue {
 
 impl Queue {
     /// The file's default queue (id 0), fed by SUBMIT.
-    pub fn new_default(file: &Arc<FileCtx>) -> Result<Arc<Self>, Errno> {
+    pub fn new_default<F: QueueOwner + 'static>(file: &Arc<F>) -> Result<Arc<Self>, Errno> {
         Self::start(file, 0, None)
     }
 
     /// A ring queue over a mapped, initialised ring.
-    pub fn new_ring(
-        file: &Arc<FileCtx>,
+    pub fn new_ring<F: QueueOwner + 'static>(
+        file: &Arc<F>,
         id: u32,
         view: RingView,
         memfd: OwnedFd,
@@ -152,11 +177,16 @@ impl Queue {
         )
     }
 
-    fn start(file: &Arc<FileCtx>, id: u32, ring: Option<Ring>) -> Result<Arc<Self>, Errno> {
+    fn start<F: QueueOwner + 'static>(
+        file: &Arc<F>,
+        id: u32,
+        ring: Option<Ring>,
+    ) -> Result<Arc<Self>, Errno> {
+        let owner: Weak<F> = Arc::downgrade(file);
         let shared = Arc::new(Shared {
             id,
-            core: file.core.clone(),
-            file: Arc::downgrade(file),
+            core: file.core().clone(),
+            file: owner,
             ring,
             state: Mutex::default(),
             cond: Condvar::new(),
@@ -164,7 +194,7 @@ impl Queue {
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
-            .name(format!("nnaccel-engine-{}-{id}", file.id))
+            .name(format!("nnaccel-engine-{}-{id}", file.file_id()))
             .spawn(move || {
                 if s.ring.is_some() {
                     ring_worker(&s)

@@ -16,7 +16,7 @@ use fuser::{
 
 use crate::caller::Caller;
 use crate::device::SimDevice;
-use crate::dispatch::Reply;
+use crate::reply::Reply;
 
 /// `FUSE_SUPER_MAGIC`: the statfs type of a FUSE mount.
 pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;

@@ -1,6 +1,6 @@
 //! `nnaccel-kmod-sim`: the simulated nnaccel kernel module.
 //!
-//! - [`device`]: the device model — open files, handle tables, limits, counters;
+//! - [`device`]: the device model — open files, handle tables, limits;
 //! - [`bo`], [`program`]: buffer objects and validated programs;
 //! - [`engine`]: queues and their workers, running jobs on the CPU executor;
 //! - [`dispatch`]: the one ioctl dispatch function;
@@ -8,6 +8,17 @@
 //!   file that behaves as the char device, where CUSE is missing) and [`inproc`] (the device
 //!   inside the calling process);
 //! - [`caller`]: reaching caller memory and fds as a kernel driver would.
+//!
+//! Imports point one way, from the top down (`scripts/check-layers.py` checks it):
+//!
+//! ```text
+//! frontends (fuse, cuse, inproc)
+//!   -> dispatch -> device -> engine -> program -> bo -> shared, reply, config, timers
+//! ```
+//!
+//! [`shared`] (the device's limits, counters and timers) and [`reply`] (where an ioctl's answer
+//! goes) are leaves every layer may use. The engine reaches the file that owns a queue only
+//! through the [`engine::QueueOwner`] trait the device model implements, never by name.
 
 pub mod bo;
 pub mod caller;
@@ -21,6 +32,8 @@ pub mod fuse;
 mod fuzz_tests;
 pub mod inproc;
 pub mod program;
+pub mod reply;
+pub mod shared;
 pub mod timers;
 
 pub use config::{Config, Faults, WaitMode};

@@ -12,7 +12,7 @@ use nnaccel_uapi::program::{Location, Program};
 use rustix::io::Errno;
 
 use crate::bo::Bo;
-use crate::device::Stats;
+use crate::shared::Stats;
 
 /// One program argument as a job must bind it.
 #[derive(Debug, Clone, Copy)]

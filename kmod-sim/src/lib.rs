@@ -6,14 +6,15 @@
 //! - [`dispatch`]: the one ioctl dispatch function;
 //! - frontends: [`cuse`] (a real character device through `/dev/cuse`), [`fuse`] (a FUSE
 //!   file that behaves as the char device, where CUSE is missing) and [`inproc`] (the device
-//!   inside the calling process);
+//!   inside the calling process); [`frontend`] is what FUSE and CUSE share;
 //! - [`caller`]: reaching caller memory and fds as a kernel driver would.
 //!
 //! Imports point one way, from the top down (`scripts/check-layers.py` checks it):
 //!
 //! ```text
-//! frontends (fuse, cuse, inproc)
-//!   -> dispatch -> device -> engine -> program -> bo -> shared, reply, config, timers
+//! fuse, cuse -> frontend
+//! frontend, inproc -> dispatch -> device -> engine -> program -> bo
+//! any of them -> shared, reply, caller, config, timers (leaves)
 //! ```
 //!
 //! [`shared`] (the device's limits, counters and timers) and [`reply`] (where an ioctl's answer
@@ -27,6 +28,7 @@ pub mod cuse;
 pub mod device;
 pub mod dispatch;
 pub mod engine;
+pub mod frontend;
 pub mod fuse;
 #[cfg(test)]
 mod fuzz_tests;

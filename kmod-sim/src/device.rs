@@ -349,8 +349,8 @@ impl FileCtx {
                 return Err(Errno::ACCESS);
             }
         }
-        // An output must not overlap any other binding: the engine writes it while reading
-        // the others.
+        // An output must not overlap any other binding: what the job leaves there would depend
+        // on the order in which the engine copies inputs out and outputs back.
         let n_in = program.inputs.len();
         for (i, (bo, off, len)) in bindings.iter().enumerate().skip(n_in) {
             for (j, (other, ooff, olen)) in bindings.iter().enumerate() {

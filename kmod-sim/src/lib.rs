@@ -36,6 +36,8 @@ pub mod inproc;
 pub mod program;
 pub mod reply;
 pub mod shared;
+#[cfg(test)]
+mod test_support;
 pub mod timers;
 
 pub use config::{Config, Faults, WaitMode};

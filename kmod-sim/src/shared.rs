@@ -17,7 +17,7 @@ use crate::timers::Timers;
 pub struct Stats {
     /// Open files.
     pub live_files: AtomicU64,
-    /// Live BOs (all files; a BO held by a program counts until the program goes).
+    /// Live BOs (all files; a BO an in-flight job holds counts until the job ends).
     pub live_bos: AtomicU64,
     /// Live programs.
     pub live_programs: AtomicU64,

@@ -79,16 +79,14 @@ pub fn add_program(a: Location, b: Location, bo_refs: Vec<u32>) -> Vec<u8> {
         .filter(|(_, l)| **l == Location::Input)
         .map(|(i, _)| i)
         .collect();
+    // FUSED_NONE, an INT32 scalar in the program's constants.
     let activation = Operand {
         operand_type: INT32,
         dims: vec![],
-        scale: 0.0,
-        zero_point: 0,
-        location: Location::Constant {
+        ..f32x4(Location::Constant {
             offset: 0,
             length: 4,
-        },
-        channel_quant: None,
+        })
     };
     Program {
         operands: vec![f32x4(a), f32x4(b), activation, f32x4(Location::Output)],

@@ -5,14 +5,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use nnaccel_uapi::abi::*;
-use nnaccel_uapi::sys::{self, Mapping};
+use nnaccel_uapi::sys::{
+    self, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE, Mapping,
+    VolatileSlice,
+};
 use rustix::fs::{FileType, SealFlags};
 use rustix::io::Errno;
 
-use crate::device::Stats;
+use crate::shared::Stats;
 
-/// One buffer object. Reference-counted: a program or an in-flight job keeps it alive after
-/// its handle is closed.
+/// One buffer object. Reference-counted: an in-flight job keeps it alive after its handle is
+/// closed (a program does not: it copied its constants at PROGRAM_CREATE).
 #[derive(Debug)]
 pub struct Bo {
     /// `BO_KIND_*`.
@@ -23,9 +26,11 @@ pub struct Bo {
     pub size: u64,
     map: Mapping,
     fd: OwnedFd,
-    /// The file's offset of the mapping (for size re-checks of unsealed files).
+    /// The file's offset of the mapping (unpinned BOs are read and written through the file).
     file_offset: u64,
-    /// Whether the backing file is guaranteed not to shrink under the mapping.
+    /// Whether the backing cannot shrink under the mapping (device memory, sealed memfds,
+    /// dma-bufs): only then is the mapping touched. Other files (which cannot be sealed) are
+    /// read and written with pread/pwrite, where a truncated file is an error, not a fault.
     size_pinned: bool,
     device_bytes: u64,
     stats: Arc<Stats>,
@@ -89,8 +94,8 @@ impl Bo {
             _ => return Err(Errno::INVAL),
         }
         // A memfd is sealed against shrinking on import, as udmabuf requires, so the device can
-        // never touch pages that vanished (SIGBUS). Files that cannot be sealed are re-checked
-        // before every job instead (see `check_backing`).
+        // never touch pages that vanished (SIGBUS). Files that cannot be sealed are reached
+        // through the file instead (see `Bo::read`).
         let size_pinned = match kind {
             BO_KIND_MEMFD => {
                 let have = sys::seals(fd.as_fd());
@@ -122,35 +127,53 @@ impl Bo {
         &self.fd
     }
 
-    /// Base of the device's mapping.
-    pub fn ptr(&self) -> *mut u8 {
-        self.map.as_ptr()
-    }
-
-    /// Whether the backing cannot shrink under the mapping (device memory, sealed memfds,
-    /// dma-bufs). Jobs touch other BOs only through [`Bo::read`] and [`Bo::write`], the
-    /// simulator's stand-in for the pages a kernel driver would pin: a file truncated under a
-    /// mapping would fault (SIGBUS) and take the whole device down.
-    pub fn size_pinned(&self) -> bool {
-        self.size_pinned
-    }
-
-    /// Copies `len` bytes at `offset` (relative to the BO) out of an unpinned BO's file; a file
-    /// that shrank is `EFAULT` for the job.
+    /// Copies `len` bytes at `offset` (relative to the BO) into an owned buffer. The range was
+    /// checked against the BO's size; a file that shrank under an unpinned BO is `EFAULT`.
     pub fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
-        let mut buf = vec![0u8; len];
-        sys::pread_exact(self.fd.as_fd(), self.file_offset + offset, &mut buf)
-            .map_err(|_| Errno::FAULT)?;
-        Ok(buf)
+        let mut buf = zeroed(len)?;
+        self.sync(DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ);
+        let read = if self.size_pinned {
+            self.view(offset, len).map(|src| {
+                src.copy_to(&mut buf);
+            })
+        } else {
+            sys::pread_exact(self.fd.as_fd(), self.file_offset + offset, &mut buf)
+                .map_err(|_| Errno::FAULT)
+        };
+        self.sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_READ);
+        read.map(|()| buf)
     }
 
-    /// Copies `data` into an unpinned BO's file at `offset` (relative to the BO).
+    /// Copies `data` into the BO at `offset` (relative to the BO). The range was checked
+    /// against the BO's size; a file that shrank under an unpinned BO is `EFAULT`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Errno> {
-        sys::pwrite_all(self.fd.as_fd(), self.file_offset + offset, data).map_err(|_| Errno::FAULT)
+        self.sync(DMA_BUF_SYNC_START | DMA_BUF_SYNC_WRITE);
+        let written = if self.size_pinned {
+            self.view(offset, data.len()).map(|dst| dst.copy_from(data))
+        } else {
+            sys::pwrite_all(self.fd.as_fd(), self.file_offset + offset, data)
+                .map_err(|_| Errno::FAULT)
+        };
+        self.sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_WRITE);
+        written
+    }
+
+    /// `len` bytes at `offset` of the mapping, as a volatile view: the only way the device
+    /// touches a BO's pages. Every BO maps memory a client can write at any moment (its own
+    /// memfd or dma-buf, or device memory it mapped after BO_EXPORT), and Rust allows no
+    /// `&[u8]` to memory that changes underneath it; the view copies with volatile accesses
+    /// and makes no reference into the bytes. Only for size-pinned BOs: pages of a file
+    /// truncated under the mapping would fault (SIGBUS) and take the whole device down.
+    fn view(&self, offset: u64, len: usize) -> Result<VolatileSlice<'_>, Errno> {
+        let offset = usize::try_from(offset).map_err(|_| Errno::FAULT)?;
+        self.map
+            .volatile()
+            .subslice(offset, len)
+            .map_err(|_| Errno::FAULT)
     }
 
     /// Brackets CPU access for dma-bufs (no-op for other kinds).
-    pub fn sync(&self, flags: u64) {
+    fn sync(&self, flags: u64) {
         if self.kind == BO_KIND_DMABUF {
             let _ = sys::dma_buf_sync(self.fd.as_fd(), flags);
         }
@@ -164,6 +187,15 @@ impl Drop for Bo {
             .memory_used
             .fetch_sub(self.device_bytes, Ordering::SeqCst);
     }
+}
+
+/// A zeroed owned buffer for a copy of BO bytes; `ENOMEM` rather than an abort if it cannot
+/// be had (its length comes from a client's program or binding).
+pub fn zeroed(len: usize) -> Result<Vec<u8>, Errno> {
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len).map_err(|_| Errno::NOMEM)?;
+    buf.resize(len, 0);
+    Ok(buf)
 }
 
 /// Returns charged device memory if creation fails half-way.

@@ -23,9 +23,9 @@ use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::caller::Caller;
 use crate::device::SimDevice;
-use crate::dispatch::Reply;
+use crate::frontend::{Frontend, KernelIoctl};
+use crate::reply::Reply;
 
 /// The CUSE control device.
 pub const CUSE_DEVICE: &str = "/dev/cuse";
@@ -261,12 +261,12 @@ impl Channel {
     }
 }
 
-/// The answer to one FUSE_IOCTL, sent from whichever thread completes it. If it is dropped
-/// without being sent, the caller gets EIO rather than waiting forever.
+/// The answer to one FUSE_IOCTL (already cut to the kernel's `out_size`), sent from whichever
+/// thread completes it. If it is dropped without being sent, the caller gets EIO rather than
+/// waiting forever.
 struct CuseReply {
     channel: Weak<Channel>,
     unique: u64,
-    out_size: usize,
     sent: bool,
 }
 
@@ -279,9 +279,8 @@ impl CuseReply {
         };
         match result {
             Ok(bytes) => {
-                let n = bytes.len().min(self.out_size);
                 let out = IoctlOut::default();
-                channel.send(&message(self.unique, 0, &[out.as_bytes(), &bytes[..n]]));
+                channel.send(&message(self.unique, 0, &[out.as_bytes(), &bytes]));
             }
             Err(e) => channel.reply_err(self.unique, e),
         }
@@ -407,6 +406,22 @@ impl CuseServer {
         // only weak references.
         drop(self.channel);
         result
+    }
+}
+
+impl Frontend for CuseServer {
+    const NAME: &'static str = "cuse";
+
+    fn stopper(&mut self) -> Box<dyn FnOnce() -> io::Result<()> + Send> {
+        let stopper = CuseServer::stopper(self);
+        Box::new(move || {
+            stopper.stop();
+            Ok(())
+        })
+    }
+
+    fn run(self) -> io::Result<()> {
+        CuseServer::run(self)
     }
 }
 
@@ -627,23 +642,20 @@ fn ioctl(dev: &Arc<SimDevice>, channel: &Arc<Channel>, h: &InHeader, payload: &[
     let Ok((io, in_data)) = IoctlIn::read_from_prefix(payload) else {
         return channel.reply_err(h.unique, Errno::INVAL);
     };
-    let caller = match Caller::from_thread(h.pid) {
-        Ok(c) => c,
-        Err(e) => return channel.reply_err(h.unique, e),
-    };
     let in_len = (io.in_size as usize).min(in_data.len());
-    // Restricted ioctls copy in `_IOC_SIZE` bytes only for _IOW commands; the dispatcher wants
-    // the whole struct either way.
-    let size = nnaccel_uapi::ioctl::ioc_size(io.cmd);
-    let mut arg = in_data[..in_len.min(size)].to_vec();
-    arg.resize(size, 0);
-    let reply = Box::new(CuseReply {
+    let kio = KernelIoctl {
+        file: io.fh,
+        tid: h.pid,
+        cmd: io.cmd,
+        in_data: &in_data[..in_len],
+        out_size: io.out_size as usize,
+    };
+    let reply = CuseReply {
         channel: Arc::downgrade(channel),
         unique: h.unique,
-        out_size: io.out_size as usize,
         sent: false,
-    });
-    dev.ioctl(io.fh, &caller, io.cmd, &arg, reply);
+    };
+    dev.kernel_ioctl(&kio, reply);
 }
 
 #[cfg(test)]

@@ -9,69 +9,9 @@ use rustix::io::Errno;
 
 use crate::bo::Bo;
 use crate::config::{Config, WaitMode};
-use crate::engine::{self, Queue};
+use crate::engine::{self, Queue, QueueOwner, ResolvedJob};
 use crate::program::LoadedProgram;
-use crate::timers::Timers;
-
-/// Live-object counters and totals, visible through GET_PARAM.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Open files.
-    pub live_files: AtomicU64,
-    /// Live BOs (all files; a BO held by a program counts until the program goes).
-    pub live_bos: AtomicU64,
-    /// Live programs.
-    pub live_programs: AtomicU64,
-    /// Live queues, default queues included.
-    pub live_queues: AtomicU64,
-    /// Jobs completed since start.
-    pub jobs_completed: AtomicU64,
-    /// Device memory in use.
-    pub memory_used: AtomicU64,
-}
-
-/// What every file and queue of a device shares.
-#[derive(Debug)]
-pub struct DeviceCore {
-    /// Limits and switches.
-    pub config: Config,
-    /// Counters.
-    pub stats: Arc<Stats>,
-    /// WAIT deadlines.
-    pub timers: Timers,
-    /// The wait mode engine workers actually use.
-    pub wait_mode: WaitMode,
-    ioctl_count: AtomicU64,
-    job_count: AtomicU64,
-}
-
-impl DeviceCore {
-    /// Fault injection: counts an ioctl; returns the fault to apply to it, if any.
-    pub fn ioctl_fault(&self) -> Option<Errno> {
-        let faults = self.config.faults;
-        if !crate::config::FAULT_INJECTION || !faults.any() {
-            return None;
-        }
-        let n = self.ioctl_count.fetch_add(1, Ordering::SeqCst) + 1;
-        if faults.exit_on_ioctl == n {
-            tracing::warn!("fault injection: exiting abruptly on ioctl {n}");
-            // SAFETY: `_exit` ends the process at once; nothing runs after it. That abrupt end
-            // (no unmount, no clean-up) is the point of this fault.
-            unsafe { libc::_exit(1) };
-        }
-        (faults.fail_ioctl == n).then_some(Errno::IO)
-    }
-
-    /// Fault injection: counts a job; returns (delay, drop its completion).
-    pub fn job_fault(&self) -> (u64, bool) {
-        let faults = self.config.faults;
-        if !crate::config::FAULT_INJECTION || !faults.any() {
-            return (0, false);
-        }
-        let n = self.job_count.fetch_add(1, Ordering::SeqCst) + 1;
-        (faults.delay_job_ms, faults.drop_completion == n)
-    }
-}
+use crate::shared::DeviceCore;
 
 /// The simulated device.
 #[derive(Debug)]
@@ -90,14 +30,7 @@ impl SimDevice {
     /// io_uring `FUTEX_WAIT`.
     pub fn new(config: Config) -> std::io::Result<Arc<Self>> {
         let wait_mode = engine::resolve_wait_mode(config.wait_mode)?;
-        let core = Arc::new(DeviceCore {
-            config,
-            stats: Arc::default(),
-            timers: Timers::new()?,
-            wait_mode,
-            ioctl_count: AtomicU64::new(0),
-            job_count: AtomicU64::new(0),
-        });
+        let core = Arc::new(DeviceCore::new(config, wait_mode)?);
         Ok(Arc::new(Self {
             core,
             files: Mutex::default(),
@@ -245,15 +178,18 @@ pub struct FileCtx {
     tables: Mutex<Tables>,
 }
 
-/// A job whose handles were resolved and whose bindings were checked.
-#[derive(Debug)]
-pub struct ResolvedJob {
-    /// Echoed in the completion.
-    pub user_data: u64,
-    /// The program.
-    pub program: Arc<LoadedProgram>,
-    /// (BO, offset, length) per argument: inputs, then outputs.
-    pub bindings: Vec<(Arc<Bo>, u64, u64)>,
+impl QueueOwner for FileCtx {
+    fn file_id(&self) -> u64 {
+        self.id
+    }
+
+    fn core(&self) -> &Arc<DeviceCore> {
+        &self.core
+    }
+
+    fn resolve_job(&self, job: &Job) -> Result<ResolvedJob, Errno> {
+        FileCtx::resolve_job(self, job)
+    }
 }
 
 impl FileCtx {
@@ -413,8 +349,8 @@ impl FileCtx {
                 return Err(Errno::ACCESS);
             }
         }
-        // An output must not overlap any other binding: the engine writes it while reading
-        // the others.
+        // An output must not overlap any other binding: what the job leaves there would depend
+        // on the order in which the engine copies inputs out and outputs back.
         let n_in = program.inputs.len();
         for (i, (bo, off, len)) in bindings.iter().enumerate().skip(n_in) {
             for (j, (other, ooff, olen)) in bindings.iter().enumerate() {

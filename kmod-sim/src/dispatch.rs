@@ -4,6 +4,9 @@
 //! `zerocopy` (no trust, no alignment assumptions), checked field by field, and the updated
 //! struct goes back as the reply for commands that return data. WAIT may answer later: every
 //! command replies through a [`Reply`] the frontend supplies.
+//!
+//! The top of the device model: it imports the device, its objects and the engine, and none of
+//! them imports it.
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -20,13 +23,7 @@ use crate::caller::Caller;
 use crate::device::{FileCtx, SimDevice};
 use crate::engine::Queue;
 use crate::program::LoadedProgram;
-
-/// Where an ioctl's answer goes: the reply bytes (the updated argument struct, or nothing for
-/// write-only commands) or an errno.
-pub trait Reply: Send {
-    /// Sends the answer. Called exactly once.
-    fn send(self: Box<Self>, result: Result<Vec<u8>, Errno>);
-}
+use crate::reply::Reply;
 
 fn parse<T: FromBytes + KnownLayout + Immutable>(arg: &[u8]) -> Result<T, Errno> {
     T::read_from_bytes(arg).map_err(|_| Errno::INVAL)

@@ -3,6 +3,9 @@
 //!
 //! Ring workers sleep on the ring's doorbell futex: with io_uring `FUTEX_WAIT` where the kernel
 //! has it (probed once per device), with the futex syscall otherwise.
+//!
+//! The executor never sees client memory: a job's inputs are copied out of their BOs before it
+//! runs and its outputs copied back after (see `execute`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::OwnedFd;
@@ -14,16 +17,15 @@ use std::time::{Duration, Instant};
 use nnaccel_cpu::{ExecError, InputArg};
 use nnaccel_uapi::abi::*;
 use nnaccel_uapi::ring::RingView;
-use nnaccel_uapi::sys::{
-    self, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE,
-};
+use nnaccel_uapi::sys;
 use rustix::io::Errno;
 use zerocopy::IntoBytes;
 
-use crate::bo::Bo;
+use crate::bo::{Bo, zeroed};
 use crate::config::WaitMode;
-use crate::device::{DeviceCore, FileCtx, ResolvedJob};
-use crate::dispatch::Reply;
+use crate::program::LoadedProgram;
+use crate::reply::Reply;
+use crate::shared::DeviceCore;
 use crate::timers::TimerKey;
 
 /// Completions remembered per queue for WAIT.
@@ -64,6 +66,29 @@ pub fn io_uring_futex_supported() -> bool {
     probe.is_supported(io_uring::opcode::FutexWait::CODE)
 }
 
+/// A job whose handles were resolved and whose bindings were checked.
+#[derive(Debug)]
+pub struct ResolvedJob {
+    /// Echoed in the completion.
+    pub user_data: u64,
+    /// The program.
+    pub program: Arc<LoadedProgram>,
+    /// (BO, offset, length) per argument: inputs, then outputs.
+    pub bindings: Vec<(Arc<Bo>, u64, u64)>,
+}
+
+/// The open file a queue belongs to, as the engine sees it: where its counters live and
+/// where ring jobs are resolved. The device model's file implements it; a trait, so that the
+/// engine sits below the device model rather than importing it.
+pub trait QueueOwner: Send + Sync {
+    /// The file's id (names the worker thread).
+    fn file_id(&self) -> u64;
+    /// The device the file belongs to.
+    fn core(&self) -> &Arc<DeviceCore>;
+    /// Resolves and checks a job copied out of the ring against the file's handles.
+    fn resolve_job(&self, job: &Job) -> Result<ResolvedJob, Errno>;
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -100,7 +125,8 @@ struct Ring {
 struct Shared {
     id: u32,
     core: Arc<DeviceCore>,
-    file: Weak<FileCtx>,
+    /// Weak: the file owns its queues, not the other way round.
+    file: Weak<dyn QueueOwner>,
     ring: Option<Ring>,
     state: Mutex<QueueState>,
     cond: Condvar,
@@ -124,13 +150,13 @@ impl std::fmt::Debug for Queue {
 
 impl Queue {
     /// The file's default queue (id 0), fed by SUBMIT.
-    pub fn new_default(file: &Arc<FileCtx>) -> Result<Arc<Self>, Errno> {
+    pub fn new_default<F: QueueOwner + 'static>(file: &Arc<F>) -> Result<Arc<Self>, Errno> {
         Self::start(file, 0, None)
     }
 
     /// A ring queue over a mapped, initialised ring.
-    pub fn new_ring(
-        file: &Arc<FileCtx>,
+    pub fn new_ring<F: QueueOwner + 'static>(
+        file: &Arc<F>,
         id: u32,
         view: RingView,
         memfd: OwnedFd,
@@ -152,11 +178,16 @@ impl Queue {
         )
     }
 
-    fn start(file: &Arc<FileCtx>, id: u32, ring: Option<Ring>) -> Result<Arc<Self>, Errno> {
+    fn start<F: QueueOwner + 'static>(
+        file: &Arc<F>,
+        id: u32,
+        ring: Option<Ring>,
+    ) -> Result<Arc<Self>, Errno> {
+        let owner: Weak<F> = Arc::downgrade(file);
         let shared = Arc::new(Shared {
             id,
-            core: file.core.clone(),
-            file: Arc::downgrade(file),
+            core: file.core().clone(),
+            file: owner,
             ring,
             state: Mutex::default(),
             cond: Condvar::new(),
@@ -164,7 +195,7 @@ impl Queue {
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
-            .name(format!("nnaccel-engine-{}-{id}", file.id))
+            .name(format!("nnaccel-engine-{}-{id}", file.file_id()))
             .spawn(move || {
                 if s.ring.is_some() {
                     ring_worker(&s)
@@ -364,6 +395,8 @@ fn ring_worker(s: &Shared) {
         },
         _ => None,
     };
+    // `head` and `tail` are the engine's own copies of the ring counters, loaded once and then
+    // checked and used: the client can rewrite the shared words at any moment.
     let mut head = view.sq_head().load(Ordering::Acquire);
     loop {
         if s.stop.load(Ordering::SeqCst) {
@@ -490,126 +523,71 @@ pub fn run_job(core: &DeviceCore, job: &ResolvedJob) -> (i32, u64) {
     )
 }
 
+/// Runs one job on owned copies of its tensors.
+///
+/// Every BO maps memory a client can write at any moment, so the executor never sees it: the
+/// inputs are copied out first, the executor writes owned output buffers, and those are copied
+/// back once it returned (constants were copied at PROGRAM_CREATE). A client writing its
+/// buffers while the job runs can change which bytes were copied, never what the executor
+/// reads while it runs; an output it reads before the completion may be half written, as on
+/// any device. Outputs are written back only if the job succeeded.
 fn execute(job: &ResolvedJob) -> Result<(), Errno> {
-    let p = &job.program;
-    let n_in = p.inputs.len();
-    // Unpinned BOs (files that could not be sealed) are copied in and out; see `Bo::read`.
-    let copied_refs = p
-        .bo_refs
-        .iter()
-        .map(|bo| copy_in(bo, 0, bo.size as usize))
-        .collect::<Result<Vec<_>, _>>()?;
-    let copied_inputs = job.bindings[..n_in]
-        .iter()
-        .zip(&p.inputs)
-        .map(|((bo, off, _), spec)| copy_in(bo, *off, spec.bytes as usize))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut copied_outputs: Vec<Option<Vec<u8>>> = job.bindings[n_in..]
-        .iter()
-        .map(|(bo, _, len)| (!bo.size_pinned()).then(|| vec![0u8; *len as usize]))
-        .collect();
-    for (i, (bo, _, _)) in job.bindings.iter().enumerate() {
-        bo.sync(
-            DMA_BUF_SYNC_START
-                | if i < n_in {
-                    DMA_BUF_SYNC_READ
-                } else {
-                    DMA_BUF_SYNC_WRITE
-                },
-        );
+    let staged = Staged::copy_in(job)?;
+    let outputs = staged.run(&job.program)?;
+    let n_in = job.program.inputs.len();
+    // Every output is written back even if one fails (a file that shrank), as far as it can.
+    let mut written = Ok(());
+    for ((bo, off, _), data) in job.bindings[n_in..].iter().zip(&outputs) {
+        written = written.and(bo.write(*off, data));
     }
-    for bo in &p.bo_refs {
-        bo.sync(DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ);
-    }
-    // SAFETY (all three slice constructions below): they are made only for size-pinned BOs,
-    // whose backing cannot shrink under the mapping; every range was checked against its BO's
-    // size when the job was resolved (and program BO ranges at PROGRAM_CREATE); the BOs are
-    // kept alive by `job` for this whole call, and their mappings never move. Outputs overlap
-    // no other binding of the job (checked in `resolve_job`), so the `&mut` slices are unique
-    // within this process. The bytes are shared memory another process may write at any
-    // time: the executor treats tensor bytes as plain data, never as sizes or indexes it
-    // trusts, so a racing writer can change results but not memory safety.
-    let pools: Vec<&[u8]> = p
-        .bo_refs
-        .iter()
-        .zip(&copied_refs)
-        .map(|(bo, copy)| match copy {
-            Some(c) => c.as_slice(),
-            // SAFETY: see above.
-            None => unsafe { std::slice::from_raw_parts(bo.ptr(), bo.size as usize) },
-        })
-        .collect();
-    let inputs: Vec<InputArg<'_>> = job.bindings[..n_in]
-        .iter()
-        .zip(&p.inputs)
-        .zip(&copied_inputs)
-        .map(|(((bo, off, _), spec), copy)| InputArg::Value {
-            data: match copy {
-                Some(c) => c.as_slice(),
-                // SAFETY: see above.
-                None => unsafe {
-                    std::slice::from_raw_parts(
-                        bo.ptr().wrapping_add(*off as usize),
-                        spec.bytes as usize,
-                    )
-                },
-            },
-            dimensions: Vec::new(),
-        })
-        .collect();
-    let mut outputs: Vec<&mut [u8]> = job.bindings[n_in..]
-        .iter()
-        .zip(copied_outputs.iter_mut())
-        .map(|((bo, off, len), copy)| match copy {
-            Some(c) => c.as_mut_slice(),
-            // SAFETY: see above.
-            None => unsafe {
-                std::slice::from_raw_parts_mut(bo.ptr().wrapping_add(*off as usize), *len as usize)
-            },
-        })
-        .collect();
-    let result = p.graph.execute(&pools, &inputs, &mut outputs);
-    drop(outputs);
-    let mut write_back = Ok(());
-    if result.is_ok() {
-        for ((bo, off, _), copy) in job.bindings[n_in..].iter().zip(&copied_outputs) {
-            if let Some(c) = copy {
-                write_back = write_back.and(bo.write(*off, c));
-            }
-        }
-    }
-    for (i, (bo, _, _)) in job.bindings.iter().enumerate() {
-        bo.sync(
-            DMA_BUF_SYNC_END
-                | if i < n_in {
-                    DMA_BUF_SYNC_READ
-                } else {
-                    DMA_BUF_SYNC_WRITE
-                },
-        );
-    }
-    for bo in &p.bo_refs {
-        bo.sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_READ);
-    }
-    match result {
-        Ok(_) => write_back,
-        Err(ExecError::InvalidArgument(m)) => {
-            tracing::debug!("job rejected by the executor: {m}");
-            Err(Errno::INVAL)
-        }
-        Err(e) => {
-            tracing::debug!("job failed: {e}");
-            Err(Errno::IO)
-        }
-    }
+    written
 }
 
-/// A private copy of an unpinned BO's bytes, or `None` for a pinned BO read in place.
-fn copy_in(bo: &Bo, offset: u64, len: usize) -> Result<Option<Vec<u8>>, Errno> {
-    if bo.size_pinned() {
-        Ok(None)
-    } else {
-        bo.read(offset, len).map(Some)
+/// A job's inputs, copied out of client memory.
+struct Staged {
+    inputs: Vec<Vec<u8>>,
+}
+
+impl Staged {
+    /// Copies each input binding (exactly its argument's size) into an owned buffer.
+    fn copy_in(job: &ResolvedJob) -> Result<Self, Errno> {
+        let n_in = job.program.inputs.len();
+        let inputs = job.bindings[..n_in]
+            .iter()
+            .zip(&job.program.inputs)
+            .map(|((bo, off, _), spec)| bo.read(*off, spec.bytes as usize))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { inputs })
+    }
+
+    /// Runs `program` on the staged inputs; returns one owned buffer per output, exactly its
+    /// size (the bytes of a binding past its tensor are left as they are).
+    fn run(&self, program: &LoadedProgram) -> Result<Vec<Vec<u8>>, Errno> {
+        let inputs: Vec<InputArg<'_>> = self
+            .inputs
+            .iter()
+            .map(|data| InputArg::Value {
+                data,
+                dimensions: Vec::new(),
+            })
+            .collect();
+        let mut outputs = program
+            .outputs
+            .iter()
+            .map(|spec| zeroed(spec.bytes as usize))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut out: Vec<&mut [u8]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
+        match program.graph.execute(&program.pools(), &inputs, &mut out) {
+            Ok(_) => Ok(outputs),
+            Err(ExecError::InvalidArgument(m)) => {
+                tracing::debug!("job rejected by the executor: {m}");
+                Err(Errno::INVAL)
+            }
+            Err(e) => {
+                tracing::debug!("job failed: {e}");
+                Err(Errno::IO)
+            }
+        }
     }
 }
 
@@ -657,5 +635,71 @@ fn complete(s: &Shared, seq: u64, user_data: u64, status: i32, device_time_ns: u
             s.core.timers.cancel(t);
         }
         w.reply.send(Ok(fill_wait(w.arg, &c)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nnaccel_uapi::program::Location;
+
+    use super::*;
+    use crate::test_support::{
+        add_program, client_memory, client_read, client_write, f32_bytes, f32s, import,
+    };
+
+    /// `out = a + b` with `a` and `b` inputs, bound to BOs over fresh client memory (sealable
+    /// or not); returns the job and the memory of a, b and out.
+    fn add_job(sealable: bool, out_len: u64) -> (ResolvedJob, [OwnedFd; 3]) {
+        let stats = Arc::default();
+        let bytes = add_program(Location::Input, Location::Input, vec![]);
+        let program = Arc::new(LoadedProgram::load(&stats, &bytes, |_| Err(Errno::NOENT)).unwrap());
+        let mem = [(); 3].map(|()| client_memory(4096, sealable));
+        let bindings = vec![
+            (import(&stats, &mem[0]), 0, 16),
+            (import(&stats, &mem[1]), 0, 16),
+            (import(&stats, &mem[2]), 0, out_len),
+        ];
+        let job = ResolvedJob {
+            user_data: 0,
+            program,
+            bindings,
+        };
+        (job, mem)
+    }
+
+    #[test]
+    fn the_executor_runs_on_inputs_copied_before_it_started() {
+        let (job, mem) = add_job(true, 16);
+        client_write(&mem[0], 0, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+        client_write(&mem[1], 0, &f32_bytes(&[10.0; 4]));
+        let staged = Staged::copy_in(&job).unwrap();
+        // The client rewrites its inputs after the copy, as a racing writer would mid-job.
+        client_write(&mem[0], 0, &f32_bytes(&[-100.0; 4]));
+        client_write(&mem[1], 0, &f32_bytes(&[-100.0; 4]));
+        let outputs = staged.run(&job.program).unwrap();
+        assert_eq!(f32s(&outputs[0]), [11.0, 12.0, 13.0, 14.0]);
+    }
+
+    #[test]
+    fn a_job_writes_back_only_its_output_tensor_whether_the_bo_is_pinned_or_not() {
+        for sealable in [true, false] {
+            let (job, mem) = add_job(sealable, 32);
+            // A sealable memfd was sealed on import (its BO is read through the mapping);
+            // the other is reached through the file.
+            let sealed = sys::seals(std::os::fd::AsFd::as_fd(&mem[2]))
+                .contains(rustix::fs::SealFlags::SHRINK);
+            assert_eq!(sealed, sealable);
+            client_write(&mem[0], 0, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+            client_write(&mem[1], 0, &f32_bytes(&[0.5; 4]));
+            client_write(&mem[2], 0, &[0xab; 32]);
+            execute(&job).unwrap();
+            let out = client_read(&mem[2], 0, 32);
+            assert_eq!(
+                f32s(&out[..16]),
+                [1.5, 2.5, 3.5, 4.5],
+                "sealable: {sealable}"
+            );
+            assert_eq!(out[16..], [0xab; 16], "sealable: {sealable}");
+        }
     }
 }

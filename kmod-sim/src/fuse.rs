@@ -14,9 +14,9 @@ use fuser::{
     SessionACL,
 };
 
-use crate::caller::Caller;
 use crate::device::SimDevice;
-use crate::dispatch::Reply;
+use crate::frontend::{Frontend, KernelIoctl};
+use crate::reply::Reply;
 
 /// `FUSE_SUPER_MAGIC`: the statfs type of a FUSE mount.
 pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
@@ -50,19 +50,14 @@ impl FuseDevice {
     }
 }
 
-struct FuseReply {
-    reply: ReplyIoctl,
-    out_size: usize,
-}
+/// The answer to one FUSE ioctl (already cut to the kernel's `out_size`).
+struct FuseReply(ReplyIoctl);
 
 impl Reply for FuseReply {
     fn send(self: Box<Self>, result: Result<Vec<u8>, rustix::io::Errno>) {
         match result {
-            Ok(bytes) => {
-                let n = bytes.len().min(self.out_size);
-                self.reply.ioctl(0, &bytes[..n]);
-            }
-            Err(e) => self.reply.error(fuser::Errno::from_i32(e.raw_os_error())),
+            Ok(bytes) => self.0.ioctl(0, &bytes),
+            Err(e) => self.0.error(fuser::Errno::from_i32(e.raw_os_error())),
         }
     }
 }
@@ -121,28 +116,14 @@ impl Filesystem for FuseDevice {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let caller = match Caller::from_thread(req.pid()) {
-            Ok(c) => c,
-            Err(e) => return reply.error(fuser::Errno::from_i32(e.raw_os_error())),
-        };
-        let reply = Box::new(FuseReply {
-            reply,
+        let io = KernelIoctl {
+            file: fh.0,
+            tid: req.pid(),
+            cmd,
+            in_data,
             out_size: out_size as usize,
-        });
-        // Restricted FUSE ioctls copy in `_IOC_SIZE` bytes only for _IOW commands; for the
-        // direction checks the dispatcher needs the struct either way.
-        let size = nnaccel_uapi::ioctl::ioc_size(cmd);
-        let arg: Vec<u8> = if in_data.len() == size {
-            in_data.to_vec()
-        } else {
-            in_data
-                .iter()
-                .copied()
-                .chain(std::iter::repeat(0))
-                .take(size)
-                .collect()
         };
-        self.dev.ioctl(fh.0, &caller, cmd, &arg, reply);
+        self.dev.kernel_ioctl(&io, FuseReply(reply));
     }
 }
 
@@ -264,5 +245,18 @@ impl FuseServer {
     /// The mount point.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Frontend for FuseServer {
+    const NAME: &'static str = "fuse";
+
+    fn stopper(&mut self) -> Box<dyn FnOnce() -> io::Result<()> + Send> {
+        let mut unmounter = self.unmounter();
+        Box::new(move || unmounter.unmount())
+    }
+
+    fn run(self) -> io::Result<()> {
+        FuseServer::run(self)
     }
 }

@@ -10,7 +10,7 @@ use rustix::io::Errno;
 
 use crate::caller::Caller;
 use crate::device::SimDevice;
-use crate::dispatch::Reply;
+use crate::reply::Reply;
 
 /// One open file of an in-process device. Dropping it is `close()`.
 #[derive(Debug)]

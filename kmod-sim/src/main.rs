@@ -1,13 +1,15 @@
 //! `nnaccel-sim`: serves the simulated nnaccel device as a CUSE character device or on a FUSE
 //! file, or runs an in-process demonstration.
 
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use nnaccel_kmod_sim::cuse::{self, CuseServer};
+use nnaccel_kmod_sim::frontend::Frontend;
 use nnaccel_kmod_sim::fuse::FuseServer;
 use nnaccel_kmod_sim::{Config, Faults, InprocFile, SimDevice, WaitMode};
 
@@ -152,9 +154,11 @@ fn main() -> ExitCode {
         FrontendArg::Auto => cuse::can_serve(&path),
     };
     if use_cuse {
-        serve_cuse(dev, &path, args.threads)
+        let server = CuseServer::start(dev.clone(), &path, args.threads);
+        serve(dev, &path, server)
     } else {
-        serve(dev, &path, args.threads)
+        let server = FuseServer::mount(dev.clone(), &path, args.threads);
+        serve(dev, &path, server)
     }
 }
 
@@ -178,70 +182,40 @@ fn on_signals(
     Ok(handle)
 }
 
-fn serve_cuse(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> ExitCode {
-    let server = match CuseServer::start(dev.clone(), path, threads) {
+/// Serves the device through `server` until SIGTERM/SIGINT (or until the kernel ends the
+/// session), then releases every open file. One lifecycle for both frontends.
+fn serve<F: Frontend>(dev: Arc<SimDevice>, path: &Path, server: io::Result<F>) -> ExitCode {
+    let mut server = match server {
         Ok(s) => s,
         Err(e) => {
             eprintln!(
-                "nnaccel-sim: cannot serve {} through CUSE: {e}",
-                path.display()
+                "nnaccel-sim: cannot serve {} ({}): {e}",
+                path.display(),
+                F::NAME
             );
             return ExitCode::FAILURE;
         }
     };
-    let stopper = server.stopper();
+    let stop = server.stopper();
     let path_shown = path.display().to_string();
     let handle = match on_signals(move |sig| {
-        tracing::info!("signal {sig}: removing {path_shown}");
-        stopper.stop();
-    }) {
-        Ok(h) => h,
-        Err(code) => return code,
-    };
-    // Said only now, after CUSE_INIT's reply has been written: the kernel has then registered
-    // the character device as well as made the node, so an open succeeds. Tests (and anyone
-    // else waiting for the device) take this line as the sign that it is ready.
-    tracing::info!(
-        "serving {} (cuse), engine waits with {:?}",
-        path.display(),
-        dev.core().wait_mode
-    );
-    let result = server.run();
-    handle.close();
-    dev.release_all();
-    std::thread::sleep(Duration::from_millis(10));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("nnaccel-sim: CUSE session ended with an error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn serve(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> ExitCode {
-    let mut server = match FuseServer::mount(dev.clone(), path, threads) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("nnaccel-sim: cannot mount {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut unmounter = server.unmounter();
-    let path_shown = path.display().to_string();
-    let handle = match on_signals(move |sig| {
-        tracing::info!("signal {sig}: unmounting {path_shown}");
-        if let Err(e) = unmounter.unmount() {
-            tracing::error!("unmount failed: {e}");
+        tracing::info!("signal {sig}: stopping {path_shown}");
+        if let Err(e) = stop() {
+            tracing::error!("stopping failed: {e}");
             std::process::exit(1);
         }
     }) {
         Ok(h) => h,
         Err(code) => return code,
     };
+    // Said only now that the device can be opened: FUSE has mounted, and CUSE's init reply
+    // has been written (the kernel then has registered the character device as well as made
+    // the node). Tests, and anyone else waiting for the device, take this line as the sign
+    // that it is ready.
     tracing::info!(
-        "serving {} (fuse), engine waits with {:?}",
+        "serving {} ({}), engine waits with {:?}",
         path.display(),
+        F::NAME,
         dev.core().wait_mode
     );
     let result = server.run();
@@ -252,7 +226,7 @@ fn serve(dev: Arc<SimDevice>, path: &std::path::Path, threads: usize) -> ExitCod
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nnaccel-sim: session ended with an error: {e}");
+            eprintln!("nnaccel-sim: {} session ended with an error: {e}", F::NAME);
             ExitCode::FAILURE
         }
     }

@@ -1,6 +1,9 @@
 //! PROGRAM_CREATE: decode an untrusted program, resolve its BO references, turn it into a graph
-//! for the CPU executor and validate it. Nothing in the program is trusted.
+//! for the CPU executor, validate it and copy the constants it keeps in BOs. Nothing in the
+//! program is trusted.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -12,7 +15,7 @@ use nnaccel_uapi::program::{Location, Program};
 use rustix::io::Errno;
 
 use crate::bo::Bo;
-use crate::device::Stats;
+use crate::shared::Stats;
 
 /// One program argument as a job must bind it.
 #[derive(Debug, Clone, Copy)]
@@ -26,10 +29,11 @@ pub struct ArgSpec {
 /// A validated, loaded program.
 #[derive(Debug)]
 pub struct LoadedProgram {
-    /// The graph, ready to run.
+    /// The graph, ready to run. Its `ConstantReference` operands name [`LoadedProgram::pools`].
     pub graph: PreparedGraph,
-    /// BOs that constant operands live in (kept alive by the program).
-    pub bo_refs: Vec<Arc<Bo>>,
+    /// The constant operands that lived in BOs, copied out at PROGRAM_CREATE (see
+    /// [`copy_bo_constants`]): one owned buffer per distinct range.
+    pools: Vec<Vec<u8>>,
     /// Inputs, in binding order.
     pub inputs: Vec<ArgSpec>,
     /// Outputs, in binding order (after the inputs).
@@ -102,6 +106,9 @@ impl LoadedProgram {
             );
             return Err(Errno::OPNOTSUPP);
         }
+        // Only now, with the program found valid, are constants copied out of their BOs.
+        let mut graph = graph;
+        let pools = copy_bo_constants(&mut graph, &program.bo_refs, &bo_refs)?;
         let graph = PreparedGraph::new(graph).map_err(|e| {
             tracing::debug!("PROGRAM_CREATE: cannot prepare: {e}");
             Errno::INVAL
@@ -109,7 +116,7 @@ impl LoadedProgram {
         stats.live_programs.fetch_add(1, Ordering::SeqCst);
         Ok(Self {
             graph,
-            bo_refs,
+            pools,
             inputs,
             outputs,
             stats: stats.clone(),
@@ -120,6 +127,59 @@ impl LoadedProgram {
     pub fn num_args(&self) -> usize {
         self.inputs.len() + self.outputs.len()
     }
+
+    /// The constant pools the graph's `ConstantReference` operands name, for
+    /// [`PreparedGraph::execute`].
+    pub fn pools(&self) -> Vec<&[u8]> {
+        self.pools.iter().map(Vec::as_slice).collect()
+    }
+}
+
+/// Copies every constant operand that lives in a BO into owned memory, once, and points the
+/// operand at its copy: pool `k` of the result, offset 0.
+///
+/// Why at PROGRAM_CREATE and not per job: the BOs map memory the client can write at any
+/// moment, which the executor must never read in place (see `Bo::read`), so the bytes are
+/// copied either way; NNAPI forbids changing a model's constants once the model is finished
+/// (`ANeuralNetworksModel_setOperandValueFromMemory`: the memory must not change until every
+/// execution using the model has completed), and the HAL compiles a program only from a
+/// finished model, so one copy taken here is what every job would have read. A client that
+/// changes the memory anyway gets the values it had at PROGRAM_CREATE, consistently, rather
+/// than a mix. Copying here also takes the copy off every job, and the program no longer
+/// needs its BOs: they go when their handles close.
+///
+/// The copy is exactly the ranges the operands name (each as long as its operand's tensor,
+/// which `Graph::validate` checked), once per distinct (BO, offset, length): no more than the
+/// executor itself decodes from those ranges on every job.
+fn copy_bo_constants(
+    graph: &mut Graph,
+    handles: &[u32],
+    bos: &[Arc<Bo>],
+) -> Result<Vec<Vec<u8>>, Errno> {
+    let mut pools: Vec<Vec<u8>> = Vec::new();
+    let mut seen: HashMap<(u32, usize, usize), u32> = HashMap::new();
+    for operand in &mut graph.operands {
+        let Lifetime::ConstantReference {
+            pool,
+            offset,
+            length,
+        } = &mut operand.lifetime
+        else {
+            continue;
+        };
+        let slot = *pool as usize;
+        let index = match seen.entry((handles[slot], *offset, *length)) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => {
+                let index = u32::try_from(pools.len()).map_err(|_| Errno::INVAL)?;
+                pools.push(bos[slot].read(*offset as u64, *length)?);
+                *e.insert(index)
+            }
+        };
+        *pool = index;
+        *offset = 0;
+    }
+    Ok(pools)
 }
 
 impl Drop for LoadedProgram {
@@ -193,4 +253,37 @@ fn to_graph(p: &Program) -> Result<Graph, Errno> {
         operand_values: p.constants.clone(),
         relax_float32_to_float16: p.relax_f32_to_f16,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{add_program, client_memory, client_write, f32_bytes, import};
+
+    #[test]
+    fn bo_constants_are_copied_at_program_create_and_later_client_writes_do_not_reach_them() {
+        let stats = Arc::default();
+        let mem = client_memory(4096, true);
+        client_write(&mem, 16, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+        let bo = import(&stats, &mem);
+        let at = |offset| Location::BoRef {
+            slot: 0,
+            offset,
+            length: 16,
+        };
+        // Both addends name the same range: one copy serves both.
+        let bytes = add_program(at(16), at(16), vec![7]);
+        let p = LoadedProgram::load(&stats, &bytes, |h| {
+            assert_eq!(h, 7);
+            Ok(bo.clone())
+        })
+        .unwrap();
+        client_write(&mem, 16, &f32_bytes(&[-9.0; 4]));
+        assert_eq!(p.pools(), vec![f32_bytes(&[1.0, 2.0, 3.0, 4.0]).as_slice()]);
+        assert_eq!(
+            Arc::strong_count(&bo),
+            1,
+            "the program keeps no reference to its BO"
+        );
+    }
 }

@@ -13,6 +13,7 @@ sibling subtree into another is lifted to the two siblings, so `ops::conv -> exe
 as a circle (a parent declares its children; children use their parent's items).
 
 Usage: scripts/check-layers.py [--verbose]      (from anywhere in the repository)
+       scripts/check-layers.py --self-test    (the checker finds a circle and an upward arrow)
 """
 
 import json
@@ -48,8 +49,12 @@ LAYERS = {
 VERBOSE = "--verbose" in sys.argv
 
 
+QUIET = False
+
+
 def fail(msg):
-    print(f"check-layers: {msg}", file=sys.stderr)
+    if not QUIET:
+        print(f"check-layers: {msg}", file=sys.stderr)
 
 
 def metadata(repo):
@@ -346,7 +351,45 @@ def check_module_circles(meta):
     return errors
 
 
+def self_test():
+    """The checker's own test: a crate whose modules form a circle through a child module and
+    a re-export, a crate that imports a layer above it, and a clean crate."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        def write(rel, text):
+            path = os.path.join(d, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        write("bad/src/lib.rs", "pub mod exec;\npub mod ops;\npub use exec::ExecError;\n")
+        write("bad/src/exec.rs", "pub struct ExecError;\nuse crate::ops::run;\n")
+        write("bad/src/ops/mod.rs", "mod conv;\npub fn run() {}\n")
+        write("bad/src/ops/conv.rs", "use crate::ExecError; // via the re-export\n")
+        write("good/src/lib.rs", "pub mod a;\npub mod b;\n")
+        write("good/src/a.rs", "pub struct A;\n")
+        write("good/src/b/mod.rs", "mod c;\nuse crate::a::A;\npub struct B;\n")
+        write("good/src/b/c.rs", "use super::B;\nuse crate::a::A;\n")
+        edges = lambda root: {p for p in (lift(a, b) for a, b in Crate("x", root).arrows()) if p}
+        bad = circles(edges(os.path.join(d, "bad/src/lib.rs")))
+        assert [sorted(c) for c in bad] == [[("exec",), ("ops",)]], bad
+        assert circles(edges(os.path.join(d, "good/src/lib.rs"))) == []
+        meta = {"packages": [
+            {"name": "nnaccel-hal", "targets": [], "dependencies": [
+                {"name": "nnaccel-protocol", "kind": None}]},
+            {"name": "nnaccel-protocol", "targets": [], "dependencies": [
+                {"name": "nnaccel-hal", "kind": None}]},
+        ]}
+        global QUIET
+        QUIET = True
+        assert check_crate_arrows(meta) == 1
+        QUIET = False
+    print("check-layers: self-test passed")
+    return 0
+
+
 def main():
+    if "--self-test" in sys.argv:
+        return self_test()
     repo = subprocess.run(
         ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
         cwd=os.path.dirname(os.path.abspath(__file__)),

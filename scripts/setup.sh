@@ -7,6 +7,8 @@ missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v cargo >/dev/null 2>&1 || { echo "setup.sh: cargo is required (rustup)" >&2; exit 1; }
 [ -e /dev/fuse ] || missing+=(fuse3)
+# scripts/check-layers.py, the layering check.
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # tests/systemd.rs: `systemd-analyze verify` on the units, `systemd-socket-activate`.
 { command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null 2>&1 || missing+=(systemd)
 

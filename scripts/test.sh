@@ -30,6 +30,10 @@ cargo fmt --all -- --check
 step "lints (clippy, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "layering (crates import only the layers below them; no module circles)"
+python3 scripts/check-layers.py --self-test
+python3 scripts/check-layers.py
+
 if [ "$quick" = 1 ]; then
     step "unit tests"
     cargo test --workspace --locked --lib --bins

@@ -4,7 +4,9 @@
 //! - [`abi`]: the `#[repr(C)]` argument structs and the shared-memory queue ring layout;
 //! - [`program`]: the binary format of compiled programs;
 //! - [`ring`]: access to a queue ring and the client's producer side;
-//! - [`device`]: the [`device::Device`] trait every frontend implements, typed calls on it;
+//! - [`device`]: the [`device::Device`] trait every frontend implements, typed calls on it, and
+//!   the owning handles ([`BufferObject`], [`LoadedProgram`], [`RingQueue`]) whose `Drop`
+//!   releases the kernel object;
 //! - [`sys`]: the thin syscall layer both sides share.
 //!
 //! `include/nnaccel.h` carries the same ABI for C.
@@ -18,4 +20,4 @@ pub mod program;
 pub mod ring;
 pub mod sys;
 
-pub use device::{Device, DeviceExt, FdDevice, RingQueue};
+pub use device::{BufferObject, Device, DeviceExt, FdDevice, LoadedProgram, RingQueue};

@@ -4,6 +4,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
@@ -11,6 +12,10 @@ use std::time::Duration;
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 pub use vm_memory::VolatileSlice;
+use zerocopy::IntoBytes;
+
+use crate::ioctl::{DMA_BUF_IOCTL_SYNC, DMA_HEAP_IOCTL_ALLOC, UDMABUF_CREATE};
+use crate::linux::{DmaBufSync, DmaHeapAllocationData, UdmabufCreate};
 
 /// A shared mapping of (part of) a file, unmapped on drop.
 #[derive(Debug)]
@@ -418,21 +423,65 @@ pub fn is_open(fd: impl AsFd) -> bool {
     rustix::io::fcntl_getfd(fd).is_ok()
 }
 
-/// `DMA_BUF_IOCTL_SYNC` = `_IOW('b', 0, struct dma_buf_sync { __u64 flags; })`.
-pub const DMA_BUF_IOCTL_SYNC: u32 = crate::ioctl::ioc(crate::ioctl::IOC_WRITE, b'b' as u32, 0, 8);
-/// dma-buf sync: CPU reads.
-pub const DMA_BUF_SYNC_READ: u64 = 1;
-/// dma-buf sync: CPU writes.
-pub const DMA_BUF_SYNC_WRITE: u64 = 2;
-/// dma-buf sync: start of CPU access.
-pub const DMA_BUF_SYNC_START: u64 = 0;
-/// dma-buf sync: end of CPU access.
-pub const DMA_BUF_SYNC_END: u64 = 4;
+// The dma-buf sync flags, where the HAL and the simulator have always taken them from.
+pub use crate::linux::{
+    DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE,
+};
 
 /// Brackets CPU access to a dma-buf (cache coherency, not synchronisation).
 pub fn dma_buf_sync(fd: BorrowedFd<'_>, flags: u64) -> io::Result<()> {
-    let mut arg = flags.to_ne_bytes();
-    ioctl_raw(fd, DMA_BUF_IOCTL_SYNC, &mut arg).map(|_| ())
+    let mut arg = DmaBufSync { flags };
+    ioctl_raw(fd, DMA_BUF_IOCTL_SYNC, arg.as_mut_bytes()).map(|_| ())
+}
+
+/// Opens a character device node read-write (close-on-exec); anything else is `ENOTTY`, as
+/// its ioctls would be.
+fn open_char_device(path: &Path) -> io::Result<OwnedFd> {
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    if rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode)
+        != rustix::fs::FileType::CharacterDevice
+    {
+        return Err(io::Error::from_raw_os_error(libc::ENOTTY));
+    }
+    Ok(fd)
+}
+
+/// `DMA_HEAP_IOCTL_ALLOC`: a dma-buf of `len` bytes (rounded up to pages by the heap) from the
+/// dma-heap node `heap` ([`crate::linux::DMA_HEAP_SYSTEM`] or another heap under
+/// `/dev/dma_heap`), read-write and close-on-exec.
+pub fn dma_heap_alloc(heap: &Path, len: u64) -> io::Result<OwnedFd> {
+    let heap = open_char_device(heap)?;
+    let mut arg = DmaHeapAllocationData {
+        len,
+        fd_flags: (libc::O_RDWR | libc::O_CLOEXEC) as u32,
+        ..Default::default()
+    };
+    ioctl_raw(heap.as_fd(), DMA_HEAP_IOCTL_ALLOC, arg.as_mut_bytes())?;
+    let raw = RawFd::try_from(arg.fd)
+        .map_err(|_| io::Error::other("DMA_HEAP_IOCTL_ALLOC returned no fd"))?;
+    // SAFETY: on success DMA_HEAP_IOCTL_ALLOC installed `raw` as a new fd of this process
+    // that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// `UDMABUF_CREATE` on [`crate::linux::UDMABUF`]: a dma-buf over `size` bytes of `memfd` at
+/// `offset` (both page aligned; the memfd sealed against shrinking, not against writing),
+/// close-on-exec. The udmabuf holds its own reference to the pages: `memfd` may close.
+pub fn udmabuf_create(memfd: BorrowedFd<'_>, offset: u64, size: u64) -> io::Result<OwnedFd> {
+    let dev = open_char_device(Path::new(crate::linux::UDMABUF))?;
+    let mut arg = UdmabufCreate {
+        memfd: u32::try_from(memfd.as_raw_fd()).map_err(|_| einval())?,
+        flags: crate::linux::UDMABUF_FLAGS_CLOEXEC,
+        offset,
+        size,
+    };
+    let raw = ioctl_raw(dev.as_fd(), UDMABUF_CREATE, arg.as_mut_bytes())?;
+    // SAFETY: UDMABUF_CREATE returns a new fd of this process that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` without touching the file offset. A file
@@ -477,4 +526,33 @@ pub fn fd_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
         return Ok(rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0))?);
     }
     Ok(rustix::fs::fstat(fd)?.st_size as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_ioctl_wrappers_refuse_files_that_are_not_their_device() {
+        let errno = |r: io::Result<OwnedFd>| r.err().and_then(|e| e.raw_os_error());
+        // A regular file (a memfd reopened through /proc) is not a heap.
+        let memfd = memfd_create(c"not-a-heap", 4096).unwrap();
+        let path = format!("/proc/self/fd/{}", memfd.as_raw_fd());
+        assert_eq!(
+            errno(dma_heap_alloc(Path::new(&path), 4096)),
+            Some(libc::ENOTTY)
+        );
+        assert_eq!(
+            errno(dma_heap_alloc(Path::new("/nonexistent/heap"), 4096)),
+            Some(libc::ENOENT)
+        );
+        // /dev/null is a character device without ioctls.
+        assert_eq!(
+            errno(dma_heap_alloc(Path::new("/dev/null"), 4096)),
+            Some(libc::ENOTTY)
+        );
+        let memfd = memfd_create(c"not-a-dma-buf", 4096).unwrap();
+        let e = dma_buf_sync(memfd.as_fd(), DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+    }
 }

@@ -27,9 +27,26 @@ fn dyn_dev(dev: &Arc<FdDevice>) -> Arc<dyn Device> {
     dev.clone() as Arc<dyn Device>
 }
 
+/// `cmd` with `len` zero bytes, straight through `ioctl(2)` (bypassing `FdDevice::ioctl`,
+/// which answers foreign commands itself): for commands the device must refuse.
 fn raw_ioctl(dev: &FdDevice, cmd: u32, len: usize) -> io::Result<i32> {
+    // The two conditions the SAFETY argument below rests on, for any test that calls this.
+    assert_eq!(
+        ioc_size(cmd),
+        len,
+        "{cmd:#x}: the buffer is _IOC_SIZE bytes"
+    );
+    assert!(
+        [NNACCEL_IOCTL_TYPE, 0xBB].contains(&ioc_type(cmd)),
+        "{cmd:#x}: a type the VFS answers no command of"
+    );
+    // 8 spare bytes: a zero-length argument still has a real address.
     let mut buf = vec![0u8; len.max(8)];
-    sys::ioctl_raw(dev.as_fd(), cmd, &mut buf[..len])
+    // SAFETY: `dev` is the simulator's device node (FUSE or CUSE, restricted ioctls), and
+    // `cmd` is of type 0xBA or 0xBB, of which the VFS answers no command itself: the frontend
+    // receives it, and the kernel copies exactly `_IOC_SIZE(cmd)` = `len` bytes in and out of
+    // `buf[..len]`, borrowed for the call.
+    unsafe { sys::ioctl_raw(dev.as_fd(), cmd, &mut buf[..len]) }
 }
 
 fn import_raw(dev: &FdDevice, a: BoImport) -> io::Result<u32> {

@@ -22,7 +22,9 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> io::Result<()>;
 }
 
-/// A device reached through a file descriptor.
+/// A device reached through a file descriptor: an open nnaccel node (`/dev/nnaccel`, or a FUSE
+/// or CUSE node of the simulator). Its ioctls go out as nnaccel commands, so the fd must be
+/// one: see [`FdDevice::ioctl`].
 #[derive(Debug)]
 pub struct FdDevice {
     fd: OwnedFd,
@@ -52,11 +54,24 @@ impl AsFd for FdDevice {
 }
 
 impl Device for FdDevice {
+    /// Commands of another type than nnaccel's are `ENOTTY` without a call (the answer the
+    /// device gives them), and an `arg` of another length than `_IOC_SIZE(cmd)` is `EINVAL`:
+    /// what makes the call sound for any `cmd` and `arg` (see the SAFETY comment).
     fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
+        if ioc_type(cmd) != NNACCEL_IOCTL_TYPE {
+            return Err(io::Error::from_raw_os_error(libc::ENOTTY));
+        }
         if arg.len() != ioc_size(cmd) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        sys::ioctl_raw(self.fd.as_fd(), cmd, arg).map(|_| ())
+        // SAFETY: `fd` is an nnaccel device (the kernel driver, or the simulator behind a FUSE
+        // or CUSE node), and `cmd` has its type 0xBA, which the VFS answers no command of and
+        // no other driver uses (ioctl-number.rst), so the device handles it: a known command
+        // copies exactly its `_IOC_SIZE(cmd)`-byte struct in and out (FUSE and CUSE copy
+        // exactly that many bytes for any command), and writes through no user pointer
+        // (PROGRAM_CREATE only reads `data_len` bytes at `data_ptr`); an unknown one is
+        // ENOTTY. `arg` is those bytes, borrowed exclusively for the call.
+        unsafe { sys::ioctl_raw(self.fd.as_fd(), cmd, arg) }.map(|_| ())
     }
 }
 
@@ -525,6 +540,21 @@ mod tests {
         assert_eq!(p.disown(), 7);
         drop(p);
         assert!(calls(&r).is_empty());
+    }
+
+    #[test]
+    fn fd_devices_send_only_nnaccel_commands_of_their_exact_size() {
+        // A memfd stands in for a file the VFS answers FIGETBSZ (`_IO(0, 2)`) for: the kernel
+        // would write an int through the argument pointer, whatever its length.
+        let dev = FdDevice::from_fd(sys::memfd_create(c"not-a-device", 4096).unwrap());
+        let e = dev.ioctl(2, &mut []).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+        let mut short = [0u8; 8];
+        let e = dev.ioctl(NNACCEL_IOCTL_GET_PARAM, &mut short).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        // The right size reaches the file, which answers as a memfd does.
+        let e = dev.get_param(0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
     }
 
     #[test]

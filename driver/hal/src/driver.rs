@@ -5,7 +5,6 @@
 //! (its node closed, the simulator killed) marks itself dead and prepared models carry on with
 //! the CPU plan they were prepared with.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsFd;
@@ -491,7 +490,7 @@ fn constant_bytes(model: &Model, lifetime: &Lifetime) -> Option<Vec<u8>> {
         } => {
             let mem = model.pools.get(pool as usize)?;
             let mapped = MappedPool::map(mem).ok()?;
-            mapped.read(offset, length).ok().map(Cow::into_owned)
+            mapped.read(offset, length).ok()
         }
         _ => None,
     }
@@ -1174,11 +1173,12 @@ fn run_on_cpu(
             p.end_access(wrote);
         }
     };
-    // Input bytes: borrowed from pinned mappings, copied out of files that may shrink.
-    let mut input_bytes = Vec::with_capacity(request.inputs.len());
+    // Input bytes: copied out of the pools into buffers of our own, as the client may write
+    // its pools at any time and the executor checks values before it uses them.
+    let mut input_bytes: Vec<Vec<u8>> = Vec::with_capacity(request.inputs.len());
     for arg in &request.inputs {
         if arg.has_no_value {
-            input_bytes.push(Cow::Borrowed(&[][..]));
+            input_bytes.push(Vec::new());
             continue;
         }
         let loc = &arg.location;
@@ -1221,12 +1221,12 @@ fn run_on_cpu(
         .iter()
         .map(|a| vec![0u8; a.location.length as usize])
         .collect();
-    let model_pools: Vec<Cow<'_, [u8]>> = plan
+    // Constants: each pool's private snapshot (`MappedPool::constants` says why and when).
+    let model_pools: Vec<&[u8]> = plan
         .pools
         .iter()
-        .map(|p| p.read(0, p.len()).unwrap_or_default())
+        .map(|p| p.constants().unwrap_or_default())
         .collect();
-    let model_pools: Vec<&[u8]> = model_pools.iter().map(|p| &**p).collect();
     let result = {
         let mut outs: Vec<&mut [u8]> = out_bufs.iter_mut().map(Vec::as_mut_slice).collect();
         plan.graph.execute(&model_pools, &inputs, &mut outs)

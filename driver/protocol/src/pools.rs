@@ -24,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use nnaccel_uapi::sys::{
     self, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE, Mapping,
+    VolatileSlice,
 };
 use rustix::fs::{MemfdFlags, SealFlags};
 
@@ -312,9 +313,12 @@ impl MappedClientPool {
             .collect())
     }
 
-    /// The start of the client's mapping (for code that fills large inputs in place).
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.map.as_ptr()
+    /// The client's mapping as a volatile view, for code that fills large inputs in place.
+    /// Never a `&mut [u8]`: the service (or the device) writes outputs into the same memory
+    /// while the client holds the mapping. Bracket dma-buf access with `DMA_BUF_IOCTL_SYNC`
+    /// as [`MappedClientPool::write`] does.
+    pub fn volatile(&self) -> VolatileSlice<'_> {
+        self.map.volatile()
     }
 }
 
@@ -363,6 +367,20 @@ mod tests {
         let mut buf = [0u8; 4];
         rustix::io::pread(&*m.fd, &mut buf, PAGE + 8).unwrap();
         assert_eq!(f32::from_le_bytes(buf), 1.5);
+    }
+
+    #[test]
+    fn the_clients_volatile_view_writes_what_the_hal_reads() {
+        let m = ashmem(PAGE).unwrap();
+        let client = MappedClientPool::new(&m).unwrap();
+        let view = client.volatile();
+        assert_eq!(view.len(), PAGE as usize);
+        view.subslice(16, 4)
+            .unwrap()
+            .copy_from(&2.5f32.to_le_bytes());
+        let hal = MappedPool::map(&m).unwrap();
+        assert_eq!(hal.read(16, 4).unwrap(), 2.5f32.to_le_bytes());
+        assert_eq!(client.read_f32(16, 1).unwrap(), vec![2.5]);
     }
 
     #[test]

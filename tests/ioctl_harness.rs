@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nnaccel_tests::uapi::abi::*;
-use nnaccel_tests::uapi::device::{Device, DeviceExt, FdDevice, RingQueue};
+use nnaccel_tests::uapi::device::{
+    BufferObject, Device, DeviceExt, FdDevice, LoadedProgram, RingQueue,
+};
 use nnaccel_tests::uapi::ioctl::*;
 use nnaccel_tests::uapi::program::{Location, Program};
 use nnaccel_tests::uapi::ring::{Producer, RingView};
@@ -27,9 +29,26 @@ fn dyn_dev(dev: &Arc<FdDevice>) -> Arc<dyn Device> {
     dev.clone() as Arc<dyn Device>
 }
 
+/// `cmd` with `len` zero bytes, straight through `ioctl(2)` (bypassing `FdDevice::ioctl`,
+/// which answers foreign commands itself): for commands the device must refuse.
 fn raw_ioctl(dev: &FdDevice, cmd: u32, len: usize) -> io::Result<i32> {
+    // The two conditions the SAFETY argument below rests on, for any test that calls this.
+    assert_eq!(
+        ioc_size(cmd),
+        len,
+        "{cmd:#x}: the buffer is _IOC_SIZE bytes"
+    );
+    assert!(
+        [NNACCEL_IOCTL_TYPE, 0xBB].contains(&ioc_type(cmd)),
+        "{cmd:#x}: a type the VFS answers no command of"
+    );
+    // 8 spare bytes: a zero-length argument still has a real address.
     let mut buf = vec![0u8; len.max(8)];
-    sys::ioctl_raw(dev.as_fd(), cmd, &mut buf[..len])
+    // SAFETY: `dev` is the simulator's device node (FUSE or CUSE, restricted ioctls), and
+    // `cmd` is of type 0xBA or 0xBB, of which the VFS answers no command itself: the frontend
+    // receives it, and the kernel copies exactly `_IOC_SIZE(cmd)` = `len` bytes in and out of
+    // `buf[..len]`, borrowed for the call.
+    unsafe { sys::ioctl_raw(dev.as_fd(), cmd, &mut buf[..len]) }
 }
 
 fn import_raw(dev: &FdDevice, a: BoImport) -> io::Result<u32> {
@@ -2390,5 +2409,126 @@ fn ring_queue_drop_destroys_the_queue() {
         drop(ring);
         assert_eq!(c.param(PARAM_LIVE_QUEUES), before);
         assert_errno!(c.dev.queue_destroy(id), libc::ENOENT);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Owning handles (BufferObject, LoadedProgram, RingQueue): Drop releases the object
+
+#[test]
+fn dropped_owning_handles_release_their_objects() {
+    run_with_sim(&[], |c| {
+        let dev = dyn_dev(&c.dev);
+        let before = LiveCounts::read(&*c.dev).unwrap();
+        let created = BufferObject::create(dev.clone(), 4096).unwrap();
+        let buf = SharedBuf::new(8192);
+        let imported = BufferObject::import(dev.clone(), buf.fd.as_fd(), 0, 8192, RW).unwrap();
+        let program = LoadedProgram::create(dev.clone(), &encode(&add_program(4))).unwrap();
+        let queue = RingQueue::create(dev.clone(), 4, 0).unwrap();
+        assert_eq!(created.info().unwrap().kind, BO_KIND_DEVICE);
+        assert_eq!(imported.info().unwrap().kind, BO_KIND_MEMFD);
+        assert_ne!(program.handle(), 0);
+        assert_eq!(
+            LiveCounts::read(&*c.dev).unwrap(),
+            LiveCounts {
+                bos: before.bos + 2,
+                programs: before.programs + 1,
+                queues: before.queues + 1,
+                ..before
+            }
+        );
+        let (bo_handle, program_handle) = (created.handle(), program.handle());
+        drop(created);
+        drop(imported);
+        drop(program);
+        drop(queue);
+        assert_eq!(LiveCounts::read(&*c.dev).unwrap(), before);
+        // Really closed on the device, not forgotten here.
+        assert_errno!(c.dev.bo_close(bo_handle), libc::ENOENT);
+        assert_errno!(c.dev.program_destroy(program_handle), libc::ENOENT);
+    });
+}
+
+#[test]
+fn explicit_close_and_destroy_report_and_release() {
+    run_with_sim(&[], |c| {
+        let dev = dyn_dev(&c.dev);
+        let before = LiveCounts::read(&*c.dev).unwrap();
+        let bo = BufferObject::create(dev.clone(), 4096).unwrap();
+        let fd = bo.export().unwrap();
+        assert!(sys::is_open(&fd));
+        bo.close().unwrap();
+        LoadedProgram::create(dev, &encode(&add_program(4)))
+            .unwrap()
+            .destroy()
+            .unwrap();
+        assert_eq!(LiveCounts::read(&*c.dev).unwrap(), before);
+    });
+}
+
+#[test]
+fn a_disowned_handle_stays_until_its_file_closes() {
+    run_with_sim(&[], |c| {
+        let before = LiveCounts::read(&*c.dev).unwrap();
+        let file = c.open();
+        let mut bo = BufferObject::create(dyn_dev(&file), 4096).unwrap();
+        let h = bo.disown();
+        drop(bo);
+        assert_eq!(c.param(PARAM_LIVE_BOS), before.bos + 1);
+        file.bo_info(h).expect("still open on its file");
+        drop(file);
+        wait_for_counts(&*c.dev, before, scaled(Duration::from_secs(5)));
+    });
+}
+
+/// An `O_PATH` fd of `path`: it names the file, and neither `ioctl(2)` nor `fget()` (or
+/// `pidfd_getfd`) takes it (EBADF).
+fn path_only(path: impl AsRef<std::path::Path>) -> OwnedFd {
+    rustix::fs::open(
+        path.as_ref(),
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap()
+}
+
+/// A device whose fd is an `O_PATH` fd of the device node.
+fn path_only_device(c: &Ctx) -> Arc<dyn Device> {
+    Arc::new(FdDevice::from_fd(path_only(c.sim.path())))
+}
+
+#[test]
+fn owning_handles_on_a_bad_device_fd_are_ebadf_and_own_nothing() {
+    run_with_sim(&[], |c| {
+        let before = LiveCounts::read(&*c.dev).unwrap();
+        let bad = path_only_device(&c);
+        let buf = SharedBuf::new(4096);
+        assert_errno!(BufferObject::create(bad.clone(), 4096), libc::EBADF);
+        assert_errno!(
+            BufferObject::import(bad.clone(), buf.fd.as_fd(), 0, 4096, RW),
+            libc::EBADF
+        );
+        assert_errno!(
+            LoadedProgram::create(bad.clone(), &encode(&add_program(4))),
+            libc::EBADF
+        );
+        assert_errno!(RingQueue::create(bad, 4, 0), libc::EBADF);
+        assert_eq!(LiveCounts::read(&*c.dev).unwrap(), before);
+    });
+}
+
+#[test]
+fn importing_an_fd_the_device_cannot_take_is_ebadf() {
+    run_with_sim(&[], |c| {
+        let before = c.param(PARAM_LIVE_BOS);
+        // The device takes its own reference to the fd (pidfd_getfd), as a kernel driver's
+        // fget() would; neither gives out an O_PATH file.
+        let buf = SharedBuf::new(4096);
+        let path_fd = path_only(format!("/proc/self/fd/{}", buf.fd.as_raw_fd()));
+        assert_errno!(
+            BufferObject::import(dyn_dev(&c.dev), path_fd.as_fd(), 0, 4096, RW),
+            libc::EBADF
+        );
+        assert_eq!(c.param(PARAM_LIVE_BOS), before);
     });
 }

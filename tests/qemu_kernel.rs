@@ -8,27 +8,16 @@
 //! `NNACCEL_REQUIRE_KERNEL_FEATURES=1` (the guest payload sets it), where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nnaccel_tests::uapi::abi::*;
 use nnaccel_tests::uapi::device::{Device, DeviceExt, RingQueue};
-use nnaccel_tests::uapi::ioctl::{IOC_READ, IOC_WRITE, ioc};
+use nnaccel_tests::uapi::linux::{DMA_HEAP_SYSTEM, UDMABUF};
 use nnaccel_tests::uapi::sys::{self, Mapping};
 use nnaccel_tests::*;
-
-const DMA_HEAP_SYSTEM: &str = "/dev/dma_heap/system";
-const UDMABUF: &str = "/dev/udmabuf";
-
-/// `DMA_HEAP_IOCTL_ALLOC` = `_IOWR('H', 0, struct dma_heap_allocation_data)`:
-/// `{ __u64 len; __u32 fd; __u32 fd_flags; __u64 heap_flags; }`.
-const DMA_HEAP_IOCTL_ALLOC: u32 = ioc(IOC_READ | IOC_WRITE, b'H' as u32, 0, 24);
-/// `UDMABUF_CREATE` = `_IOW('u', 0x42, struct udmabuf_create)`:
-/// `{ __u32 memfd; __u32 flags; __u64 offset; __u64 size; }`; returns the dma-buf fd.
-const UDMABUF_CREATE: u32 = ioc(IOC_WRITE, b'u' as u32, 0x42, 24);
-const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
 
 /// Whether the kernel features must be there (the QEMU guest).
 fn required() -> bool {
@@ -60,22 +49,8 @@ struct DmaBuf {
 impl DmaBuf {
     /// `size` bytes from the system dma-heap.
     fn from_heap(size: usize) -> Self {
-        let heap = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(DMA_HEAP_SYSTEM)
-            .unwrap_or_else(|e| panic!("open {DMA_HEAP_SYSTEM}: {e}"));
-        let mut arg = [0u8; 24];
-        arg[0..8].copy_from_slice(&(size as u64).to_ne_bytes());
-        let fd_flags = (libc::O_RDWR | libc::O_CLOEXEC) as u32;
-        arg[12..16].copy_from_slice(&fd_flags.to_ne_bytes());
-        sys::ioctl_raw(heap.as_fd(), DMA_HEAP_IOCTL_ALLOC, &mut arg)
-            .unwrap_or_else(|e| panic!("DMA_HEAP_IOCTL_ALLOC({size}): {e}"));
-        let raw = u32::from_ne_bytes(arg[8..12].try_into().unwrap()) as i32;
-        assert!(raw >= 0, "DMA_HEAP_IOCTL_ALLOC returned fd {raw}");
-        // SAFETY: the kernel just installed `raw` as a new fd of this process; nothing else
-        // owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = sys::dma_heap_alloc(Path::new(DMA_HEAP_SYSTEM), size as u64)
+            .unwrap_or_else(|e| panic!("DMA_HEAP_IOCTL_ALLOC({size}) on {DMA_HEAP_SYSTEM}: {e}"));
         Self::mapped(fd, size, None)
     }
 
@@ -84,20 +59,8 @@ impl DmaBuf {
         let memfd = sys::memfd_create(c"nnaccel-udmabuf", size as u64).expect("memfd_create");
         rustix::fs::fcntl_add_seals(&memfd, rustix::fs::SealFlags::SHRINK).expect("F_SEAL_SHRINK");
         let memfd_map = Mapping::map_shared(memfd.as_fd(), 0, size, true).expect("mmap memfd");
-        let dev = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(UDMABUF)
-            .unwrap_or_else(|e| panic!("open {UDMABUF}: {e}"));
-        let mut arg = [0u8; 24];
-        let raw_memfd = std::os::fd::AsRawFd::as_raw_fd(&memfd) as u32;
-        arg[0..4].copy_from_slice(&raw_memfd.to_ne_bytes());
-        arg[4..8].copy_from_slice(&UDMABUF_FLAGS_CLOEXEC.to_ne_bytes());
-        arg[16..24].copy_from_slice(&(size as u64).to_ne_bytes());
-        let raw = sys::ioctl_raw(dev.as_fd(), UDMABUF_CREATE, &mut arg)
-            .unwrap_or_else(|e| panic!("UDMABUF_CREATE({size}): {e}"));
-        // SAFETY: UDMABUF_CREATE returns a new fd of this process; nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = sys::udmabuf_create(memfd.as_fd(), 0, size as u64)
+            .unwrap_or_else(|e| panic!("UDMABUF_CREATE({size}) on {UDMABUF}: {e}"));
         Self::mapped(fd, size, Some((memfd, memfd_map)))
     }
 

@@ -18,7 +18,8 @@ guest, writes a guest-run.sh payload into the target directory and boots the gue
 run.sh (the target directory is the 9p share; the repository is shared read-only too, at its
 own path, for tests that read their sources). Inside the guest:
 
-  - the unit tests of uapi, cpu, kmod-sim and the driver crates (not uapi's c_header: no C compiler);
+  - the unit tests of uapi, cpu, kmod-sim and the driver crates (not uapi's c_header and
+    linux_headers: no C compiler);
   - the ioctl harness and the lifetime tests, once against FUSE and once against CUSE
     (NNACCEL_TEST_FRONTEND=cuse);
   - qemu_kernel (io_uring FutexWait, dma-heap and udmabuf BOs, no queue ring in a dma-buf)
@@ -216,10 +217,11 @@ done
 cuse_check
 info_check
 EOF
-    # Unit tests: everything of uapi, cpu, kmod-sim and the driver crates except c_header (needs cc).
+    # Unit tests: everything of uapi, cpu, kmod-sim and the driver crates except the two that
+    # compile C (c_header, linux_headers: the guest has no cc).
     while read -r pkg kind name exe; do
         case "$pkg" in uapi | cpu | kmod-sim | driver/*) ;; *) continue ;; esac
-        [[ "$pkg/$kind/$name" == uapi/test/c_header ]] && continue
+        case "$pkg/$kind/$name" in uapi/test/c_header | uapi/test/linux_headers) continue ;; esac
         printf 'run %q %q\n' "${pkg//\//-}-$kind-$name" "$exe"
     done <"$list"
     # Integration tests: the harness and the lifetime tests on both frontends, then the

@@ -469,6 +469,8 @@ macro_rules! assert_layout {
         $( const _: () = assert!(std::mem::offset_of!($ty, $field) == $off); )*
     };
 }
+// For the kernel's structs in `linux.rs` too.
+pub(crate) use assert_layout;
 
 assert_layout!(GetParam, size = 16, align = 8, { param @ 0, pad @ 4, value @ 8 });
 assert_layout!(BoCreate, size = 16, align = 8, { size @ 0, flags @ 8, handle @ 12 });

@@ -8,6 +8,7 @@ use crate::abi::{
     BoClose, BoCreate, BoExport, BoImport, BoInfo, GetParam, ProgramCreate, ProgramDestroy,
     QueueCreate, QueueDestroy, Submit, Wait,
 };
+use crate::linux::{DmaBufSync, DmaHeapAllocationData, UdmabufCreate};
 
 /// The ioctl type code of nnaccel. 0xBA is not listed in the kernel's
 /// `Documentation/userspace-api/ioctl/ioctl-number.rst` (the neighbours 0xB6/0xB7 are FPGA DFL,
@@ -114,6 +115,30 @@ pub fn ioctl_name(cmd: u32) -> Option<&'static str> {
     ALL_IOCTLS.iter().find(|(_, c)| *c == cmd).map(|(n, _)| *n)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Other drivers' commands this stack issues: the kernel's numbers, built from the structs in
+// [`crate::linux`] as the kernel's headers build them.
+
+/// `DMA_HEAP_IOCTL_ALLOC` = `_IOWR('H', 0x0, struct dma_heap_allocation_data)`
+/// (`include/uapi/linux/dma-heap.h`).
+pub const DMA_HEAP_IOCTL_ALLOC: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    b'H' as u32,
+    0x0,
+    size_of::<DmaHeapAllocationData>(),
+);
+/// `UDMABUF_CREATE` = `_IOW('u', 0x42, struct udmabuf_create)` (`include/uapi/linux/udmabuf.h`).
+pub const UDMABUF_CREATE: u32 = ioc(IOC_WRITE, b'u' as u32, 0x42, size_of::<UdmabufCreate>());
+/// `DMA_BUF_IOCTL_SYNC` = `_IOW('b', 0, struct dma_buf_sync)` (`include/uapi/linux/dma-buf.h`).
+pub const DMA_BUF_IOCTL_SYNC: u32 = ioc(IOC_WRITE, b'b' as u32, 0, size_of::<DmaBufSync>());
+
+/// Every kernel command this stack issues, with its name.
+pub const LINUX_IOCTLS: &[(&str, u32)] = &[
+    ("DMA_HEAP_IOCTL_ALLOC", DMA_HEAP_IOCTL_ALLOC),
+    ("UDMABUF_CREATE", UDMABUF_CREATE),
+    ("DMA_BUF_IOCTL_SYNC", DMA_BUF_IOCTL_SYNC),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +159,19 @@ mod tests {
         assert_eq!(NNACCEL_IOCTL_QUEUE_DESTROY, 0x4008_BA09);
         assert_eq!(NNACCEL_IOCTL_SUBMIT, 0xC330_BA0A);
         assert_eq!(NNACCEL_IOCTL_WAIT, 0xC030_BA0B);
+    }
+
+    // Golden values of the kernel's commands, as the kernel headers give them (and as `strace`
+    // prints them). They are the kernel's ABI: never edit them to make a test pass.
+    #[test]
+    fn kernel_ioctl_numbers_are_pinned() {
+        assert_eq!(DMA_HEAP_IOCTL_ALLOC, 0xC018_4800);
+        assert_eq!(UDMABUF_CREATE, 0x4018_7542);
+        assert_eq!(DMA_BUF_IOCTL_SYNC, 0x4008_6200);
+        for (name, cmd) in LINUX_IOCTLS {
+            assert_ne!(ioc_type(*cmd), NNACCEL_IOCTL_TYPE, "{name}");
+            assert_eq!(ioctl_name(*cmd), None, "{name} is not ours");
+        }
     }
 
     #[test]

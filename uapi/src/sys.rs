@@ -4,6 +4,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
@@ -11,6 +12,10 @@ use std::time::Duration;
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 pub use vm_memory::VolatileSlice;
+use zerocopy::IntoBytes;
+
+use crate::ioctl::{DMA_BUF_IOCTL_SYNC, DMA_HEAP_IOCTL_ALLOC, UDMABUF_CREATE};
+use crate::linux::{DmaBufSync, DmaHeapAllocationData, UdmabufCreate};
 
 /// A shared mapping of (part of) a file, unmapped on drop.
 #[derive(Debug)]
@@ -162,10 +167,24 @@ pub fn is_dmabuf(fd: BorrowedFd<'_>) -> bool {
     matches!(fs_magic(fd), Ok(DMA_BUF_MAGIC))
 }
 
-/// `ioctl(fd, cmd, arg)` with an in/out argument buffer of exactly `_IOC_SIZE(cmd)` bytes.
-pub fn ioctl_raw(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> io::Result<i32> {
-    // SAFETY: `arg` is a live, exclusively borrowed buffer; callers size it to `_IOC_SIZE(cmd)`
-    // so the kernel reads and writes only inside it.
+/// `ioctl(fd, cmd, arg)`: `arg` is the command's argument struct, passed by pointer, in and
+/// out. Returns the call's non-negative result.
+///
+/// # Safety
+///
+/// Whatever handles `cmd` on the file behind `fd` reads and writes the caller's memory
+/// through `arg`'s pointer as it sees fit: the kernel, the file's driver, or the FUSE/CUSE
+/// daemon behind it. The caller guarantees that `arg` is the struct `cmd` expects there, and
+/// that the handler touches nothing but those bytes — `_IOC_SIZE(cmd)` of them, which must be
+/// `arg.len()` — and only memory valid for that use through any user pointer inside it.
+///
+/// The file matters, not only the number: a driver may give a number any meaning, and the
+/// VFS answers some commands itself before any driver sees them (`FIOCLEX`, `FIONBIO`,
+/// `FIGETBSZ`, `FS_IOC_*`, `FIDEDUPERANGE`, ...), following their own rules for the argument
+/// (some write through `arg` whatever its size, some read a count from it and go past it).
+pub unsafe fn ioctl_raw(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> io::Result<i32> {
+    // SAFETY: the caller guarantees the handler of `cmd` on `fd` touches only `arg`, a live
+    // buffer borrowed exclusively for the call (see `# Safety`).
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::c_ulong, arg.as_mut_ptr()) };
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -418,21 +437,110 @@ pub fn is_open(fd: impl AsFd) -> bool {
     rustix::io::fcntl_getfd(fd).is_ok()
 }
 
-/// `DMA_BUF_IOCTL_SYNC` = `_IOW('b', 0, struct dma_buf_sync { __u64 flags; })`.
-pub const DMA_BUF_IOCTL_SYNC: u32 = crate::ioctl::ioc(crate::ioctl::IOC_WRITE, b'b' as u32, 0, 8);
-/// dma-buf sync: CPU reads.
-pub const DMA_BUF_SYNC_READ: u64 = 1;
-/// dma-buf sync: CPU writes.
-pub const DMA_BUF_SYNC_WRITE: u64 = 2;
-/// dma-buf sync: start of CPU access.
-pub const DMA_BUF_SYNC_START: u64 = 0;
-/// dma-buf sync: end of CPU access.
-pub const DMA_BUF_SYNC_END: u64 = 4;
+// The dma-buf sync flags, where the HAL and the simulator have always taken them from.
+pub use crate::linux::{
+    DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE,
+};
 
-/// Brackets CPU access to a dma-buf (cache coherency, not synchronisation).
+/// Brackets CPU access to a dma-buf (cache coherency, not synchronisation). Any other file is
+/// `ENOTTY` without a call (as it would answer): the command is only known to mean
+/// `DMA_BUF_IOCTL_SYNC` to a dma-buf.
 pub fn dma_buf_sync(fd: BorrowedFd<'_>, flags: u64) -> io::Result<()> {
-    let mut arg = flags.to_ne_bytes();
-    ioctl_raw(fd, DMA_BUF_IOCTL_SYNC, &mut arg).map(|_| ())
+    if !is_dmabuf(fd) {
+        return Err(io::Error::from_raw_os_error(libc::ENOTTY));
+    }
+    let mut arg = DmaBufSync { flags };
+    // SAFETY: `fd` is a dma-buf (its filesystem magic, checked above; the borrow keeps the fd
+    // from being replaced meanwhile), whose ioctl handler reads exactly `struct dma_buf_sync`
+    // for DMA_BUF_IOCTL_SYNC, an _IOW of that size: `arg`, borrowed for the call. The VFS
+    // answers no command of type 'b' itself.
+    unsafe { ioctl_raw(fd, DMA_BUF_IOCTL_SYNC, arg.as_mut_bytes()) }.map(|_| ())
+}
+
+/// Opens the character device node at `path` read-write (close-on-exec), and checks it is the
+/// kernel's device of class `subsystem` (and named `name`, if given) as sysfs lists it
+/// (`/sys/dev/char/MAJOR:MINOR`): what a path names is up to whoever made the node, and the
+/// ioctls sent to it are only known to mean what the caller wants to that driver. Anything
+/// else is `ENOTTY`, as its ioctls would be; no sysfs is `ENODEV`.
+fn open_kernel_device(path: &Path, subsystem: &str, name: Option<&str>) -> io::Result<OwnedFd> {
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::CharacterDevice {
+        return Err(io::Error::from_raw_os_error(libc::ENOTTY));
+    }
+    let (class, device) = char_device_identity(st.st_rdev)?;
+    if class != subsystem || name.is_some_and(|n| n != device) {
+        return Err(io::Error::from_raw_os_error(libc::ENOTTY));
+    }
+    Ok(fd)
+}
+
+/// The sysfs class (`subsystem`) and device name of the character device `rdev`.
+fn char_device_identity(rdev: u64) -> io::Result<(String, String)> {
+    let dir = format!(
+        "/sys/dev/char/{}:{}",
+        rustix::fs::major(rdev),
+        rustix::fs::minor(rdev)
+    );
+    let base = |p: std::path::PathBuf| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))
+    };
+    let missing = |e: io::Error| {
+        if e.kind() == io::ErrorKind::NotFound {
+            io::Error::from_raw_os_error(libc::ENODEV)
+        } else {
+            e
+        }
+    };
+    let device = base(std::fs::read_link(&dir).map_err(missing)?)?;
+    let class = base(std::fs::read_link(format!("{dir}/subsystem")).map_err(missing)?)?;
+    Ok((class, device))
+}
+
+/// `DMA_HEAP_IOCTL_ALLOC`: a dma-buf of `len` bytes (rounded up to pages by the heap) from the
+/// dma-heap node `heap` ([`crate::linux::DMA_HEAP_SYSTEM`] or another heap under
+/// `/dev/dma_heap`), read-write and close-on-exec.
+pub fn dma_heap_alloc(heap: &Path, len: u64) -> io::Result<OwnedFd> {
+    let heap = open_kernel_device(heap, "dma_heap", None)?;
+    let mut arg = DmaHeapAllocationData {
+        len,
+        fd_flags: (libc::O_RDWR | libc::O_CLOEXEC) as u32,
+        ..Default::default()
+    };
+    // SAFETY: `heap` is a dma-heap device (its sysfs class, checked on open), whose handler
+    // for DMA_HEAP_IOCTL_ALLOC, an _IOWR of `struct dma_heap_allocation_data`, copies exactly
+    // that struct in and out: `arg`, borrowed for the call, with no user pointer inside.
+    unsafe { ioctl_raw(heap.as_fd(), DMA_HEAP_IOCTL_ALLOC, arg.as_mut_bytes()) }?;
+    let raw = RawFd::try_from(arg.fd)
+        .map_err(|_| io::Error::other("DMA_HEAP_IOCTL_ALLOC returned no fd"))?;
+    // SAFETY: on success DMA_HEAP_IOCTL_ALLOC installed `raw` as a new fd of this process
+    // that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// `UDMABUF_CREATE` on [`crate::linux::UDMABUF`]: a dma-buf over `size` bytes of `memfd` at
+/// `offset` (both page aligned; the memfd sealed against shrinking, not against writing),
+/// close-on-exec. The udmabuf holds its own reference to the pages: `memfd` may close.
+pub fn udmabuf_create(memfd: BorrowedFd<'_>, offset: u64, size: u64) -> io::Result<OwnedFd> {
+    let dev = open_kernel_device(Path::new(crate::linux::UDMABUF), "misc", Some("udmabuf"))?;
+    let mut arg = UdmabufCreate {
+        memfd: u32::try_from(memfd.as_raw_fd()).map_err(|_| einval())?,
+        flags: crate::linux::UDMABUF_FLAGS_CLOEXEC,
+        offset,
+        size,
+    };
+    // SAFETY: `dev` is the udmabuf misc device (checked on open), whose handler for
+    // UDMABUF_CREATE, an _IOW of `struct udmabuf_create`, copies exactly that struct in:
+    // `arg`, borrowed for the call, with no user pointer inside (the memfd is an fd number).
+    let raw = unsafe { ioctl_raw(dev.as_fd(), UDMABUF_CREATE, arg.as_mut_bytes()) }?;
+    // SAFETY: UDMABUF_CREATE returns a new fd of this process that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` without touching the file offset. A file
@@ -477,4 +585,47 @@ pub fn fd_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
         return Ok(rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0))?);
     }
     Ok(rustix::fs::fstat(fd)?.st_size as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_ioctl_wrappers_refuse_files_that_are_not_their_device() {
+        let errno = |r: io::Result<OwnedFd>| r.err().and_then(|e| e.raw_os_error());
+        // A regular file (a memfd reopened through /proc) is not a heap.
+        let memfd = memfd_create(c"not-a-heap", 4096).unwrap();
+        let path = format!("/proc/self/fd/{}", memfd.as_raw_fd());
+        assert_eq!(
+            errno(dma_heap_alloc(Path::new(&path), 4096)),
+            Some(libc::ENOTTY)
+        );
+        assert_eq!(
+            errno(dma_heap_alloc(Path::new("/nonexistent/heap"), 4096)),
+            Some(libc::ENOENT)
+        );
+        // /dev/null is a character device, of another class.
+        assert_eq!(
+            errno(dma_heap_alloc(Path::new("/dev/null"), 4096)),
+            Some(libc::ENOTTY)
+        );
+        let memfd = memfd_create(c"not-a-dma-buf", 4096).unwrap();
+        let e = dma_buf_sync(memfd.as_fd(), DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+    }
+
+    #[test]
+    fn character_devices_are_known_by_their_sysfs_class_and_name() {
+        let null = rustix::fs::stat("/dev/null").unwrap();
+        assert_eq!(
+            char_device_identity(null.st_rdev).unwrap(),
+            ("mem".to_string(), "null".to_string())
+        );
+        assert!(open_kernel_device(Path::new("/dev/null"), "mem", Some("null")).is_ok());
+        let e = open_kernel_device(Path::new("/dev/null"), "mem", Some("zero")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+        let e = open_kernel_device(Path::new("/dev/null"), "misc", None).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+    }
 }

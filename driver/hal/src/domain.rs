@@ -17,7 +17,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use nnaccel_uapi::{Device, DeviceExt};
+use nnaccel_uapi::{BufferObject, Device};
 
 use super::memory::MappedPool;
 use super::types::*;
@@ -133,8 +133,8 @@ impl Drop for Reserved<'_> {
 
 /// The memory behind a buffer: a BO on the device or a memfd, mapped once for the CPU.
 struct Storage {
-    /// The BO (on the device path), with the device it lives on.
-    bo: Option<(Arc<dyn Device>, u32)>,
+    /// The BO (on the device path), closed when the storage is dropped.
+    bo: Option<BufferObject>,
     /// The memory as a pool (an exported BO fd or the memfd), for CPU access and CPU runs.
     memory: Memory,
     mapped: MappedPool,
@@ -144,7 +144,7 @@ struct Storage {
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Storage")
-            .field("bo", &self.bo.as_ref().map(|b| b.1))
+            .field("bo", &self.bo.as_ref().map(BufferObject::handle))
             .field("bytes", &self.memory.size)
             .finish()
     }
@@ -158,9 +158,9 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if let Some((dev, handle)) = &self.bo {
-            let _ = dev.bo_close(*handle);
-        }
+        // The BO is closed before its bytes are given back: the tracker never counts fewer
+        // bytes than the device still holds for it.
+        drop(self.bo.take());
         self.tracker
             .live_bytes
             .fetch_sub(self.memory.size, Ordering::SeqCst);
@@ -345,16 +345,13 @@ impl BufferTracker {
         })?;
         let (bo, fd) = match device {
             Some(dev) => {
-                let handle = dev
-                    .bo_create(size)
+                let bo = BufferObject::create(dev.clone(), size)
                     .map_err(|e| failed(format!("the device has no {size} bytes for it: {e}")))?;
-                match dev.bo_export(handle) {
-                    Ok(fd) => (Some((dev.clone(), handle)), fd),
-                    Err(e) => {
-                        let _ = dev.bo_close(handle);
-                        return Err(failed(format!("cannot export the buffer's BO: {e}")));
-                    }
-                }
+                // A BO that cannot be exported is closed (dropped) on the way out.
+                let fd = bo
+                    .export()
+                    .map_err(|e| failed(format!("cannot export the buffer's BO: {e}")))?;
+                (Some(bo), fd)
             }
             None => {
                 let fd = nnaccel_uapi::sys::memfd_create(c"nnaccel-domain", size)
@@ -378,9 +375,7 @@ impl BufferTracker {
         let mapped = match MappedPool::map(&memory) {
             Ok(m) => m,
             Err(_) => {
-                if let Some((dev, handle)) = bo {
-                    let _ = dev.bo_close(handle);
-                }
+                drop(bo);
                 return Err(failed("cannot map the buffer's memory"));
             }
         };
@@ -742,8 +737,8 @@ impl BoundRequest {
     pub fn device_bos(&self) -> Vec<Option<u32>> {
         let mut bos = vec![None; self.request.pools.len()];
         for p in &self.pools {
-            if let Some((_, handle)) = &p.storage.bo {
-                bos[p.pool] = Some(*handle);
+            if let Some(bo) = &p.storage.bo {
+                bos[p.pool] = Some(bo.handle());
             }
         }
         bos

@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nnaccel_kmod_sim::{Config, InprocFile, SimDevice};
@@ -13,6 +13,7 @@ use nnaccel_uapi::ioctl::NNACCEL_IOCTL_PROGRAM_CREATE;
 use nnaccel_uapi::sys::{self, Mapping};
 
 use super::*;
+use crate::device::LiveObjects;
 
 /// A device that can be told to refuse programs or to die (ENOTCONN, like a killed FUSE
 /// server).
@@ -21,6 +22,8 @@ struct TestDevice {
     inner: InprocFile,
     refuse_programs: AtomicBool,
     dead: AtomicBool,
+    /// ioctls issued, dead or alive.
+    calls: AtomicU64,
 }
 
 impl TestDevice {
@@ -30,12 +33,14 @@ impl TestDevice {
             inner: InprocFile::open(&sim),
             refuse_programs: AtomicBool::new(false),
             dead: AtomicBool::new(false),
+            calls: AtomicU64::new(0),
         })
     }
 }
 
 impl Device for TestDevice {
     fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         if self.dead.load(Ordering::SeqCst) {
             return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
         }
@@ -349,20 +354,15 @@ fn a_passed_deadline_is_missed_before_running() {
 
 #[test]
 fn constants_in_hardware_buffer_are_unsupported_and_fail_prepare() {
-    let mut model = add_model(&[1, 4]);
     let fd = sys::memfd_create(c"ahwb", 4096).unwrap();
-    model.pools.push(Memory {
-        kind: MemoryKind::HardwareBuffer,
-        fd: Arc::new(fd),
-        size: 4096,
-    });
-    model.operands[1].lifetime = OperandLifetime::ConstantReference;
-    model.operands[1].location = DataLocation {
-        pool_index: 0,
-        offset: 0,
-        length: 16,
-        padding: 0,
-    };
+    let model = add_model_with_pool_constant(
+        Memory {
+            kind: MemoryKind::HardwareBuffer,
+            fd: Arc::new(fd),
+            size: 4096,
+        },
+        0,
+    );
     let driver = Driver::new(Backend::Device(TestDevice::new()));
     assert_eq!(
         driver.get_supported_operations(&model).unwrap(),
@@ -384,25 +384,7 @@ fn constants_in_hardware_buffer_are_unsupported_and_fail_prepare() {
 #[test]
 fn constant_reference_pools_work_on_device_and_cpu() {
     for backend in [Backend::CpuOnly, Backend::Device(TestDevice::new())] {
-        let mut model = add_model(&[1, 4]);
-        let fd = sys::memfd_create(c"weights", 4096).unwrap();
-        Mapping::map_shared(fd.as_fd(), 0, 4096, true)
-            .unwrap()
-            .write_at(128, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]))
-            .unwrap();
-        model.pools.push(Memory {
-            kind: MemoryKind::Ashmem,
-            fd: Arc::new(fd),
-            size: 4096,
-        });
-        model.operands[1].lifetime = OperandLifetime::ConstantReference;
-        model.operands[1].location = DataLocation {
-            pool_index: 0,
-            offset: 128,
-            length: 16,
-            padding: 0,
-        };
-        let pm = prepare(&Driver::new(backend), &model);
+        let pm = prepare(&Driver::new(backend), &add_model_with_pool());
         let io = Io::new(&INPUT);
         assert_eq!(
             pm.execute_synchronously(&io.request(16), MeasureTiming::No, None)
@@ -444,5 +426,143 @@ fn invalid_models_are_invalid_argument_everywhere() {
             )
             .unwrap_err(),
         ErrorStatus::InvalidArgument
+    );
+}
+
+/// The device's live-object counters (all files).
+fn live(dev: &TestDevice) -> LiveObjects {
+    crate::device::DeviceInfo::query(&dev.inner).unwrap().live
+}
+
+/// `add_model` with its constant (operand 1) read from `pool` at `offset`.
+fn add_model_with_pool_constant(pool: Memory, offset: u32) -> Model {
+    let mut model = add_model(&[1, 4]);
+    model.pools.push(pool);
+    model.operands[1].lifetime = OperandLifetime::ConstantReference;
+    model.operands[1].location = DataLocation {
+        pool_index: 0,
+        offset,
+        length: 16,
+        padding: 0,
+    };
+    model
+}
+
+/// A model whose constant lives in a memfd pool: preparing it imports the pool as a BO.
+fn add_model_with_pool() -> Model {
+    let fd = sys::memfd_create(c"weights", 4096).unwrap();
+    Mapping::map_shared(fd.as_fd(), 0, 4096, true)
+        .unwrap()
+        .write_at(128, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]))
+        .unwrap();
+    let pool = Memory {
+        kind: MemoryKind::Ashmem,
+        fd: Arc::new(fd),
+        size: 4096,
+    };
+    add_model_with_pool_constant(pool, 128)
+}
+
+/// One burst execution of `io`'s request with its pool in `slot`, which must succeed.
+fn run_in_burst(pm: &PreparedModel, io: &Io, cache: &mut crate::driver::BurstCache, slot: i32) {
+    let r = pm.execute_in_burst(
+        LOCAL_OWNER,
+        &io.request(16),
+        MeasureTiming::No,
+        cache,
+        &[slot],
+    );
+    assert_eq!(r.status, ErrorStatus::None);
+    assert_eq!(io.output(), EXPECTED);
+}
+
+#[test]
+fn every_device_object_the_driver_makes_is_released_when_dropped() {
+    let dev = TestDevice::new();
+    let before = live(&dev);
+    let driver = Driver::new(Backend::Device(dev.clone()));
+    let pm = prepare(&driver, &add_model_with_pool());
+    assert!(pm.runs_on_device());
+    // The probe programs are gone; one program and its queue remain, and the pool's BO lives
+    // on inside the program only (the driver's handle to it was closed).
+    let prepared = live(&dev);
+    assert_eq!(prepared.programs, before.programs + 1);
+    assert_eq!(prepared.bos, before.bos + 1);
+    assert_eq!(prepared.queues, before.queues + 1);
+    let start = prepared;
+    // A regular execution imports its pool for the job only.
+    let io = Io::new(&INPUT);
+    let r = pm.execute_synchronously(&io.request(16), MeasureTiming::No, None);
+    assert_eq!(r.status, ErrorStatus::None);
+    assert_eq!(io.output(), EXPECTED);
+    assert_eq!(live(&dev).bos, start.bos);
+    // A burst keeps the slot's BO (and its own queue) until the slot is freed or it ends.
+    let mut cache = crate::driver::BurstCache::new();
+    run_in_burst(&pm, &io, &mut cache, 5);
+    assert_eq!(live(&dev).bos, start.bos + 1);
+    cache.forget(5);
+    assert_eq!(live(&dev).bos, start.bos);
+    run_in_burst(&pm, &io, &mut cache, 6);
+    assert_eq!(live(&dev).bos, start.bos + 1);
+    drop(cache);
+    assert_eq!(live(&dev).bos, start.bos);
+    // A memory-domain buffer holds a device BO while it lives.
+    let buffer = driver
+        .allocate(
+            LOCAL_OWNER,
+            &BufferDesc::default(),
+            &[&pm],
+            &[BufferRole {
+                model_index: 0,
+                io_index: 0,
+                frequency: 1.0,
+            }],
+            &[],
+        )
+        .unwrap();
+    assert_eq!(live(&dev).bos, start.bos + 1);
+    drop(buffer);
+    assert_eq!(live(&dev).bos, start.bos);
+    drop(pm);
+    assert_eq!(live(&dev), before);
+}
+
+#[test]
+fn objects_of_a_dead_device_are_given_up_without_a_call() {
+    let dev = TestDevice::new();
+    let driver = Driver::new(Backend::Device(dev.clone()));
+    let pm = prepare(&driver, &add_model_with_pool());
+    assert!(pm.runs_on_device());
+    let io = Io::new(&INPUT);
+    let mut cache = crate::driver::BurstCache::new();
+    run_in_burst(&pm, &io, &mut cache, 1);
+    let held = live(&dev);
+    assert_eq!(held.programs, 1);
+    // The device dies; an execution notices (and falls back to the CPU).
+    dev.dead.store(true, Ordering::SeqCst);
+    let r = pm.execute_synchronously(&io.request(16), MeasureTiming::No, None);
+    assert_eq!(r.status, ErrorStatus::None);
+    assert!(!pm.runs_on_device());
+    // Freeing the burst's slot BO and the program makes no call to the dead device (a hung
+    // one could block); the queues' RingQueue destroys are the only calls left.
+    let calls = dev.calls.load(Ordering::SeqCst);
+    cache.forget(1);
+    assert_eq!(dev.calls.load(Ordering::SeqCst), calls, "no BO_CLOSE");
+    dev.dead.store(false, Ordering::SeqCst);
+    assert_eq!(live(&dev).bos, held.bos, "the BO was given up, not closed");
+    dev.dead.store(true, Ordering::SeqCst);
+    let calls = dev.calls.load(Ordering::SeqCst);
+    drop(cache);
+    drop(pm);
+    assert_eq!(
+        dev.calls.load(Ordering::SeqCst),
+        calls + 2,
+        "the two QUEUE_DESTROYs (the burst's queue and the model's), no PROGRAM_DESTROY"
+    );
+    dev.dead.store(false, Ordering::SeqCst);
+    assert_eq!(
+        live(&dev).programs,
+        1,
+        "the program was given up, not destroyed"
     );
 }

@@ -15,13 +15,18 @@
 //! an acquire load. A write that does not fit fails (the synchronized flavour never overwrites
 //! unread data). The peer is untrusted: counters that claim more than a ring of data are an
 //! error, never an out-of-bounds access.
+//!
+//! The peer can write the whole region at any time, so this side holds no reference to it but
+//! the atomics (the counters and the event flag, which both sides only access atomically): the
+//! ring's bytes are copied in and out through the mapping's volatile view, into and out of the
+//! caller's own buffers, which are what gets decoded and checked.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use nnaccel_uapi::sys::{self, FutexWait, Mapping};
+use nnaccel_uapi::sys::{self, FutexWait, Mapping, VolatileSlice};
 use serde::{Deserialize, Serialize};
 
 /// Event-flag bit: the queue has room (set by the reader after a read).
@@ -214,6 +219,15 @@ impl Fmq {
         }
     }
 
+    /// The ring, as a volatile view.
+    fn ring(&self) -> Result<VolatileSlice<'_>, FmqError> {
+        // `map` keeps `RING + ring_bytes <= region_size` (`region_size`), so this never fails.
+        self.map
+            .volatile()
+            .subslice(RING, self.ring_bytes as usize)
+            .map_err(|e| FmqError::BadDescriptor(format!("the ring is outside its region: {e}")))
+    }
+
     /// Bytes written and not yet read, checked against the ring size.
     fn filled(&self) -> Result<(u64, u64, u64), FmqError> {
         let read = self.counter(READ_COUNTER).load(Ordering::Acquire);
@@ -256,14 +270,17 @@ impl Fmq {
         }
         let offset = (write % self.ring_bytes) as usize;
         let first = data.len().min(self.ring_bytes as usize - offset);
-        let ring = self.map.as_ptr().wrapping_add(RING);
         let (head, tail) = data.split_at(first);
-        // SAFETY: `offset + first <= ring_bytes`, so the copy stays inside the ring, which lies
-        // inside the live mapping. The bytes are not readable by the peer until the release
-        // store below publishes them; `data` is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), ring.wrapping_add(offset), first) };
-        // SAFETY: the wrapped part: `tail.len() <= offset`, from the ring's start.
-        unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), ring, tail.len()) };
+        // `offset + first <= ring_bytes`, and the wrapped part has `tail.len() <= offset`: both
+        // copies stay inside the ring. The peer may read these bytes only after the release
+        // store below publishes them.
+        let ring = self.ring()?;
+        let range = |at, len| {
+            ring.subslice(at, len)
+                .map_err(|_| FmqError::TooLarge(data.len()))
+        };
+        range(offset, first)?.copy_from(head);
+        range(0, tail.len())?.copy_from(tail);
         self.counter(WRITE_COUNTER)
             .store(write.wrapping_add(data.len() as u64), Ordering::Release);
         Ok(true)
@@ -279,16 +296,16 @@ impl Fmq {
         }
         let offset = (read % self.ring_bytes) as usize;
         let first = out.len().min(self.ring_bytes as usize - offset);
-        let ring = self.map.as_ptr().wrapping_add(RING).cast_const();
+        let len = out.len();
         let (head, tail) = out.split_at_mut(first);
-        // SAFETY: as in `write`, the range lies inside the ring. The writer published these
-        // bytes (acquire load in `filled`) and will not touch them until the release store
-        // below hands the space back. `out` is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(ring.wrapping_add(offset), head.as_mut_ptr(), first)
-        };
-        // SAFETY: the wrapped part: `tail.len() <= offset`, from the ring's start.
-        unsafe { std::ptr::copy_nonoverlapping(ring, tail.as_mut_ptr(), tail.len()) };
+        // As in `write`, both ranges lie inside the ring. The writer published these bytes
+        // (acquire load in `filled`) and should not touch them until the release store below
+        // hands the space back; one that does anyway changes the ring, never `out` after the
+        // copy, which is what the caller decodes.
+        let ring = self.ring()?;
+        let range = |at, n| ring.subslice(at, n).map_err(|_| FmqError::TooLarge(len));
+        range(offset, first)?.copy_to(head);
+        range(0, tail.len())?.copy_to(tail);
         self.counter(READ_COUNTER)
             .store(read.wrapping_add(out.len() as u64), Ordering::Release);
         Ok(true)

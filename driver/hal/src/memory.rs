@@ -14,9 +14,16 @@
 //! never accessed through a mapping: its bytes are copied with `pread`/`pwrite`, so a client
 //! truncating it gets a failed execution, not a crashed service. Constants in such a pool are
 //! copied once at preparation.
+//!
+//! A mapped pool is memory the client can write at any moment, so the HAL never holds a
+//! `&[u8]` or `&mut [u8]` into it (Rust's aliasing rules do not allow references to memory that
+//! changes underneath them, and a value read twice through one may differ between the check
+//! and the use). Every access is a copy through the mapping's volatile view
+//! ([`Mapping::volatile`]): [`MappedPool::read`] into an owned buffer, [`MappedPool::write`]
+//! out of one, [`MappedPool::constants`] into a private snapshot kept for the pool's lifetime.
 
-use std::borrow::Cow;
 use std::os::fd::AsFd;
+use std::sync::OnceLock;
 
 use nnaccel_uapi::sys::{
     self, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE, Mapping,
@@ -33,6 +40,8 @@ pub struct MappedPool {
     file_offset: u64,
     len: usize,
     writable: bool,
+    /// The private copy [`MappedPool::constants`] takes on first use (mapped pools only).
+    snapshot: OnceLock<Vec<u8>>,
 }
 
 /// How the bytes of a pool are reached.
@@ -117,6 +126,7 @@ impl MappedPool {
             file_offset: offset,
             len,
             writable,
+            snapshot: OnceLock::new(),
         })
     }
 
@@ -132,6 +142,7 @@ impl MappedPool {
                 file_offset: 0,
                 len: 0,
                 writable: false,
+                snapshot: OnceLock::new(),
             });
         }
         let mut pool = Self::map(memory)?;
@@ -201,38 +212,63 @@ impl MappedPool {
         }
     }
 
-    /// The bytes at `offset..offset + len`: borrowed from the shared mapping, or copied out of
-    /// an unpinned file (a file that shrank under the range is GENERAL_FAILURE).
-    ///
-    /// Mapped memory is shared with the client, which may write it at any time; callers treat
-    /// it as plain data (never as sizes or indexes they trust).
-    pub fn read(&self, offset: usize, len: usize) -> Result<Cow<'_, [u8]>, ErrorStatus> {
-        match offset.checked_add(len) {
+    /// A copy of the bytes at `offset..offset + len`, taken through the mapping's volatile
+    /// view or out of an unpinned file (a file that shrank under the range is
+    /// GENERAL_FAILURE). The copy is the caller's own: the client writing the pool meanwhile
+    /// changes the pool, not the copy, so the caller may check a value and then use it.
+    pub fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, ErrorStatus> {
+        let mut buf = vec![0u8; len];
+        self.read_into(offset, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// [`MappedPool::read`] into `dst` (`dst.len()` bytes at `offset`).
+    pub fn read_into(&self, offset: usize, dst: &mut [u8]) -> Result<(), ErrorStatus> {
+        match offset.checked_add(dst.len()) {
             Some(end) if end <= self.len => {}
             _ => return Err(general("range outside the pool")),
         }
         match &self.backing {
-            Backing::Mapped(map) => {
-                let ptr = map.as_ptr().wrapping_add(offset);
-                // SAFETY: the range lies inside the live mapping (checked above) of a file
-                // that cannot shrink, and the mapping outlives the returned borrow of `self`.
-                // See the caveat on shared contents in the doc comment.
-                Ok(Cow::Borrowed(unsafe {
-                    std::slice::from_raw_parts(ptr, len)
-                }))
+            Backing::Mapped(map) => map
+                .read_at(offset, dst)
+                .map_err(|_| general("range outside the pool")),
+            Backing::Snapshot(copy) => {
+                dst.copy_from_slice(&copy[offset..offset + dst.len()]);
+                Ok(())
             }
-            Backing::Snapshot(copy) => Ok(Cow::Borrowed(&copy[offset..offset + len])),
-            Backing::File => {
-                let mut buf = vec![0u8; len];
-                sys::pread_exact(
-                    self.memory.fd.as_fd(),
-                    self.file_offset + offset as u64,
-                    &mut buf,
-                )
-                .map_err(|e| general(format!("cannot read the pool's file: {e}")))?;
-                Ok(Cow::Owned(buf))
-            }
+            Backing::File => sys::pread_exact(
+                self.memory.fd.as_fd(),
+                self.file_offset + offset as u64,
+                dst,
+            )
+            .map_err(|e| general(format!("cannot read the pool's file: {e}"))),
         }
+    }
+
+    /// The whole pool as a model's constants, in memory the client cannot write: the private
+    /// copy taken at preparation for an unpinned file, else one taken (through the volatile
+    /// view) on the first call and kept as long as the pool.
+    ///
+    /// A copy, not the mapping, because the CPU executor reads constants through `&[u8]` and
+    /// trusts them once checked (index tensors, shapes), and a client may write its pool at any
+    /// time. Once, not per execution, because NN HAL forbids changing a model's constants after
+    /// the model is finished: the snapshot is the model, and a client that breaks the rule gets
+    /// the values of the snapshot's moment rather than a torn read. Taken on first use rather
+    /// than at preparation so that models that only ever run on the device (which reads the
+    /// pool itself) cost no copy and no second set of weights.
+    pub fn constants(&self) -> Result<&[u8], ErrorStatus> {
+        if let Backing::Snapshot(copy) = &self.backing {
+            return Ok(copy);
+        }
+        if let Some(copy) = self.snapshot.get() {
+            return Ok(copy);
+        }
+        self.begin_access(false);
+        let copied = self.read(0, self.len);
+        self.end_access(false);
+        let copied = copied?;
+        // Two threads may copy at once; one copy is kept (the same bytes, per the rule above).
+        Ok(self.snapshot.get_or_init(|| copied))
     }
 
     /// Copies `data` into the pool at `offset`.
@@ -283,6 +319,40 @@ mod tests {
             rustix::fs::ftruncate(&*m.fd, 10).is_err(),
             "shrinking a mapped pool must fail"
         );
+    }
+
+    #[test]
+    fn reads_are_copies_the_client_cannot_change_afterwards() {
+        let m = memfd(4096);
+        let client = Mapping::map_shared(m.fd.as_fd(), 0, 4096, true).unwrap();
+        client.write_at(0, &[7; 16]).unwrap();
+        let p = MappedPool::map(&m).unwrap();
+        let copy = p.read(0, 16).unwrap();
+        client.write_at(0, &[9; 16]).unwrap();
+        assert_eq!(copy, [7; 16], "the copy is ours");
+        let mut into = [0u8; 4];
+        p.read_into(12, &mut into).unwrap();
+        assert_eq!(into, [9; 4], "a new read sees the client's write");
+        assert_eq!(
+            p.read_into(4094, &mut into),
+            Err(ErrorStatus::GeneralFailure)
+        );
+    }
+
+    #[test]
+    fn constants_are_snapshotted_once_on_first_use() {
+        let m = memfd(8192);
+        let client = Mapping::map_shared(m.fd.as_fd(), 0, 8192, true).unwrap();
+        client.write_at(100, &[1, 2, 3]).unwrap();
+        let p = MappedPool::map_constants(&m).unwrap();
+        let first = p.constants().unwrap();
+        assert_eq!(first.len(), 8192);
+        assert_eq!(&first[100..103], &[1, 2, 3]);
+        // A client breaking the rule (constants are fixed once the model is finished) changes
+        // its pool, not the model the HAL runs.
+        client.write_at(100, &[4, 5, 6]).unwrap();
+        assert_eq!(&p.constants().unwrap()[100..103], &[1, 2, 3]);
+        assert_eq!(&*p.read(100, 3).unwrap(), &[4, 5, 6]);
     }
 
     #[test]

@@ -12,38 +12,27 @@
 //! `AHardwareBuffer` (REFERENCE.md §3): a request argument in one must use the whole buffer
 //! (offset = length = 0), and the device sizes it itself when importing it.
 //!
-//! The dma-heap and udmabuf ioctls are issued directly (`nnaccel_uapi::sys::ioctl_raw`, the
-//! argument laid out as the kernel's struct), the two calls `dma-heap`/`udmabuf` crates would
-//! wrap; it keeps the driver free of another dependency.
+//! The dma-heap and udmabuf ioctls are issued directly (`nnaccel_uapi::sys::dma_heap_alloc`,
+//! `udmabuf_create`, with the kernel's structs from `nnaccel_uapi::linux`), the two calls
+//! `dma-heap`/`udmabuf` crates would wrap; it keeps the driver free of another dependency.
 
 use std::fmt;
-use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use nnaccel_uapi::ioctl::{IOC_READ, IOC_WRITE, ioc};
 use nnaccel_uapi::sys::{
     self, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE, Mapping,
+    VolatileSlice,
 };
 use rustix::fs::{MemfdFlags, SealFlags};
 
 use nnaccel_hal::types::{Memory, MemoryKind};
 
-/// The system dma-heap.
-pub const DMA_HEAP_SYSTEM: &str = "/dev/dma_heap/system";
-/// The udmabuf device.
-pub const UDMABUF: &str = "/dev/udmabuf";
+/// The system dma-heap and the udmabuf device.
+pub use nnaccel_uapi::linux::{DMA_HEAP_SYSTEM, UDMABUF};
 
-/// `DMA_HEAP_IOCTL_ALLOC` = `_IOWR('H', 0, struct dma_heap_allocation_data { u64 len; u32 fd;
-/// u32 fd_flags; u64 heap_flags; })`.
-const DMA_HEAP_IOCTL_ALLOC: u32 = ioc(IOC_READ | IOC_WRITE, b'H' as u32, 0, 24);
-/// `UDMABUF_CREATE` = `_IOW('u', 0x42, struct udmabuf_create { u32 memfd; u32 flags; u64
-/// offset; u64 size; })`.
-const UDMABUF_CREATE: u32 = ioc(IOC_WRITE, b'u' as u32, 0x42, 24);
-/// `UDMABUF_FLAGS_CLOEXEC`.
-const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
 const PAGE: u64 = 4096;
 
 /// Where this machine's `hardware_buffer_blob` memory comes from.
@@ -135,45 +124,21 @@ pub fn mmap_fd(file: OwnedFd, offset: u64, size: u64, prot: i32) -> Memory {
 
 /// A dma-buf of `size` bytes (rounded up to whole pages) from `/dev/dma_heap/system`.
 fn from_dma_heap(size: u64) -> io::Result<OwnedFd> {
-    let heap = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(DMA_HEAP_SYSTEM)?;
-    let mut arg = [0u8; 24];
-    arg[..8].copy_from_slice(&page_round(size)?.to_ne_bytes());
-    let fd_flags = (libc::O_RDWR | libc::O_CLOEXEC) as u32;
-    arg[12..16].copy_from_slice(&fd_flags.to_ne_bytes());
-    sys::ioctl_raw(heap.as_fd(), DMA_HEAP_IOCTL_ALLOC, &mut arg)?;
-    let raw = i32::from_ne_bytes([arg[8], arg[9], arg[10], arg[11]]);
-    if raw < 0 {
-        return Err(io::Error::other("DMA_HEAP_IOCTL_ALLOC returned no fd"));
-    }
-    // SAFETY: on success DMA_HEAP_IOCTL_ALLOC installed `raw` as a new fd of this process that
-    // nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    sys::dma_heap_alloc(Path::new(DMA_HEAP_SYSTEM), page_round(size)?)
 }
 
 /// A udmabuf of `size` bytes (rounded up to whole pages) over a fresh memfd sealed against
 /// shrinking (as udmabuf requires; not against writing).
 fn from_udmabuf(size: u64) -> io::Result<OwnedFd> {
     let len = page_round(size)?;
-    let dev = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(UDMABUF)?;
+    // Fail before making the memfd where there is no udmabuf device.
+    if !Path::new(UDMABUF).exists() {
+        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    }
     let backing = memfd(c"nnaccel-udmabuf", len)?;
     rustix::fs::fcntl_add_seals(&backing, SealFlags::SHRINK)?;
-    let mut arg = [0u8; 24];
-    let memfd_raw = std::os::fd::AsRawFd::as_raw_fd(&backing) as u32;
-    arg[..4].copy_from_slice(&memfd_raw.to_ne_bytes());
-    arg[4..8].copy_from_slice(&UDMABUF_FLAGS_CLOEXEC.to_ne_bytes());
-    arg[16..24].copy_from_slice(&len.to_ne_bytes());
-    let raw = sys::ioctl_raw(dev.as_fd(), UDMABUF_CREATE, &mut arg)?;
-    // SAFETY: UDMABUF_CREATE returns a new fd of this process that nothing else owns. The
-    // udmabuf holds its own reference to the memfd's pages, so `backing` may close.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    // The udmabuf holds its own reference to the memfd's pages, so `backing` may close.
+    sys::udmabuf_create(backing.as_fd(), 0, len)
 }
 
 /// A memfd of `size` bytes (rounded up to whole pages) sealed against shrinking and growing:
@@ -348,9 +313,12 @@ impl MappedClientPool {
             .collect())
     }
 
-    /// The start of the client's mapping (for code that fills large inputs in place).
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.map.as_ptr()
+    /// The client's mapping as a volatile view, for code that fills large inputs in place.
+    /// Never a `&mut [u8]`: the service (or the device) writes outputs into the same memory
+    /// while the client holds the mapping. Bracket dma-buf access with `DMA_BUF_IOCTL_SYNC`
+    /// as [`MappedClientPool::write`] does.
+    pub fn volatile(&self) -> VolatileSlice<'_> {
+        self.map.volatile()
     }
 }
 
@@ -399,6 +367,20 @@ mod tests {
         let mut buf = [0u8; 4];
         rustix::io::pread(&*m.fd, &mut buf, PAGE + 8).unwrap();
         assert_eq!(f32::from_le_bytes(buf), 1.5);
+    }
+
+    #[test]
+    fn the_clients_volatile_view_writes_what_the_hal_reads() {
+        let m = ashmem(PAGE).unwrap();
+        let client = MappedClientPool::new(&m).unwrap();
+        let view = client.volatile();
+        assert_eq!(view.len(), PAGE as usize);
+        view.subslice(16, 4)
+            .unwrap()
+            .copy_from(&2.5f32.to_le_bytes());
+        let hal = MappedPool::map(&m).unwrap();
+        assert_eq!(hal.read(16, 4).unwrap(), 2.5f32.to_le_bytes());
+        assert_eq!(client.read_f32(16, 1).unwrap(), vec![2.5]);
     }
 
     #[test]

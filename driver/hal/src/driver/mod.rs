@@ -5,7 +5,6 @@
 //! (its node closed, the simulator killed) marks itself dead and prepared models carry on with
 //! the CPU plan they were prepared with.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsFd;
@@ -17,7 +16,7 @@ use nnaccel_cpu::{ExecError, Graph, InputArg, Lifetime, PreparedGraph};
 use nnaccel_uapi::abi::{BO_ACCESS_READ, BO_ACCESS_WRITE, Binding, Job, MAX_BINDINGS};
 use nnaccel_uapi::program::{self, Location, Program};
 use nnaccel_uapi::ring::RingError;
-use nnaccel_uapi::{Device, DeviceExt, RingQueue};
+use nnaccel_uapi::{BufferObject, Device, DeviceExt, LoadedProgram, RingQueue};
 
 use super::convert::model_to_graph;
 use super::domain::{
@@ -251,10 +250,10 @@ impl Driver {
         let runs = match probe
             .encode()
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-            .and_then(|b| d.dev.program_create(&b))
+            .and_then(|b| LoadedProgram::create(d.dev.clone(), &b))
         {
-            Ok(handle) => {
-                let _ = d.dev.program_destroy(handle);
+            Ok(loaded) => {
+                drop(loaded);
                 true
             }
             Err(e) => {
@@ -469,7 +468,7 @@ fn constant_bytes(model: &Model, lifetime: &Lifetime) -> Option<Vec<u8>> {
         } => {
             let mem = model.pools.get(pool as usize)?;
             let mapped = MappedPool::map(mem).ok()?;
-            mapped.read(offset, length).ok().map(Cow::into_owned)
+            mapped.read(offset, length).ok()
         }
         _ => None,
     }
@@ -572,7 +571,8 @@ struct DeviceQueue {
 #[derive(Debug)]
 struct DevicePlan {
     device: Arc<DeviceHandle>,
-    program: u32,
+    /// Destroyed before `queue` (field order) when the plan is dropped.
+    program: LoadedProgram,
     queue: Mutex<DeviceQueue>,
     /// Fixed dimensions and byte sizes of the inputs and outputs.
     inputs: Vec<(Vec<u32>, u64, u64)>,
@@ -583,27 +583,20 @@ impl DevicePlan {
     fn compile(d: &Arc<DeviceHandle>, model: &Model, graph: &Graph) -> io::Result<Self> {
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
         // Pools holding constants become BOs the program refers to by slot.
+        // On an early return the BOs imported so far are closed (dropped).
         let mut bo_refs = Vec::with_capacity(model.pools.len());
-        let close_all = |handles: &[u32]| {
-            for h in handles {
-                let _ = d.dev.bo_close(*h);
-            }
-        };
         for pool in &model.pools {
             let offset = match pool.kind {
                 MemoryKind::MmapFd { offset, .. } => offset,
                 _ => 0,
             };
-            match d
-                .dev
-                .bo_import(pool.fd.as_fd(), offset, pool.size, BO_ACCESS_READ)
-            {
-                Ok(h) => bo_refs.push(h),
-                Err(e) => {
-                    close_all(&bo_refs);
-                    return Err(e);
-                }
-            }
+            bo_refs.push(BufferObject::import(
+                d.dev.clone(),
+                pool.fd.as_fd(),
+                offset,
+                pool.size,
+                BO_ACCESS_READ,
+            )?);
         }
         let operands = graph
             .operands
@@ -644,24 +637,19 @@ impl DevicePlan {
                 .collect(),
             inputs: graph.input_indexes.clone(),
             outputs: graph.output_indexes.clone(),
-            bo_refs: bo_refs.clone(),
+            bo_refs: bo_refs.iter().map(BufferObject::handle).collect(),
             constants: model.operand_values.clone(),
             relax_f32_to_f16: model.relax_computation_float32_to_float16,
         };
         let created = program
             .encode()
             .map_err(|_| einval())
-            .and_then(|bytes| d.dev.program_create(&bytes));
+            .and_then(|bytes| LoadedProgram::create(d.dev.clone(), &bytes));
         // The program holds its own references to the BOs.
-        close_all(&bo_refs);
-        let handle = created?;
-        let queue = match RingQueue::create(d.dev.clone(), QUEUE_ENTRIES, 0) {
-            Ok(q) => q,
-            Err(e) => {
-                let _ = d.dev.program_destroy(handle);
-                return Err(e);
-            }
-        };
+        drop(bo_refs);
+        let program = created?;
+        // Without a queue the program is destroyed (dropped) again.
+        let queue = RingQueue::create(d.dev.clone(), QUEUE_ENTRIES, 0)?;
         let spec = |k: &u32| {
             let o = &graph.operands[*k as usize];
             let bytes = o.byte_size().unwrap_or(0) as u64;
@@ -669,7 +657,7 @@ impl DevicePlan {
         };
         Ok(Self {
             device: d.clone(),
-            program: handle,
+            program,
             queue: Mutex::new(DeviceQueue {
                 ring: queue,
                 abandoned: None,
@@ -682,8 +670,9 @@ impl DevicePlan {
 
 impl Drop for DevicePlan {
     fn drop(&mut self) {
-        if self.device.alive() {
-            let _ = self.device.dev.program_destroy(self.program);
+        // A dead device is not called (it may hang): the program goes with the device file.
+        if !self.device.alive() {
+            self.program.disown();
         }
     }
 }
@@ -925,12 +914,8 @@ fn run_on_device(
     // Import the request's pools for this execution; memory-domain buffers are BOs already,
     // and a burst imports each slot once.
     let mut handles = Vec::with_capacity(request.pools.len());
-    let mut imported = Vec::with_capacity(request.pools.len());
-    let release = |handles: &[u32]| {
-        for h in handles {
-            let _ = dev.bo_close(*h);
-        }
-    };
+    // BOs imported for this execution only; closed (dropped) after it.
+    let mut imported: Vec<BufferObject> = Vec::with_capacity(request.pools.len());
     for (i, pool) in request.pools.iter().enumerate() {
         if let Some(bo) = device_bos.get(i).copied().flatten() {
             handles.push(bo);
@@ -955,17 +940,18 @@ fn run_on_device(
             _ => (0, BO_ACCESS_READ | BO_ACCESS_WRITE),
         };
         let size = pool_size(mem);
-        match dev.bo_import(mem.fd.as_fd(), offset, size, access) {
-            Ok(h) => {
-                handles.push(h);
-                match burst.as_mut() {
-                    Some((c, slots)) => c.keep_bo(&plan.device, slots.get(i), h),
-                    None => imported.push(h),
-                }
+        match BufferObject::import(dev.clone(), mem.fd.as_fd(), offset, size, access) {
+            Ok(bo) => {
+                handles.push(bo.handle());
+                let unkept = match burst.as_mut() {
+                    Some((c, slots)) => c.keep_bo(&plan.device, slots.get(i), bo),
+                    None => Some(bo),
+                };
+                imported.extend(unkept);
             }
             Err(e) => {
                 plan.device.note_error(&e);
-                release(&imported);
+                drop(imported);
                 return if mem.kind == MemoryKind::HardwareBuffer {
                     DeviceOutcome::Done(ExecutionResult::failure(ErrorStatus::GeneralFailure))
                 } else {
@@ -975,7 +961,7 @@ fn run_on_device(
         }
     }
     let mut job = Job {
-        program: plan.program,
+        program: plan.program.handle(),
         num_bindings: (plan.inputs.len() + plan.outputs.len()) as u32,
         ..Job::default()
     };
@@ -1000,7 +986,7 @@ fn run_on_device(
         let mut q = queue.lock().unwrap_or_else(PoisonError::into_inner);
         submit_and_wait(&plan.device, &mut q, &job, deadline)
     };
-    release(&imported);
+    drop(imported);
     match outcome {
         Ok(c) if c.status == 0 => DeviceOutcome::Done(ExecutionResult {
             status: ErrorStatus::None,
@@ -1165,11 +1151,12 @@ fn run_on_cpu(
             p.end_access(wrote);
         }
     };
-    // Input bytes: borrowed from pinned mappings, copied out of files that may shrink.
-    let mut input_bytes = Vec::with_capacity(request.inputs.len());
+    // Input bytes: copied out of the pools into buffers of our own, as the client may write
+    // its pools at any time and the executor checks values before it uses them.
+    let mut input_bytes: Vec<Vec<u8>> = Vec::with_capacity(request.inputs.len());
     for arg in &request.inputs {
         if arg.has_no_value {
-            input_bytes.push(Cow::Borrowed(&[][..]));
+            input_bytes.push(Vec::new());
             continue;
         }
         let loc = &arg.location;
@@ -1212,12 +1199,12 @@ fn run_on_cpu(
         .iter()
         .map(|a| vec![0u8; a.location.length as usize])
         .collect();
-    let model_pools: Vec<Cow<'_, [u8]>> = plan
+    // Constants: each pool's private snapshot (`MappedPool::constants` says why and when).
+    let model_pools: Vec<&[u8]> = plan
         .pools
         .iter()
-        .map(|p| p.read(0, p.len()).unwrap_or_default())
+        .map(|p| p.constants().unwrap_or_default())
         .collect();
-    let model_pools: Vec<&[u8]> = model_pools.iter().map(|p| &**p).collect();
     let result = {
         let mut outs: Vec<&mut [u8]> = out_bufs.iter_mut().map(Vec::as_mut_slice).collect();
         plan.graph.execute(&model_pools, &inputs, &mut outs)
@@ -1293,7 +1280,7 @@ fn run_on_cpu(
 /// (freeMemory) releases them.
 #[derive(Debug, Default)]
 pub struct BurstCache {
-    bos: HashMap<i32, (Arc<DeviceHandle>, u32)>,
+    bos: HashMap<i32, (Arc<DeviceHandle>, BufferObject)>,
     maps: HashMap<i32, MappedPool>,
     queue: Option<(Arc<DeviceHandle>, Mutex<DeviceQueue>)>,
 }
@@ -1306,10 +1293,12 @@ impl BurstCache {
 
     /// Drops what is cached for `slot` (freeMemory).
     pub fn forget(&mut self, slot: i32) {
-        if let Some((device, h)) = self.bos.remove(&slot)
-            && device.alive()
-        {
-            let _ = device.dev.bo_close(h);
+        if let Some((device, mut bo)) = self.bos.remove(&slot) {
+            // A dead device is not called (it may hang): the BO goes with the device file.
+            if !device.alive() {
+                bo.disown();
+            }
+            drop(bo);
         }
         self.maps.remove(&slot);
     }
@@ -1333,15 +1322,24 @@ impl BurstCache {
     }
 
     fn bo(&self, slot: Option<&i32>) -> Option<u32> {
-        slot.and_then(|s| self.bos.get(s)).map(|(_, h)| *h)
+        slot.and_then(|s| self.bos.get(s))
+            .map(|(_, bo)| bo.handle())
     }
 
-    fn keep_bo(&mut self, device: &Arc<DeviceHandle>, slot: Option<&i32>, h: u32) {
-        if let Some(s) = slot
-            && let Some((old_device, old)) = self.bos.insert(*s, (device.clone(), h))
-            && old != h
-        {
-            let _ = old_device.dev.bo_close(old);
+    /// Keeps `bo` for `slot`; a BO the slot had before is closed (dropped) after the swap.
+    /// Without a slot the BO is given back, for the caller to close after the execution.
+    fn keep_bo(
+        &mut self,
+        device: &Arc<DeviceHandle>,
+        slot: Option<&i32>,
+        bo: BufferObject,
+    ) -> Option<BufferObject> {
+        match slot {
+            Some(s) => {
+                drop(self.bos.insert(*s, (device.clone(), bo)));
+                None
+            }
+            None => Some(bo),
         }
     }
 

@@ -1,0 +1,188 @@
+//! Running a request on the CPU executor: pools mapped (or taken from a burst's cache), inputs
+//! copied in, outputs computed into the HAL's buffers and copied into their pools.
+
+use super::*;
+
+/// The CPU plan of a prepared model.
+#[derive(Debug)]
+pub(super) struct CpuPlan {
+    pub(super) graph: PreparedGraph,
+    pub(super) pools: Vec<MappedPool>,
+}
+
+/// Runs `request` on the CPU plan. `mapped[i]`, where given, is pool `i` already mapped (a
+/// memory-domain buffer); the other pools are mapped for this execution, or, in a burst, once
+/// per slot and kept in the burst's cache.
+pub(super) fn run_on_cpu(
+    plan: &CpuPlan,
+    model: &Model,
+    request: &Request,
+    mapped: &[Option<&MappedPool>],
+    burst: Option<BurstSlots<'_, '_>>,
+) -> ExecutionResult {
+    let exec_start = Instant::now();
+    let premapped = |i: usize| mapped.get(i).copied().flatten();
+    let mut owned = Vec::with_capacity(request.pools.len());
+    let mut cache = None;
+    match burst {
+        Some((c, slots)) => {
+            if let Err(s) = c.map_slots(&request.pools, slots, |i| premapped(i).is_some()) {
+                return ExecutionResult::failure(s);
+            }
+            cache = Some((&*c, slots));
+        }
+        None => {
+            for (i, p) in request.pools.iter().enumerate() {
+                let MemoryPool::Memory(mem) = p else {
+                    return ExecutionResult::failure(ErrorStatus::InvalidArgument);
+                };
+                if premapped(i).is_some() {
+                    owned.push(None);
+                    continue;
+                }
+                match MappedPool::map(mem) {
+                    Ok(m) => owned.push(Some(m)),
+                    Err(s) => return ExecutionResult::failure(s),
+                }
+            }
+        }
+    }
+    let mut pools: Vec<&MappedPool> = Vec::with_capacity(request.pools.len());
+    for i in 0..request.pools.len() {
+        let pool = premapped(i)
+            .or_else(|| owned.get(i).and_then(Option::as_ref))
+            .or_else(|| cache.and_then(|(c, slots)| c.mapped(slots.get(i))));
+        match pool {
+            Some(p) => pools.push(p),
+            None => return ExecutionResult::failure(ErrorStatus::GeneralFailure),
+        }
+    }
+    for p in &pools {
+        p.begin_access(true);
+    }
+    let end_access = |pools: &[&MappedPool], wrote: bool| {
+        for p in pools {
+            p.end_access(wrote);
+        }
+    };
+    // Input bytes: copied out of the pools into buffers of our own, as the client may write
+    // its pools at any time and the executor checks values before it uses them.
+    let mut input_bytes: Vec<Vec<u8>> = Vec::with_capacity(request.inputs.len());
+    for arg in &request.inputs {
+        if arg.has_no_value {
+            input_bytes.push(Vec::new());
+            continue;
+        }
+        let loc = &arg.location;
+        match pools[loc.pool_index as usize].read(loc.offset as usize, loc.length as usize) {
+            Ok(b) => input_bytes.push(b),
+            Err(s) => {
+                end_access(&pools, false);
+                return ExecutionResult::failure(s);
+            }
+        }
+    }
+    let mut inputs = Vec::with_capacity(request.inputs.len());
+    for ((arg, &k), data) in request
+        .inputs
+        .iter()
+        .zip(&model.input_indexes)
+        .zip(&input_bytes)
+    {
+        if arg.has_no_value {
+            inputs.push(InputArg::NoValue);
+            continue;
+        }
+        let dims =
+            match combined_dimensions(&model.operands[k as usize].dimensions, &arg.dimensions) {
+                Ok(d) => d,
+                Err(_) => {
+                    end_access(&pools, false);
+                    return ExecutionResult::failure(ErrorStatus::InvalidArgument);
+                }
+            };
+        inputs.push(InputArg::Value {
+            data,
+            dimensions: dims,
+        });
+    }
+    // Outputs are computed into private buffers, then copied: two outputs (or an output and
+    // an input) may share a pool, and the client may touch it concurrently.
+    let mut out_bufs: Vec<Vec<u8>> = request
+        .outputs
+        .iter()
+        .map(|a| vec![0u8; a.location.length as usize])
+        .collect();
+    // Constants: each pool's private snapshot (`MappedPool::constants` says why and when).
+    let model_pools: Vec<&[u8]> = plan
+        .pools
+        .iter()
+        .map(|p| p.constants().unwrap_or_default())
+        .collect();
+    let result = {
+        let mut outs: Vec<&mut [u8]> = out_bufs.iter_mut().map(Vec::as_mut_slice).collect();
+        plan.graph.execute(&model_pools, &inputs, &mut outs)
+    };
+    let exec_us = u64::try_from(exec_start.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let status = match result {
+        Ok(shapes) => {
+            for (arg, buf) in request.outputs.iter().zip(&out_bufs) {
+                if arg.has_no_value {
+                    continue;
+                }
+                let pool = &pools[arg.location.pool_index as usize];
+                if let Err(s) = pool.write(arg.location.offset as usize, buf) {
+                    for p in &pools {
+                        p.end_access(false);
+                    }
+                    return ExecutionResult::failure(s);
+                }
+            }
+            for p in &pools {
+                p.end_access(true);
+            }
+            return ExecutionResult {
+                status: ErrorStatus::None,
+                output_shapes: shapes
+                    .into_iter()
+                    .map(|s| OutputShape {
+                        dimensions: s.dimensions,
+                        is_sufficient: s.is_sufficient,
+                    })
+                    .collect(),
+                timing: Timing {
+                    time_on_device_us: exec_us,
+                    time_in_driver_us: 0,
+                },
+            };
+        }
+        Err(ExecError::OutputInsufficientSize(shapes)) => {
+            for p in &pools {
+                p.end_access(false);
+            }
+            return ExecutionResult {
+                status: ErrorStatus::OutputInsufficientSize,
+                output_shapes: shapes
+                    .into_iter()
+                    .map(|s| OutputShape {
+                        dimensions: s.dimensions,
+                        is_sufficient: s.is_sufficient,
+                    })
+                    .collect(),
+                timing: Timing::NOT_MEASURED,
+            };
+        }
+        Err(ExecError::InvalidArgument(m)) => {
+            tracing::debug!("execution: {m}");
+            ErrorStatus::InvalidArgument
+        }
+        Err(ExecError::Failed(m)) => {
+            tracing::debug!("execution: {m}");
+            ErrorStatus::GeneralFailure
+        }
+    };
+    for p in &pools {
+        p.end_access(false);
+    }
+    ExecutionResult::failure(status)
+}

@@ -15,7 +15,7 @@ use crate::{Model, OperandLifetime};
 /// `CONSTANT_REFERENCE` becomes [`Lifetime::ConstantReference`] with `pool` = the location's
 /// pool index. `SUBGRAPH` has no executor equivalent (control flow is not supported; validation
 /// rejects it) and maps to [`Lifetime::NoValue`].
-pub fn lifetime_to_graph(operand: &crate::Operand) -> Lifetime {
+pub(crate) fn lifetime_to_graph(operand: &crate::Operand) -> Lifetime {
     let loc = &operand.location;
     match operand.lifetime {
         OperandLifetime::TemporaryVariable => Lifetime::TemporaryVariable,
@@ -35,7 +35,7 @@ pub fn lifetime_to_graph(operand: &crate::Operand) -> Lifetime {
 }
 
 /// One HAL operand as an executor operand (`extra_params` become [`ChannelQuant`]).
-pub fn operand_to_graph(operand: &crate::Operand) -> Operand {
+pub(crate) fn operand_to_graph(operand: &crate::Operand) -> Operand {
     Operand {
         ty: operand.operand_type,
         dimensions: operand.dimensions.clone(),
@@ -55,7 +55,7 @@ pub fn operand_to_graph(operand: &crate::Operand) -> Operand {
 ///
 /// The model's pools are not part of the graph: the executor receives the mapped pools at
 /// execution time, indexed exactly as `model.pools`.
-pub fn model_to_graph(model: &Model) -> Graph {
+pub(crate) fn model_to_graph(model: &Model) -> Graph {
     Graph {
         operands: model.operands.iter().map(operand_to_graph).collect(),
         operations: model

@@ -36,7 +36,7 @@ pub fn new_owner() -> OwnerId {
 }
 
 /// Memory a CPU-only driver gives memory-domain buffers in total.
-pub const CPU_DOMAIN_MEMORY: u64 = 1 << 30;
+pub(crate) const CPU_DOMAIN_MEMORY: u64 = 1 << 30;
 
 /// The smallest storage made for an output whose size is not known before it runs.
 const PLACEHOLDER_BYTES: u64 = 4096;
@@ -72,7 +72,7 @@ pub struct RoleModel<'a> {
 
 /// Why a memory-domain call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DomainError {
+pub(crate) enum DomainError {
     /// A HAL rule is broken: INVALID_ARGUMENT.
     #[error("invalid: {0}")]
     Invalid(String),
@@ -97,7 +97,7 @@ fn status_of(e: DomainError) -> ErrorStatus {
 
 /// Combines two dimension lists (REFERENCE.md §6): an empty side takes the other, ranks must
 /// match, a 0 takes the other extent, two non-zero extents must be equal.
-pub fn combine_dimensions(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
+pub(crate) fn combine_dimensions(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
     combined_dimensions(a, b).ok()
 }
 

@@ -38,7 +38,7 @@ const READ_COUNTER: usize = 0;
 const WRITE_COUNTER: usize = 8;
 const RING: usize = 16;
 /// Largest ring accepted from a peer (64 MiB).
-pub const MAX_RING_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_RING_BYTES: u64 = 64 << 20;
 
 /// What travels with the memfd: enough for the receiver to check what it maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -101,7 +101,7 @@ pub fn recv_frame(
 /// [`recv_frame`] that gives up at `deadline` however the peer trickles its bytes: each read
 /// waits at most until then (the socket's read timeout is set before each one, so it is left
 /// changed), and the frame fails with a `TimedOut` I/O error when it passes.
-pub fn recv_frame_by(
+pub(crate) fn recv_frame_by(
     sock: &UnixStream,
     max_body: usize,
     deadline: std::time::Instant,

@@ -16,14 +16,14 @@
 
 pub mod burst;
 pub mod cache;
-pub mod convert;
+pub(crate) mod convert;
 pub mod device;
 pub mod domain;
 pub mod driver;
 pub mod error;
 pub mod fmq;
 pub mod frame;
-pub mod interface;
+pub(crate) mod interface;
 pub mod live_sockets;
 pub mod memory;
 pub mod types;

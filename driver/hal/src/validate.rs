@@ -52,7 +52,7 @@ pub fn byte_size(ty: OperandType, dims: &[u32]) -> Option<u64> {
 }
 
 /// Whether `dims` fully specify a value of type `ty` (scalars always do).
-pub fn is_fully_specified(ty: OperandType, dims: &[u32]) -> bool {
+pub(crate) fn is_fully_specified(ty: OperandType, dims: &[u32]) -> bool {
     ty.is_scalar() || (!dims.is_empty() && !dims.contains(&0))
 }
 
@@ -444,7 +444,7 @@ fn validate_operations(model: &Model) -> Result<(), ValidationError> {
 /// Dimensions of a request argument combined with the model operand's: an empty side takes
 /// the other; otherwise the ranks must match, and each extent is the request's where non-zero,
 /// else the model's; two non-zero extents must be equal. Used by the executor.
-pub fn combined_dimensions(
+pub(crate) fn combined_dimensions(
     model_dims: &[u32],
     request_dims: &[u32],
 ) -> Result<Vec<u32>, ValidationError> {

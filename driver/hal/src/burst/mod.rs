@@ -23,7 +23,7 @@ use crate::{ErrorStatus, PreparedModel};
 pub use controller::{ExecutionBurstController, configure};
 
 /// Datums in each of the burst's queues (the HAL's channel length).
-pub const CHANNEL_LENGTH: u32 = 1024;
+pub(crate) const CHANNEL_LENGTH: u32 = 1024;
 /// The polling window before a worker sleeps, unless the preference is LOW_POWER (then 0) or
 /// the service's configuration or the burst says otherwise.
 pub const DEFAULT_POLLING_WINDOW: Duration = Duration::from_micros(50);
@@ -35,7 +35,7 @@ pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Why a burst packet or a burst's callback exchange failed. The execution it belongs to
 /// answers GENERAL_FAILURE (`crate::error`); the message goes to the log.
 #[derive(Debug, thiserror::Error)]
-pub enum BurstError {
+pub(crate) enum BurstError {
     /// The queue's shared counters are corrupt.
     #[error("queue: {0}")]
     Queue(#[from] FmqError),
@@ -135,7 +135,7 @@ impl Default for BurstConfig {
 
 /// A burst on a model prepared in this process: the same queues, channel and worker as
 /// through the service, with the worker on a thread of this process.
-pub fn configure_in_process(
+pub(crate) fn configure_in_process(
     model: &PreparedModel,
     config: BurstConfig,
 ) -> Result<ExecutionBurstController, ErrorStatus> {

@@ -372,7 +372,7 @@ pub fn to_bytes(datums: &[Datum]) -> Vec<u8> {
 /// Reads one packet from `queue`: its first datum, the size `packet_size` reads from it (at most
 /// the queue's capacity), then the rest, straight into the datums. The writer commits a whole
 /// packet at once, so the rest is there or never will be. Errors say what was wrong.
-pub fn read_packet(
+pub(crate) fn read_packet(
     queue: &crate::fmq::Fmq,
     packet_size: fn(&Datum) -> Result<usize, PacketError>,
 ) -> Result<Vec<Datum>, BurstError> {

@@ -36,11 +36,6 @@ const FALLBACK_SLICE: Duration = Duration::from_millis(100);
 pub const MAX_ACTIVE_BURSTS: usize = 256;
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-/// Bursts running in this process.
-pub fn active_bursts() -> usize {
-    ACTIVE.load(Ordering::SeqCst)
-}
-
 /// Holds one of the [`MAX_ACTIVE_BURSTS`] places while a worker lives.
 struct Place;
 
@@ -128,7 +123,7 @@ pub fn wait_mechanism() -> WaitMechanism {
 /// Wake-ups in a row that found no packet (`NOT_EMPTY` set, the queue empty) after which the
 /// worker takes its client for one that floods the flag and ends the burst. A well-behaved
 /// client sets the flag once per packet, so at most one wake-up per packet finds it stale.
-pub const MAX_EMPTY_WAKES: u32 = 1000;
+pub(crate) const MAX_EMPTY_WAKES: u32 = 1000;
 
 /// Pool slots one burst may have cached at once. Each may hold an fd and a mapping in the
 /// service, so a client naming ever new slots without freeing them would otherwise exhaust the

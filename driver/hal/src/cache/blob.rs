@@ -178,7 +178,7 @@ pub fn encode(model: &Model, on_device: bool) -> Result<Encoded, CacheError> {
 
 /// The model-cache bytes of `model` alone, without reading any constant (`data` stays
 /// empty): what [`encode`] would give as `model`.
-pub fn encode_structure(model: &Model) -> Result<Encoded, CacheError> {
+pub(crate) fn encode_structure(model: &Model) -> Result<Encoded, CacheError> {
     encode_with(model, false, false)
 }
 
@@ -345,7 +345,7 @@ fn split_constants(model: &mut Model, data: MemfdBuffer) -> Result<(), CacheErro
 /// `model` with its large CONSTANT_COPY constants moved into a private memfd pool (one copy),
 /// as a model loaded from a cache has them: the device imports the pool instead of taking
 /// the constants inline in its program, and the CPU plan maps it. None when there are none.
-pub fn with_large_copies_referenced(model: &Model) -> Result<Option<Model>, CacheError> {
+pub(crate) fn with_large_copies_referenced(model: &Model) -> Result<Option<Model>, CacheError> {
     let large = model.operands.iter().any(|o| {
         o.lifetime == OperandLifetime::ConstantCopy
             && o.location.length >= REFERENCE_AT
@@ -381,7 +381,7 @@ pub fn placement(model_bytes: &[u8]) -> bool {
 }
 
 /// Sets the placement byte of encoded model-cache bytes.
-pub fn set_placement(model_bytes: &mut [u8], on_device: bool) {
+pub(crate) fn set_placement(model_bytes: &mut [u8], on_device: bool) {
     if let Some(b) = model_bytes.get_mut(HEADER - 1) {
         *b = u8::from(on_device);
     }

@@ -11,9 +11,9 @@ use rustix::fs::FlockOperation;
 
 /// Largest cache file read (a bigger one is refused, never allocated): bounds the memory a
 /// client's data cache can make the service take.
-pub const MAX_CACHE_FILE_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_CACHE_FILE_BYTES: u64 = 1 << 30;
 /// Largest model-cache file read: its encoded structure is tens of bytes per operand.
-pub const MAX_MODEL_CACHE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_MODEL_CACHE_BYTES: u64 = 64 << 20;
 /// How long to wait for another holder of a file's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 
@@ -57,7 +57,7 @@ fn too_large() -> io::Error {
 
 /// Reads `fd` from `offset` to end of file (at most `max` bytes, else an error) in chunks,
 /// handing each to `sink`; returns the bytes read. No lock: see [`read_file_with`].
-pub fn read_chunks(
+pub(crate) fn read_chunks(
     fd: BorrowedFd<'_>,
     offset: u64,
     max: u64,
@@ -100,7 +100,7 @@ fn check_client_file(fd: BorrowedFd<'_>, max: u64) -> io::Result<()> {
 
 /// Reads the whole file behind `fd` (at most `max` bytes) from offset 0 under a shared lock,
 /// whatever the fd's offset, handing the bytes to `sink` in chunks; returns the length.
-pub fn read_file_with(
+pub(crate) fn read_file_with(
     fd: BorrowedFd<'_>,
     max: u64,
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
@@ -190,7 +190,7 @@ impl Default for MemfdBuffer {
 
 /// Replaces the content of the file behind `fd` with `bytes` (from offset 0, then truncated)
 /// under an exclusive lock.
-pub fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
     // pwrite on an O_APPEND file appends whatever the offset: the cache would never load.
     if rustix::fs::fcntl_getfl(fd)?.contains(rustix::fs::OFlags::APPEND) {
         return Err(io::Error::new(
@@ -216,7 +216,7 @@ pub fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
 /// Runs `read`, which hands the bytes it reads to its argument in chunks: each chunk goes to
 /// `sink` on this thread and to `hash` on a second thread, so hashing overlaps reading and
 /// copying (both cost about the same per byte). Returns what `read` returns.
-pub fn read_hashing_aside(
+pub(crate) fn read_hashing_aside(
     hash: &mut (dyn FnMut(&[u8]) + Send),
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     read: impl FnOnce(&mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<u64>,

@@ -27,13 +27,17 @@ pub use managed::{Entry, ManagedCache};
 pub use records::RecordStore;
 
 /// BYTE_SIZE_OF_CACHE_TOKEN.
-pub const TOKEN_LEN: usize = 32;
+pub(crate) const TOKEN_LEN: usize = 32;
 /// MAX_NUMBER_OF_CACHE_FILES, per kind.
-pub const MAX_NUMBER_OF_CACHE_FILES: u32 = 32;
+pub(crate) const MAX_NUMBER_OF_CACHE_FILES: u32 = 32;
 /// Model-cache files this driver asks for.
-pub const MODEL_CACHE_FILES: u32 = 1;
+pub(crate) const MODEL_CACHE_FILES: u32 = 1;
 /// Data-cache files this driver asks for.
-pub const DATA_CACHE_FILES: u32 = 1;
+pub(crate) const DATA_CACHE_FILES: u32 = 1;
+// NN HAL 1.2: each count is at most MAX_NUMBER_OF_CACHE_FILES.
+const _: () = assert!(
+    MODEL_CACHE_FILES <= MAX_NUMBER_OF_CACHE_FILES && DATA_CACHE_FILES <= MAX_NUMBER_OF_CACHE_FILES
+);
 /// Environment variable that overrides the driver build identity (tests only: it lets a test
 /// play "a new driver build" without rebuilding).
 pub const BUILD_ID_ENV: &str = "NNACCEL_BUILD_ID";
@@ -198,7 +202,7 @@ impl CacheState {
 /// files, each kind introduced by a tag and its file count, each file followed by its length
 /// (so bytes can be hashed as they stream in, and moving bytes between files changes it).
 #[derive(Debug, Default)]
-pub struct CacheHasher(Sha256);
+pub(crate) struct CacheHasher(Sha256);
 
 impl CacheHasher {
     /// Starts the model (`data` false) or data (`data` true) files, `count` of them.
@@ -224,7 +228,7 @@ impl CacheHasher {
 }
 
 /// The record hash of whole buffers (see [`CacheHasher`]).
-pub fn hash_buffers(model: &[Vec<u8>], data: &[Vec<u8>]) -> Hash {
+pub(crate) fn hash_buffers(model: &[Vec<u8>], data: &[Vec<u8>]) -> Hash {
     let mut h = CacheHasher::default();
     for (is_data, files) in [(false, model), (true, data)] {
         h.kind(is_data, files.len());

@@ -132,7 +132,7 @@ impl RecordStore {
 
 /// Writes `bytes` to `path` crash-safely: temp file, fsync, rename, fsync of the directory
 /// (created first if missing).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(|e| CacheError::io(dir, e))?;
     let name = path

@@ -28,7 +28,7 @@ use crate::frontend::{Frontend, KernelIoctl};
 use crate::reply::Reply;
 
 /// The CUSE control device.
-pub const CUSE_DEVICE: &str = "/dev/cuse";
+pub(crate) const CUSE_DEVICE: &str = "/dev/cuse";
 
 const FUSE_KERNEL_VERSION: u32 = 7;
 /// The highest protocol minor this server speaks (the reply carries min(kernel's, this)).
@@ -201,7 +201,7 @@ fn init_reply(unique: u64, init: &CuseInitIn, name: &str) -> Vec<u8> {
 
 /// The device name CUSE gets for `path`: `/dev/<name>` gives `<name>` (the kernel creates the
 /// node as `/dev/<DEVNAME>`). `None` for any other path.
-pub fn devname_for(path: &Path) -> Option<String> {
+pub(crate) fn devname_for(path: &Path) -> Option<String> {
     let rest = path.strip_prefix("/dev").ok()?;
     let name = rest.to_str()?;
     let ok = !name.is_empty()

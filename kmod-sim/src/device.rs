@@ -160,7 +160,7 @@ impl<T> HandleTable<T> {
 
 /// What one open file owns.
 #[derive(Debug, Default)]
-pub struct Tables {
+pub(crate) struct Tables {
     bos: HandleTable<Arc<Bo>>,
     programs: HandleTable<Arc<LoadedProgram>>,
     queues: HashMap<u32, Arc<Queue>>,

@@ -37,7 +37,7 @@ const HIGH_PERFORMANCE_POLL: Duration = Duration::from_micros(50);
 const FUTEX2_SIZE_U32: u32 = 0x02;
 
 /// Picks the engine's wait mode, probing io_uring for `FUTEX_WAIT`.
-pub fn resolve_wait_mode(asked: WaitMode) -> std::io::Result<WaitMode> {
+pub(crate) fn resolve_wait_mode(asked: WaitMode) -> std::io::Result<WaitMode> {
     let have = io_uring_futex_supported();
     match asked {
         WaitMode::Futex => Ok(WaitMode::Futex),
@@ -55,7 +55,7 @@ pub fn resolve_wait_mode(asked: WaitMode) -> std::io::Result<WaitMode> {
 }
 
 /// Whether io_uring exists here and has the `FUTEX_WAIT` opcode.
-pub fn io_uring_futex_supported() -> bool {
+pub(crate) fn io_uring_futex_supported() -> bool {
     let Ok(ring) = io_uring::IoUring::new(2) else {
         return false;
     };

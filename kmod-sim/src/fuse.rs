@@ -133,13 +133,13 @@ fn is_stale_mount(path: &Path) -> bool {
 }
 
 /// Whether `path` is currently a live FUSE mount.
-pub fn is_fuse_mount(path: &Path) -> bool {
+pub(crate) fn is_fuse_mount(path: &Path) -> bool {
     rustix::fs::statfs(path).is_ok_and(|s| s.f_type == FUSE_SUPER_MAGIC)
 }
 
 /// Prepares `path` as a mount point: clears a stale mount a killed instance left, refuses a
 /// live one, creates an empty file if nothing is there.
-pub fn prepare_mount_point(path: &Path) -> io::Result<()> {
+pub(crate) fn prepare_mount_point(path: &Path) -> io::Result<()> {
     if is_stale_mount(path) {
         tracing::warn!(
             "{}: clearing a stale mount left by a killed instance",

@@ -21,24 +21,24 @@
 //! goes) are leaves every layer may use. The engine reaches the file that owns a queue only
 //! through the [`engine::QueueOwner`] trait the device model implements, never by name.
 
-pub mod bo;
-pub mod caller;
+pub(crate) mod bo;
+pub(crate) mod caller;
 pub mod config;
 pub mod cuse;
 pub mod device;
-pub mod dispatch;
-pub mod engine;
+pub(crate) mod dispatch;
+pub(crate) mod engine;
 pub mod frontend;
 pub mod fuse;
 #[cfg(test)]
 mod fuzz_tests;
-pub mod inproc;
+pub(crate) mod inproc;
 pub mod program;
-pub mod reply;
-pub mod shared;
+pub(crate) mod reply;
+pub(crate) mod shared;
 #[cfg(test)]
 mod test_support;
-pub mod timers;
+pub(crate) mod timers;
 
 pub use config::{Config, Faults, WaitMode};
 pub use device::SimDevice;

@@ -18,7 +18,7 @@ const ADD: i32 = 0;
 
 /// Client memory: a memfd of `size` bytes. `sealable: false` makes one that refuses seals, so
 /// its BO is not size-pinned and is reached through the file rather than the mapping.
-pub fn client_memory(size: u64, sealable: bool) -> OwnedFd {
+pub(crate) fn client_memory(size: u64, sealable: bool) -> OwnedFd {
     let flags = if sealable {
         MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING
     } else {
@@ -37,12 +37,12 @@ pub fn import(stats: &Arc<Stats>, fd: &OwnedFd) -> Arc<Bo> {
 }
 
 /// Writes `data` at `offset` of `fd`, as a client would.
-pub fn client_write(fd: &OwnedFd, offset: u64, data: &[u8]) {
+pub(crate) fn client_write(fd: &OwnedFd, offset: u64, data: &[u8]) {
     sys::pwrite_all(fd.as_fd(), offset, data).unwrap();
 }
 
 /// Reads `len` bytes at `offset` of `fd`, as a client would.
-pub fn client_read(fd: &OwnedFd, offset: u64, len: usize) -> Vec<u8> {
+pub(crate) fn client_read(fd: &OwnedFd, offset: u64, len: usize) -> Vec<u8> {
     let mut buf = vec![0; len];
     sys::pread_exact(fd.as_fd(), offset, &mut buf).unwrap();
     buf

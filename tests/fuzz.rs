@@ -4,7 +4,7 @@
 //! gets an answer in the protocol or drops its own connection only; the service stays up, serves
 //! a new client, and closes every fd it received once the connections are gone.
 //!
-//! CPU-only (no privileges needed); the in-process targets are driver/src/fuzz_tests/.
+//! CPU-only (no privileges needed); the in-process targets are tests/fuzz_units/.
 //! Also here: random ioctls through the simulator's device file (root and FUSE, like tier 2).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -215,7 +215,7 @@ fn all_four_pool_kinds_carry_execution_io_on_the_device() {
 }
 
 /// A hardware_buffer (size 0, used whole: offset = length = 0) as an execution *output* on the
-/// device. Fails while `run_on_device` (driver/src/hal/driver.rs) compares the argument's
+/// device. Fails while `run_on_device` (driver/hal/src/driver/on_device.rs) compares the argument's
 /// length 0 with the output's byte size and answers OUTPUT_INSUFFICIENT_SIZE.
 /// hardware_buffer_blob from each source this machine has — a dma-buf from the system
 /// dma-heap, a udmabuf over a sealed memfd, the sealed memfd standing in — carries a job that
@@ -998,7 +998,7 @@ fn a_pool_file_shrinking_during_executions_never_crashes_the_service_on_the_devi
 
 /// A client labelling an unsealed memfd `hardware_buffer_blob` (only dma-bufs are pinned) and
 /// truncating it after preparation must not crash a CPU-only service: `MappedPool::map`
-/// (driver/src/hal/memory.rs) does not trust the label, so the memfd is sealed (the truncation
+/// (driver/hal/src/memory.rs) does not trust the label, so the memfd is sealed (the truncation
 /// fails) or, where it cannot be, its bytes are copied rather than read through a mapping whose
 /// pages could vanish.
 #[test]
@@ -1224,7 +1224,7 @@ fn a_service_killed_mid_execution_fails_the_call_with_device_unavailable() {
 
 /// The device dying under a job in flight: the service's execution falls back to its CPU plan
 /// and answers promptly, with the right result. Fails while the device path
-/// (`submit_and_wait`, driver/src/hal/driver.rs) sleeps on the ring's completion futex until
+/// (`submit_and_wait`, driver/hal/src/driver/on_device.rs) sleeps on the ring's completion futex until
 /// DEVICE_TIMEOUT (30 s): a dead device never wakes it, and nothing else is watched meanwhile.
 #[test]
 fn a_device_killed_mid_execution_falls_back_to_the_cpu_promptly() {
@@ -1437,7 +1437,7 @@ fn send_with_fds(r: &Raw, n: usize) {
 }
 
 /// 64 fds on a frame are fine; 65 or more break the limit and drop the connection, and the
-/// service closes every fd it received. Fails while `recv_frame` (driver/src/protocol.rs)
+/// service closes every fd it received. Fails while `recv_frame` (driver/hal/src/frame.rs)
 /// relies on MSG_CTRUNC alone: rustix's `cmsg_space!` adds alignment slack, so its buffer takes
 /// 66 fds, and 65 or 66 fds announced in the header are accepted.
 #[test]

@@ -134,7 +134,12 @@ fn convert(rng: &mut Rng, msg: ClientMessage, n_fds: usize, seeds: &[Seed], driv
             }
         }
         ClientMessage::CopyTo { memory, .. } | ClientMessage::CopyFrom { memory, .. } => {
-            if let Ok(m) = memory_from_wire(&memory, &mut fds) {
+            if let Ok(m) = memory_from_wire(
+                &memory,
+                &mut fds,
+                "the pool",
+                nnaccel_hal::pool_fd::PoolRole::Read,
+            ) {
                 assert!((memory.fd_index as usize) < n);
                 assert_eq!(m.size, memory.size);
             }

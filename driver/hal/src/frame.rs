@@ -19,6 +19,7 @@ use rustix::net::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::pool_fd::{self, PoolRole};
 use crate::types::{Memory, MemoryKind};
 
 /// Frame magic.
@@ -41,6 +42,9 @@ pub enum ProtocolError {
     /// The body does not decode.
     #[error("malformed message: {0}")]
     BadMessage(String),
+    /// A pool's fd failed the door checks ([`crate::pool_fd`]); the text names the pool.
+    #[error("refused pool: {0}")]
+    RefusedPool(String),
     /// A system call failed.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -291,8 +295,30 @@ impl ReceivedFds {
         }
     }
 
-    /// The memory `w` describes, claiming its fd.
+    /// The memory `w` describes, claiming its fd, checked as a pool the service only reads
+    /// (a burst's slots: see [`ReceivedFds::pool`]).
     pub fn memory(&mut self, w: &WireMemory) -> Result<Memory, ProtocolError> {
+        let name = format!("the pool at fd index {}", w.fd_index);
+        self.pool(w, &name, PoolRole::Read)
+    }
+
+    /// The memory `w` describes, claiming its fd: the one door every received pool passes.
+    /// The fd is checked for `role` ([`pool_fd::check_pool`]: kind, size, seals, protection;
+    /// a memfd is sealed against shrinking) before any handler sees it; a refusal names the
+    /// pool (`name`).
+    pub fn pool(
+        &mut self,
+        w: &WireMemory,
+        name: &str,
+        role: PoolRole,
+    ) -> Result<Memory, ProtocolError> {
+        let memory = self.unchecked(w)?;
+        pool_fd::check_pool(&memory, role)
+            .map_err(|e| ProtocolError::RefusedPool(pool_fd::reason(name, role, &e)))?;
+        Ok(memory)
+    }
+
+    fn unchecked(&mut self, w: &WireMemory) -> Result<Memory, ProtocolError> {
         let slot = self
             .fds
             .get_mut(w.fd_index as usize)
@@ -339,9 +365,15 @@ pub fn memory_to_wire<'a>(memory: &'a Memory, fds: &mut FdList<'a>) -> WireMemor
     fds.add(memory)
 }
 
-/// A memory pool from the wire.
-pub fn memory_from_wire(w: &WireMemory, fds: &mut ReceivedFds) -> Result<Memory, ProtocolError> {
-    fds.memory(w)
+/// A memory pool from the wire, checked for `role` ([`ReceivedFds::pool`]); `name` names it
+/// in a refusal.
+pub fn memory_from_wire(
+    w: &WireMemory,
+    fds: &mut ReceivedFds,
+    name: &str,
+    role: PoolRole,
+) -> Result<Memory, ProtocolError> {
+    fds.pool(w, name, role)
 }
 
 #[cfg(test)]

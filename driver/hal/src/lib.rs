@@ -1,9 +1,9 @@
 //! `nnaccel-hal`: the NN HAL core of the userspace driver.
 //!
 //! It owns model and request checks ([`validate`]), placement, lowering to device programs and
-//! execution on the device or the CPU executor ([`driver`]), memory pools ([`memory`]), memory
-//! domains ([`domain`]), the server side of bursts with the fast message queues they run on
-//! ([`burst`], [`fmq`]), the compilation cache with its own on-disk schema ([`cache`]), the
+//! execution on the device or the CPU executor ([`driver`]), memory pools ([`memory`]), the
+//! checks every received pool fd passes first ([`pool_fd`]), memory domains ([`domain`]), the
+//! server side of bursts with the fast message queues they run on ([`burst`], [`fmq`]), the compilation cache with its own on-disk schema ([`cache`]), the
 //! device handle ([`device`]), and the socket frames with attached fds that the burst callback
 //! channel and the service protocol share ([`frame`]). [`interface`] holds the HAL traits
 //! that every backend (this crate's [`Driver`], the service's client) implements; [`error`]
@@ -26,12 +26,13 @@ pub mod frame;
 pub(crate) mod interface;
 pub mod live_sockets;
 pub mod memory;
+pub mod pool_fd;
 pub mod types;
 pub mod validate;
 
 pub use device::{DeviceInfo, LiveObjects, open_node};
 pub use domain::{BufferDesc, BufferRole, DeviceBuffer, LOCAL_OWNER, OwnerId};
-pub use driver::{Backend, Driver, ExecutionHandle, Placement, PreparedModel};
+pub use driver::{Backend, DeviceHealth, Driver, ExecutionHandle, Placement, PreparedModel};
 pub use interface::{HalBuffer, HalDevice, HalPreparedModel, execute_async};
 pub use memory::MappedPool;
 pub use types::*;

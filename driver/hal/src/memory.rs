@@ -86,14 +86,8 @@ impl MappedPool {
         let end = offset
             .checked_add(memory.size)
             .ok_or_else(|| general("offset + size overflows"))?;
-        let file_size =
-            sys::fd_size(fd).map_err(|e| general(format!("cannot size the pool: {e}")))?;
-        if end > file_size {
-            return Err(general(format!(
-                "pool of {} bytes at {offset} is past the end of its {file_size}-byte file",
-                memory.size
-            )));
-        }
+        // Pin the size first and check it after: a client shrinking the file between a check
+        // and the seal would otherwise leave a mapping past its end (SIGBUS on access).
         let size_pinned = if sys::is_dmabuf(fd) {
             true
         } else if sys::is_shmem(fd) {
@@ -102,19 +96,29 @@ impl MappedPool {
         } else {
             false
         };
-        // A read-only mapping of an ashmem region the client opened read-only still works.
-        // Unpinned pools are mapped too, once, to hold them to the HAL's rule that a pool be
-        // mappable; the mapping is dropped at once.
-        let map = Mapping::map_shared(fd, offset, len, writable)
-            .or_else(|_| {
-                if writable {
-                    Mapping::map_shared(fd, offset, len, false)
-                } else {
-                    Err(std::io::Error::from_raw_os_error(libc::EACCES))
-                }
-            })
-            .map_err(|e| general(format!("mmap failed: {e}")))?;
-        let writable = writable
+        let file_size =
+            sys::fd_size(fd).map_err(|e| general(format!("cannot size the pool: {e}")))?;
+        if end > file_size {
+            return Err(general(format!(
+                "pool of {} bytes at {offset} is past the end of its {file_size}-byte file",
+                memory.size
+            )));
+        }
+        // A read-only mapping of an ashmem region the client opened read-only (or sealed
+        // against writing) still works, for reading: the pool is writable only when the
+        // writable mapping was granted, so no write ever lands in a read-only mapping
+        // (SIGSEGV). Unpinned pools are mapped too, once, to hold them to the HAL's rule that
+        // a pool be mappable; the mapping is dropped at once.
+        let (map, mapped_writable) = match Mapping::map_shared(fd, offset, len, writable) {
+            Ok(map) => (map, writable),
+            Err(_) if writable => (
+                Mapping::map_shared(fd, offset, len, false)
+                    .map_err(|e| general(format!("mmap failed: {e}")))?,
+                false,
+            ),
+            Err(e) => return Err(general(format!("mmap failed: {e}"))),
+        };
+        let writable = mapped_writable
             && rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(rustix::fs::OFlags::RDWR));
         Ok(Self {
             backing: if size_pinned {

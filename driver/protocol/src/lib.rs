@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use nnaccel_hal::frame::*;
+use nnaccel_hal::pool_fd::PoolRole;
 use nnaccel_hal::types::*;
 
 pub mod bench;
@@ -476,7 +477,8 @@ pub fn model_from_wire(w: WireModel, fds: &mut ReceivedFds) -> Result<Model, Pro
     let pools = w
         .pools
         .iter()
-        .map(|p| fds.memory(p))
+        .enumerate()
+        .map(|(i, p)| fds.pool(p, &format!("model pool {i}"), PoolRole::Read))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Model {
         operands,
@@ -496,11 +498,22 @@ pub fn request_from_wire(w: WireRequest, fds: &mut ReceivedFds) -> Result<Reques
         location: unloc(a.location),
         dimensions: a.dimensions,
     };
+    // A pool any output names is written by the service; the others are only read.
+    let role = |i: usize| {
+        if w.outputs.iter().any(|o| o.location[0] as usize == i) {
+            PoolRole::Write
+        } else {
+            PoolRole::Read
+        }
+    };
     let pools = w
         .pools
         .iter()
-        .map(|p| match p {
-            WirePool::Memory(m) => fds.memory(m).map(MemoryPool::Memory),
+        .enumerate()
+        .map(|(i, p)| match p {
+            WirePool::Memory(m) => fds
+                .pool(m, &format!("request pool {i}"), role(i))
+                .map(MemoryPool::Memory),
             WirePool::Token(t) => Ok(MemoryPool::Token(*t)),
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use nnaccel_hal::domain::{BufferDesc, BufferRole, DeviceBuffer, OwnerId, new_owner};
+use nnaccel_hal::pool_fd::PoolRole;
 use nnaccel_hal::{Driver, ErrorStatus, PreparedModel};
 use nnaccel_protocol::{ClientMessage, ReceivedFds, ServiceMessage, WireRole, memory_from_wire};
 
@@ -112,10 +113,11 @@ impl ConnectionBuffers {
                 }
             }
             ClientMessage::CopyTo { token, memory } => {
-                let memory = match memory_from_wire(&memory, fds) {
-                    Ok(m) => m,
-                    Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
-                };
+                let memory =
+                    match memory_from_wire(&memory, fds, "the copyTo target", PoolRole::Write) {
+                        Ok(m) => m,
+                        Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
+                    };
                 match self.buffers.get(&token) {
                     Some(b) => match b.copy_to(&memory) {
                         Ok(()) => ServiceMessage::Copied,
@@ -129,10 +131,11 @@ impl ConnectionBuffers {
                 memory,
                 dimensions,
             } => {
-                let memory = match memory_from_wire(&memory, fds) {
-                    Ok(m) => m,
-                    Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
-                };
+                let memory =
+                    match memory_from_wire(&memory, fds, "the copyFrom source", PoolRole::Read) {
+                        Ok(m) => m,
+                        Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
+                    };
                 match self.buffers.get(&token) {
                     Some(b) => match b.copy_from(&memory, &dimensions) {
                         Ok(()) => ServiceMessage::Copied,

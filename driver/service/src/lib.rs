@@ -403,8 +403,14 @@ impl Service {
             }
             ClientMessage::Info => {
                 let info = self.driver.device_info();
+                // The description, and whether the device is alive with how often it was lost
+                // and adopted again (`nnaccelctl info` prints it).
+                let driver = match self.driver.device_health() {
+                    Some(h) => format!("{}; {h}", self.driver.description()),
+                    None => self.driver.description(),
+                };
                 ServiceMessage::Info(ServiceInfo {
-                    driver: self.driver.description(),
+                    driver,
                     connections: self.connections.len() as u64,
                     prepared_models: self.stats.prepared_models.load(Ordering::SeqCst),
                     device_live: info

@@ -9,14 +9,19 @@
 //! - `caching`: preparation through the compilation cache.
 //!
 //! Placement is whole-model: a model runs on the device when the device runs every one of its
-//! operations at fixed shapes, and on the CPU executor otherwise. A device that disappears
-//! (its node closed, the simulator killed) marks itself dead and prepared models carry on with
-//! the CPU plan they were prepared with.
+//! operations at fixed shapes, and on the CPU executor otherwise. A failed device call fails
+//! (or sends to the CPU) the request that made it, nothing more: the device is declared dead
+//! only when a health probe (a plain GET_PARAM) says it is gone, and prepared models then carry
+//! on with the CPU plan they were prepared with. A dead device is probed again at most every
+//! [`REPROBE_INTERVAL`] (on the next preparation, execution placement or info call), its node
+//! reopened when the driver knows it ([`Driver::with_device_node`]), and adopted again when it
+//! answers: new preparations run on it, with no restart.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -85,12 +90,55 @@ const QUEUE_ENTRIES: u32 = 16;
 const WAIT_SPIN: Duration = Duration::from_micros(30);
 /// A job that does not complete in this long is treated as a dead device.
 const DEVICE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A dead device is probed again at most this often.
+pub const REPROBE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Whether a failed *health probe* (a plain GET_PARAM) says the device is gone. Only a probe
+/// decides: the same errno from BO_IMPORT or PROGRAM_CREATE may be the caller's fault (a pipe
+/// given as a pool is ENODEV there).
 fn is_device_gone(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV | libc::ENXIO | libc::ESHUTDOWN)
+        Some(
+            libc::ENOTCONN
+                | libc::ECONNABORTED
+                | libc::ENODEV
+                | libc::ENXIO
+                | libc::ESHUTDOWN
+                | libc::EIO
+        )
     )
+}
+
+/// How often the device was lost and adopted again (shared by every generation of a driver's
+/// device handle).
+#[derive(Debug, Default)]
+struct HealthCounts {
+    lost: AtomicU64,
+    adopted: AtomicU64,
+}
+
+/// Whether the device is alive, and how often it was lost and adopted again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceHealth {
+    /// The device answers (or has not been found dead).
+    pub alive: bool,
+    /// Times a health probe found it gone.
+    pub lost: u64,
+    /// Times it was adopted again after that.
+    pub adopted: u64,
+}
+
+impl std::fmt::Display for DeviceHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "device {}, lost {} time(s), adopted again {} time(s)",
+            if self.alive { "alive" } else { "gone" },
+            self.lost,
+            self.adopted
+        )
+    }
 }
 
 /// The device side of a driver: the device, whether it still answers, and what it runs.
@@ -101,19 +149,109 @@ struct DeviceHandle {
     alive: AtomicBool,
     /// Operation signature -> whether the device runs it (probed with one-op programs).
     support: Mutex<HashMap<String, bool>>,
+    health: Arc<HealthCounts>,
 }
 
 impl DeviceHandle {
+    fn new(dev: Arc<dyn Device>, info: DeviceInfo, health: Arc<HealthCounts>) -> Self {
+        Self {
+            dev,
+            info,
+            alive: AtomicBool::new(true),
+            support: Mutex::default(),
+            health,
+        }
+    }
+
     fn alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }
 
-    /// Notes a failed call; marks the device dead when the error says it is gone.
+    /// Notes a failed call (an import, a program, a submission): that request's failure. The
+    /// device is asked a plain GET_PARAM, and declared dead only if that probe fails too.
     fn note_error(&self, e: &io::Error) {
+        if !self.alive() {
+            return;
+        }
+        match self.dev.get_param(nnaccel_uapi::abi::PARAM_API_VERSION) {
+            Ok(_) => tracing::debug!(
+                "a device call failed ({e}); the device answers its health probe, so only \
+                 that request is affected"
+            ),
+            Err(p) => self.probe_failed(&p),
+        }
+    }
+
+    /// A health probe (a plain GET_PARAM) failed with `e`: the device is dead if `e` says so.
+    fn probe_failed(&self, e: &io::Error) {
         if is_device_gone(e) && self.alive.swap(false, Ordering::SeqCst) {
+            self.health.lost.fetch_add(1, Ordering::SeqCst);
             tracing::warn!(
-                "the device is gone ({e}); prepared models continue on the CPU executor"
+                "the device is gone (health probe: {e}); prepared models continue on the CPU \
+                 executor, and the device is probed again every {REPROBE_INTERVAL:?}"
             );
+        }
+    }
+}
+
+/// The driver's device across its generations: the current handle, and what it takes to
+/// adopt the device again once it died.
+#[derive(Debug)]
+struct DeviceSlot {
+    current: Mutex<Arc<DeviceHandle>>,
+    /// The node to reopen (a restarted device is a new file behind the same path).
+    node: Option<PathBuf>,
+    /// When a dead device was last probed; held while probing, so one thread probes.
+    last_probe: Mutex<Option<Instant>>,
+    health: Arc<HealthCounts>,
+}
+
+impl DeviceSlot {
+    fn current(&self) -> Arc<DeviceHandle> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The live device: the current handle when alive, else one adopted by a probe (at most
+    /// one every [`REPROBE_INTERVAL`]): the same file answering again, or the node reopened.
+    fn live(&self) -> Option<Arc<DeviceHandle>> {
+        let current = self.current();
+        if current.alive() {
+            return Some(current);
+        }
+        let mut last = self
+            .last_probe
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.is_some_and(|t| t.elapsed() < REPROBE_INTERVAL) {
+            return None;
+        }
+        *last = Some(Instant::now());
+        let found = match DeviceInfo::query(&*current.dev) {
+            Ok(info) => Ok((current.dev.clone(), info, "the same file")),
+            Err(e) => match &self.node {
+                Some(node) => crate::device::open_node(node).and_then(|dev| {
+                    DeviceInfo::query(&*dev).map(|info| (dev, info, "its node reopened"))
+                }),
+                None => Err(e),
+            },
+        };
+        match found {
+            Ok((dev, info, how)) => {
+                // A new generation: plans of the old one stay on the CPU (their programs and
+                // queues died with it); new preparations use this one.
+                let handle = Arc::new(DeviceHandle::new(dev, info, self.health.clone()));
+                *self.current.lock().unwrap_or_else(PoisonError::into_inner) = handle.clone();
+                let n = self.health.adopted.fetch_add(1, Ordering::SeqCst) + 1;
+                tracing::warn!("the device answers again ({how}): adopted again ({n} time(s))");
+                Some(handle)
+            }
+            Err(e) => {
+                tracing::debug!("the device is still gone: {e}");
+                None
+            }
         }
     }
 }
@@ -121,7 +259,7 @@ impl DeviceHandle {
 /// A driver: the NN HAL `IDevice`.
 #[derive(Debug, Clone)]
 pub struct Driver {
-    device: Option<Arc<DeviceHandle>>,
+    device: Option<Arc<DeviceSlot>>,
     /// Memory-domain buffers (hal/domain.rs).
     domain: BufferTracker,
     /// Compilation caching: token records and the driver-managed cache (`crate::cache`).
@@ -135,12 +273,15 @@ impl Driver {
         let device = match backend {
             Backend::CpuOnly => None,
             Backend::Device(dev) => match DeviceInfo::query(&*dev) {
-                Ok(info) => Some(Arc::new(DeviceHandle {
-                    dev,
-                    info,
-                    alive: AtomicBool::new(true),
-                    support: Mutex::default(),
-                })),
+                Ok(info) => {
+                    let health = Arc::new(HealthCounts::default());
+                    Some(Arc::new(DeviceSlot {
+                        current: Mutex::new(Arc::new(DeviceHandle::new(dev, info, health.clone()))),
+                        node: None,
+                        last_probe: Mutex::default(),
+                        health,
+                    }))
+                }
                 Err(e) => {
                     tracing::warn!("device not usable ({e}); running on the CPU executor only");
                     None
@@ -154,10 +295,40 @@ impl Driver {
         }
     }
 
+    /// Adopts the device again from `node` (reopened) when it died and a new one answers
+    /// there; without it only the same file answering again is adopted.
+    pub fn with_device_node(mut self, node: &Path) -> Self {
+        if let Some(slot) = &self.device {
+            self.device = Some(Arc::new(DeviceSlot {
+                current: Mutex::new(slot.current()),
+                node: Some(node.to_path_buf()),
+                last_probe: Mutex::default(),
+                health: slot.health.clone(),
+            }));
+        }
+        self
+    }
+
+    /// The live device, a dead one probed again (see [`DeviceSlot::live`]).
+    fn live_device(&self) -> Option<Arc<DeviceHandle>> {
+        self.device.as_ref().and_then(|s| s.live())
+    }
+
+    /// Whether the device is alive and how often it was lost and adopted again (None when
+    /// CPU-only). A dead device is probed again first (at most every [`REPROBE_INTERVAL`]).
+    pub fn device_health(&self) -> Option<DeviceHealth> {
+        let slot = self.device.as_ref()?;
+        Some(DeviceHealth {
+            alive: slot.live().is_some(),
+            lost: slot.health.lost.load(Ordering::SeqCst),
+            adopted: slot.health.adopted.load(Ordering::SeqCst),
+        })
+    }
+
     /// One line saying what executes models.
     pub fn description(&self) -> String {
-        match &self.device {
-            Some(d) if d.alive() => format!(
+        match self.device.as_ref().map(|s| s.live().ok_or(())) {
+            Some(Ok(d)) => format!(
                 "nnaccel device (API {}.{}, engine waits with {}), CPU executor as fallback",
                 d.info.api_version >> 16,
                 d.info.api_version & 0xffff,
@@ -167,18 +338,18 @@ impl Driver {
                     "futex"
                 }
             ),
-            Some(_) => "nnaccel device (gone), CPU executor".to_string(),
+            Some(Err(())) => "nnaccel device (gone), CPU executor".to_string(),
             None => "CPU executor".to_string(),
         }
     }
 
     /// The device's parameters, queried now (None when CPU-only or gone).
     pub fn device_info(&self) -> Option<DeviceInfo> {
-        let d = self.device.as_ref().filter(|d| d.alive())?;
+        let d = self.live_device()?;
         match DeviceInfo::query(&*d.dev) {
             Ok(i) => Some(i),
             Err(e) => {
-                d.note_error(&e);
+                d.probe_failed(&e);
                 None
             }
         }
@@ -186,7 +357,7 @@ impl Driver {
 
     /// `getCapabilities`: performance relative to the reference CPU (lower is better).
     pub fn get_capabilities(&self) -> Capabilities {
-        let perf = if self.device.as_ref().is_some_and(|d| d.alive()) {
+        let perf = if self.live_device().is_some() {
             PerformanceInfo {
                 exec_time: 0.5,
                 power_usage: 0.5,
@@ -251,7 +422,7 @@ impl Driver {
     }
 
     fn device_runs_operation(&self, model: &Model, graph: &Graph, index: usize) -> bool {
-        let Some(d) = self.device.as_ref().filter(|d| d.alive()) else {
+        let Some(d) = self.live_device() else {
             return false;
         };
         let Some((key, probe)) = one_operation_program(model, graph, index) else {
@@ -334,9 +505,9 @@ impl Driver {
         } else {
             None
         };
-        let device = match &self.device {
-            Some(d) if on_device && d.alive() && has_fixed_io_shapes(&graph) => {
-                match DevicePlan::compile(d, model, &graph) {
+        let device = match self.live_device() {
+            Some(d) if on_device && has_fixed_io_shapes(&graph) => {
+                match DevicePlan::compile(&d, model, &graph) {
                     Ok(plan) => Some(plan),
                     Err(e) => {
                         d.note_error(&e);
@@ -374,11 +545,7 @@ impl Driver {
         input_roles: &[BufferRole],
         output_roles: &[BufferRole],
     ) -> Result<Arc<DeviceBuffer>, ErrorStatus> {
-        let device = self
-            .device
-            .as_ref()
-            .filter(|d| d.alive())
-            .map(|d| d.dev.clone());
+        let device = self.live_device().map(|d| d.dev.clone());
         let roles: Vec<RoleModel<'_>> = models
             .iter()
             .map(|pm| RoleModel {
@@ -398,10 +565,10 @@ impl Driver {
         // A device that went away since the last call: the buffer lives in a memfd instead,
         // as on a CPU-only driver.
         if allocated.is_err()
-            && let Some(d) = self.device.as_ref().filter(|d| d.alive())
+            && let Some(d) = self.live_device()
             && let Err(e) = d.dev.get_param(nnaccel_uapi::abi::PARAM_API_VERSION)
         {
-            d.note_error(&e);
+            d.probe_failed(&e);
             if !d.alive() {
                 return self
                     .domain

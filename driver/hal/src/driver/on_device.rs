@@ -87,6 +87,8 @@ pub(super) fn run_on_device(
                 imported.extend(unkept);
             }
             Err(e) => {
+                // This request's pool, not the device: only a failed health probe ends the
+                // device (note_error asks one).
                 plan.device.note_error(&e);
                 drop(imported);
                 return if mem.kind == MemoryKind::HardwareBuffer {
@@ -141,9 +143,11 @@ pub(super) fn run_on_device(
             ExecutionResult::failure(ErrorStatus::MissedDeadlineTransient),
         ),
         Err(e) => {
-            tracing::warn!("device execution failed ({e}); falling back to the CPU executor");
-            plan.device.alive.store(false, Ordering::SeqCst);
-            DeviceOutcome::Fallback("the device stopped answering")
+            tracing::warn!(
+                "device execution failed ({e}); this request falls back to the CPU executor"
+            );
+            plan.device.note_error(&io::Error::other(e.to_string()));
+            DeviceOutcome::Fallback("the device job failed")
         }
     }
 }
@@ -196,7 +200,7 @@ pub(super) fn wait_watching_device(
         {
             Err(RingError::TimedOut(s)) if slice < left => {
                 if let Err(e) = device.dev.get_param(nnaccel_uapi::abi::PARAM_API_VERSION) {
-                    device.note_error(&e);
+                    device.probe_failed(&e);
                     if is_device_gone(&e) {
                         return Err(RingError::Device(e.raw_os_error().unwrap_or(libc::ENODEV)));
                     }

@@ -203,7 +203,7 @@ fn open_driver(cpu: bool, device: &Path) -> (Driver, String) {
     }
     match nnaccel_hal::open_node(device) {
         Ok(dev) => {
-            let driver = Driver::new(Backend::Device(dev));
+            let driver = Driver::new(Backend::Device(dev)).with_device_node(device);
             let status = format!(
                 "serving with {}: {}",
                 device.display(),

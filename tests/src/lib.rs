@@ -287,6 +287,16 @@ impl Sim {
     /// Starts the simulator with `extra` arguments (`--max-bos 4`, ...) and waits for its
     /// mount or node (at most [`MOUNT_TIMEOUT`], scaled).
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_on(None, extra)
+    }
+
+    /// A new simulator serving `path` (where one that was killed served before): a device
+    /// that died and came back.
+    pub fn start_at(path: &Path, extra: &[&str]) -> Self {
+        Self::start_on(Some(path), extra)
+    }
+
+    fn start_on(at: Option<&Path>, extra: &[&str]) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let bin = sim_binary();
         let dir = tempfile::Builder::new()
@@ -305,6 +315,7 @@ impl Sim {
                 "cuse",
             ),
         };
+        let path = at.map_or(path, Path::to_path_buf);
         let log_path = dir.path().join("sim.log");
         let log = File::create(&log_path).expect("create sim log");
         let log2 = log.try_clone().expect("dup sim log");

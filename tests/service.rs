@@ -515,7 +515,8 @@ fn check_bad_pools(c: &ServiceClient) {
         ErrorStatus::GeneralFailure,
         "an mmap_fd offset + size overflowing u64"
     );
-    // A pipe as an ashmem pool cannot be mapped.
+    // A pipe as an ashmem pool is not memory: refused at the door (docs/service.md, "Threat
+    // model").
     let (r, _w) = rustix::pipe::pipe().unwrap();
     let pipe = Memory {
         kind: MemoryKind::Ashmem,
@@ -524,14 +525,14 @@ fn check_bad_pools(c: &ServiceClient) {
     };
     assert_eq!(
         exec(vec![arg(0, 0, len), arg(0, len, len)], good_out(), &[&pipe]),
-        ErrorStatus::GeneralFailure,
+        ErrorStatus::InvalidArgument,
         "a pipe as ashmem"
     );
-    // A pipe holding a CONSTANT_REFERENCE: preparation fails with GENERAL_FAILURE.
+    // A pipe holding a CONSTANT_REFERENCE: preparation fails with INVALID_ARGUMENT.
     let model = add_constant_model(n, ConstantIn::Reference(pipe.clone(), 0));
     assert_eq!(
         prepare(c, &model).unwrap_err(),
-        ErrorStatus::GeneralFailure,
+        ErrorStatus::InvalidArgument,
         "constants in a pipe"
     );
 

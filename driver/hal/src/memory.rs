@@ -83,9 +83,6 @@ impl MappedPool {
                 return Err(general("hardware_buffer cannot be mapped by the HAL"));
             }
         };
-        let end = offset
-            .checked_add(memory.size)
-            .ok_or_else(|| general("offset + size overflows"))?;
         // Pin the size first and check it after: a client shrinking the file between a check
         // and the seal would otherwise leave a mapping past its end (SIGBUS on access).
         let size_pinned = if sys::is_dmabuf(fd) {
@@ -96,14 +93,7 @@ impl MappedPool {
         } else {
             false
         };
-        let file_size =
-            sys::fd_size(fd).map_err(|e| general(format!("cannot size the pool: {e}")))?;
-        if end > file_size {
-            return Err(general(format!(
-                "pool of {} bytes at {offset} is past the end of its {file_size}-byte file",
-                memory.size
-            )));
-        }
+        crate::pool_fd::check_size(memory).map_err(|e| general(format!("pool: {e}")))?;
         // A read-only mapping of an ashmem region the client opened read-only (or sealed
         // against writing) still works, for reading: the pool is writable only when the
         // writable mapping was granted, so no write ever lands in a read-only mapping

@@ -5,16 +5,19 @@
 //! | check | refused |
 //! |---|---|
 //! | kind | anything but a memfd, a regular file or a dma-buf (udmabuf included): pipes, sockets, directories, character and block devices |
-//! | size | `offset + size` past the fd's real size, or overflowing |
 //! | seals | a memfd sealed with `F_SEAL_WRITE` or `F_SEAL_FUTURE_WRITE` as a pool the daemon writes (outputs, copyTo targets) |
 //! | access | an fd opened read-only, or an `mmap_fd` without `PROT_WRITE`, as a pool the daemon writes |
 //! | size pinning | a memfd that cannot be sealed with `F_SEAL_SHRINK` (locked by `F_SEAL_SEAL` without it) |
 //!
-//! SIGBUS policy (docs/service.md, "Item 1"): a memfd is sealed against shrinking here, and
-//! its size checked *after* the seal, so no mapping the daemon (or the device) makes of it can
-//! ever reach past its end; a dma-buf never shrinks; a regular file cannot be sealed, so it is
-//! never accessed through a mapping in the daemon (`memory::MappedPool` reads and writes it
-//! with `pread`/`pwrite`), and a client truncating it fails its own execution.
+//! The size (`offset + size` within the fd's real size, [`check_size`]) is checked where the
+//! pool is mapped or imported, after this door pinned it: a pool that does not fit its file is
+//! one that cannot be mapped, GENERAL_FAILURE as NN HAL requires, not INVALID_ARGUMENT.
+//!
+//! SIGBUS policy (docs/service.md, "Item 1"): a memfd is sealed against shrinking here, before
+//! anyone checks its size, so no mapping the daemon (or the device) makes of it can ever reach
+//! past its end; a dma-buf never shrinks; a regular file cannot be sealed, so it is never
+//! accessed through a mapping in the daemon (`memory::MappedPool` reads and writes it with
+//! `pread`/`pwrite`), and a client truncating it fails its own execution.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
@@ -144,22 +147,6 @@ pub fn check_pool(memory: &Memory, role: PoolRole) -> Result<FdKind, FdRefusal> 
     if kind == FdKind::Memfd {
         pin_size(fd)?;
     }
-    let offset = match memory.kind {
-        MemoryKind::MmapFd { offset, .. } => offset,
-        _ => 0,
-    };
-    // A hardware_buffer sent with size 0 is as large as its fd.
-    if !(memory.kind == MemoryKind::HardwareBuffer && memory.size == 0) {
-        let end = offset.checked_add(memory.size).ok_or(FdRefusal::Overflow)?;
-        let real = sys::fd_size(fd).map_err(|e| FdRefusal::Unreadable(e.to_string()))?;
-        if end > real {
-            return Err(FdRefusal::PastEnd {
-                offset,
-                size: memory.size,
-                real,
-            });
-        }
-    }
     if role == PoolRole::Write {
         if kind == FdKind::Memfd {
             let seals = sys::seals(fd);
@@ -182,6 +169,29 @@ pub fn check_pool(memory: &Memory, role: PoolRole) -> Result<FdKind, FdRefusal> 
         }
     }
     Ok(kind)
+}
+
+/// Whether `memory`'s declared range (`offset + size`) lies within its fd's real size now (a
+/// hardware_buffer of size 0 is its whole fd). Meaningful for good only once the size is
+/// pinned ([`check_pool`] seals memfds; dma-bufs never shrink).
+pub fn check_size(memory: &Memory) -> Result<(), FdRefusal> {
+    if memory.kind == MemoryKind::HardwareBuffer && memory.size == 0 {
+        return Ok(());
+    }
+    let offset = match memory.kind {
+        MemoryKind::MmapFd { offset, .. } => offset,
+        _ => 0,
+    };
+    let end = offset.checked_add(memory.size).ok_or(FdRefusal::Overflow)?;
+    let real = sys::fd_size(memory.fd.as_fd()).map_err(|e| FdRefusal::Unreadable(e.to_string()))?;
+    if end > real {
+        return Err(FdRefusal::PastEnd {
+            offset,
+            size: memory.size,
+            real,
+        });
+    }
+    Ok(())
 }
 
 /// Seals a memfd against shrinking (already sealed is fine).
@@ -272,12 +282,13 @@ mod tests {
     }
 
     #[test]
-    fn sizes_past_the_end_are_refused() {
+    fn sizes_past_the_end_do_not_fit() {
         let m = ashmem(memfd(4096), 8192);
         assert!(matches!(
-            check_pool(&m, PoolRole::Read),
+            check_size(&m),
             Err(FdRefusal::PastEnd { real: 4096, .. })
         ));
+        assert_eq!(check_size(&ashmem(memfd(4096), 4096)), Ok(()));
         let at = Memory {
             kind: MemoryKind::MmapFd {
                 prot: libc::PROT_READ,
@@ -285,7 +296,7 @@ mod tests {
             },
             ..ashmem(memfd(4096), 1)
         };
-        assert_eq!(check_pool(&at, PoolRole::Read), Err(FdRefusal::Overflow));
+        assert_eq!(check_size(&at), Err(FdRefusal::Overflow));
     }
 
     #[test]

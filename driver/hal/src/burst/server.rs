@@ -153,7 +153,7 @@ enum Stop {
 /// Bad packets in a row (ones that do not parse, each answered GENERAL_FAILURE) after which
 /// the worker ends the burst: a well-behaved client never writes one, and a queue that fills
 /// itself again (junk written as fast as it is read) must not keep the worker busy for ever.
-pub(crate) const MAX_BAD_PACKETS: u32 = 100;
+pub(crate) const MAX_BAD_PACKETS: u32 = 10_000;
 
 /// A cached slot: the pool the client named, kept for the life of the burst.
 #[derive(Debug)]

@@ -82,8 +82,8 @@ impl Default for Budgets {
                 global: 512,
             },
             prepared_models: Limit {
-                per_uid: 256,
-                global: 1024,
+                per_uid: 1024,
+                global: 4096,
             },
             model_memory: Limit {
                 per_uid: 2 << 30,

@@ -199,21 +199,7 @@ fn a_model_planning_eight_1gib_temporaries_is_refused_before_anything_is_allocat
 fn one_memfd_as_both_burst_queues_is_refused() {
     with_timeout(limit(), "aliased burst queues", || {
         let (_sim, hald) = with_device("");
-        let conn = UnixStream::connect(hald.socket()).unwrap();
-        hello(&conn);
-        let prepare = ClientMessage::PrepareModel {
-            model: protocol::model_to_wire(
-                &binary_model(OperationType::Add, 8),
-                &mut FdList::default(),
-            ),
-            preference: 1,
-            priority: 100,
-            timeout_ns: None,
-        };
-        let ServiceMessage::Prepared { model_id, .. } = call(&conn, &prepare, &FdList::default())
-        else {
-            panic!("prepare failed");
-        };
+        let (conn, model_id) = prepared_connection(hald.socket()).unwrap();
         let queue = Fmq::create(packet::DATUM_SIZE as u32, 1024).unwrap();
         let (_channel, theirs) = UnixStream::pair().unwrap();
         let mut fds = FdList::default();
@@ -237,8 +223,8 @@ fn one_memfd_as_both_burst_queues_is_refused() {
     });
 }
 
-/// A burst configured on its own connection, or the service's refusal.
-fn configure_raw_burst(socket: &Path) -> Result<(UnixStream, Fmq, Fmq, UnixStream), String> {
+/// A new connection (handshake done) with `a + b` prepared on it, or the service's refusal.
+fn prepared_connection(socket: &Path) -> Result<(UnixStream, u64), String> {
     let conn = UnixStream::connect(socket).unwrap();
     hello(&conn);
     let prepare = ClientMessage::PrepareModel {
@@ -250,10 +236,15 @@ fn configure_raw_burst(socket: &Path) -> Result<(UnixStream, Fmq, Fmq, UnixStrea
         priority: 100,
         timeout_ns: None,
     };
-    let model_id = match call(&conn, &prepare, &FdList::default()) {
-        ServiceMessage::Prepared { model_id, .. } => model_id,
-        other => return Err(format!("{other:?}")),
-    };
+    match call(&conn, &prepare, &FdList::default()) {
+        ServiceMessage::Prepared { model_id, .. } => Ok((conn, model_id)),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// A burst configured on its own connection, or the service's refusal.
+fn configure_raw_burst(socket: &Path) -> Result<(UnixStream, Fmq, Fmq, UnixStream), String> {
+    let (conn, model_id) = prepared_connection(socket)?;
     let request = Fmq::create(packet::DATUM_SIZE as u32, 64).unwrap();
     let result = Fmq::create(packet::DATUM_SIZE as u32, 64).unwrap();
     let (channel, theirs) = UnixStream::pair().unwrap();

@@ -444,27 +444,26 @@ impl Service {
     /// Checks `model` against the model limits and charges its planned memory to `uid`.
     fn admit_model(&self, uid: u32, model: &Model) -> Result<Charge, (ErrorStatus, String)> {
         let c = &self.config;
-        if model.operations.len() > c.max_model_operations {
-            return Err((
-                ErrorStatus::InvalidArgument,
-                format!(
-                    "the model has {} operations; this service takes at most {} \
-                     (max_model_operations)",
-                    model.operations.len(),
-                    c.max_model_operations
-                ),
-            ));
-        }
-        if model.operands.len() > c.max_model_operands {
-            return Err((
-                ErrorStatus::InvalidArgument,
-                format!(
-                    "the model has {} operands; this service takes at most {} \
-                     (max_model_operands)",
-                    model.operands.len(),
-                    c.max_model_operands
-                ),
-            ));
+        for (what, n, max, key) in [
+            (
+                "operations",
+                model.operations.len(),
+                c.max_model_operations,
+                "max_model_operations",
+            ),
+            (
+                "operands",
+                model.operands.len(),
+                c.max_model_operands,
+                "max_model_operands",
+            ),
+        ] {
+            if n > max {
+                return Err((
+                    ErrorStatus::InvalidArgument,
+                    format!("the model has {n} {what}; this service takes at most {max} ({key})"),
+                ));
+            }
         }
         let bytes = planned_bytes(model);
         if bytes > c.max_model_bytes {

@@ -70,14 +70,20 @@ impl Hald {
     /// [`Hald::start`] with extra environment variables. Unless `extra` names a
     /// `--state-dir`, the service keeps its state in `<tempdir>/state`.
     pub fn start_with_env(extra: &[&OsStr], env: &[(&str, &str)]) -> Self {
+        Self::start_configured(extra, env, "")
+    }
+
+    /// [`Hald::start_with_env`] with `config` (TOML) as its configuration file.
+    pub fn start_configured(extra: &[&OsStr], env: &[(&str, &str)], config: &str) -> Self {
         let bin = hald_binary();
         let dir = tempfile::Builder::new()
             .prefix("nnaccel-hald-")
             .tempdir()
             .expect("tempdir");
         let socket = dir.path().join("hal.sock");
+        let text = config;
         let config = dir.path().join("hald.toml");
-        std::fs::write(&config, "").expect("write empty config");
+        std::fs::write(&config, text).expect("write the config");
         let log_path = dir.path().join("hald.log");
         let log = File::create(&log_path).expect("create hald log");
         let log2 = log.try_clone().expect("dup hald log");

@@ -99,7 +99,29 @@ pub fn recv_frame(
     sock: &UnixStream,
     max_body: usize,
 ) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtocolError> {
-    recv_frame_inner(sock, max_body, None)
+    recv_frame_inner(sock, max_body, None, || None, |_| Ok(())).map(|(b, f, ())| (b, f))
+}
+
+/// [`recv_frame`] for a server facing untrusted peers: the header's first byte must come by
+/// `idle_by` (else a `WouldBlock`/`TimedOut` I/O error: the connection was idle), and once it
+/// came the rest of the frame must arrive within `body_within`, however the peer trickles it
+/// (a `TimedOut` I/O error). `admit` sees the announced body length before the body is
+/// allocated; its guard (a share of a global byte budget, say) is returned with the frame, and
+/// its error refuses the frame. The socket's read timeout is left changed.
+pub fn recv_frame_guarded<G>(
+    sock: &UnixStream,
+    max_body: usize,
+    idle_by: Option<std::time::Instant>,
+    body_within: std::time::Duration,
+    admit: impl FnOnce(usize) -> Result<G, ProtocolError>,
+) -> Result<(Vec<u8>, Vec<OwnedFd>, G), ProtocolError> {
+    recv_frame_inner(
+        sock,
+        max_body,
+        idle_by,
+        || Some(std::time::Instant::now() + body_within),
+        admit,
+    )
 }
 
 /// [`recv_frame`] that gives up at `deadline` however the peer trickles its bytes: each read
@@ -110,7 +132,14 @@ pub(crate) fn recv_frame_by(
     max_body: usize,
     deadline: std::time::Instant,
 ) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtocolError> {
-    recv_frame_inner(sock, max_body, Some(deadline))
+    recv_frame_inner(
+        sock,
+        max_body,
+        Some(deadline),
+        || Some(deadline),
+        |_| Ok(()),
+    )
+    .map(|(b, f, ())| (b, f))
 }
 
 /// Sets the read timeout to what is left until `deadline`; TimedOut when nothing is.
@@ -149,12 +178,14 @@ fn read_exact_by(
     Ok(())
 }
 
-fn recv_frame_inner(
+fn recv_frame_inner<G>(
     sock: &UnixStream,
     max_body: usize,
-    deadline: Option<std::time::Instant>,
-) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtocolError> {
-    wait_at_most_until(sock, deadline)?;
+    first_byte_by: Option<std::time::Instant>,
+    rest_by: impl FnOnce() -> Option<std::time::Instant>,
+    admit: impl FnOnce(usize) -> Result<G, ProtocolError>,
+) -> Result<(Vec<u8>, Vec<OwnedFd>, G), ProtocolError> {
+    wait_at_most_until(sock, first_byte_by)?;
     let mut header = [0u8; HEADER_LEN];
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_FRAME))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
@@ -173,6 +204,7 @@ fn recv_frame_inner(
     if msg.bytes == 0 {
         return Err(ProtocolError::Closed);
     }
+    let deadline = rest_by();
     // The control buffer has slack beyond MAX_FDS_PER_FRAME (cmsg alignment), so a
     // few extra fds may arrive untruncated; the limit is on the count, not the buffer.
     if msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) || fds.len() > MAX_FDS_PER_FRAME {
@@ -201,9 +233,10 @@ fn recv_frame_inner(
             fds.len()
         )));
     }
+    let guard = admit(len)?;
     let mut body = vec![0u8; len];
     read_exact_by(sock, &mut body, deadline)?;
-    Ok((body, fds))
+    Ok((body, fds, guard))
 }
 
 /// Encodes a message.

@@ -5,7 +5,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use nnaccel_hal::cache::{CacheFiles, CacheHandle};
-use nnaccel_hal::{Deadline, Driver, ErrorStatus, ExecutionPreference, PreparedModel, Priority};
+use nnaccel_hal::{
+    Deadline, Driver, ErrorStatus, ExecutionPreference, Model, PreparedModel, Priority,
+};
 use nnaccel_protocol::{ProtocolError, ReceivedFds, WireCacheFiles, WireModel, model_from_wire};
 
 /// Driver-managed cache entries on the wire: (key, bytes, last used).
@@ -69,8 +71,10 @@ fn invalid(e: ProtocolError) -> Refusal {
     (ErrorStatus::InvalidArgument, e.to_string())
 }
 
-/// `PrepareModelWithCache`.
-pub(crate) fn prepare_with_cache(
+/// `PrepareModelWithCache`; `admit` checks the model (limits, budgets) before it is prepared
+/// and what it returns comes back with the prepared model.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn prepare_with_cache<T>(
     driver: &Driver,
     fds: &mut ReceivedFds,
     model: WireModel,
@@ -78,13 +82,16 @@ pub(crate) fn prepare_with_cache(
     priority: i32,
     deadline: Option<Deadline>,
     cache: &WireCacheFiles,
-) -> Result<PreparedModel, Refusal> {
+    admit: &dyn Fn(&Model) -> Result<T, Refusal>,
+) -> Result<(PreparedModel, T), Refusal> {
     let model = model_from_wire(model, fds).map_err(invalid)?;
     let (preference, priority) = codes(preference, priority)?;
-    with_cache_files(fds, cache, |files| {
+    let admitted = admit(&model)?;
+    let pm = with_cache_files(fds, cache, |files| {
         driver.prepare_model_with_cache(&model, preference, priority, deadline, files)
     })?
-    .map_err(|s| (s, "preparation failed".into()))
+    .map_err(|s| (s, "preparation failed".into()))?;
+    Ok((pm, admitted))
 }
 
 /// `PrepareModelFromCache`.

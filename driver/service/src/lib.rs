@@ -9,6 +9,7 @@
 //! It may import the HAL and the protocol; nothing but the `nnaccel-hald` binary (and tests)
 //! imports it: the CLI and other clients link `nnaccel-protocol` only.
 
+pub mod budget;
 pub(crate) mod cache_serve;
 pub mod domain;
 pub mod systemd;
@@ -20,9 +21,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use budget::{Budgets, Charge, Ledger, Resource};
 use nnaccel_hal::live_sockets::LiveSockets;
 use nnaccel_hal::{
-    Driver, ErrorStatus, ExecutionPreference, MeasureTiming, Placement, PreparedModel, Priority,
+    Driver, ErrorStatus, ExecutionPreference, MeasureTiming, Model, OperandLifetime, Placement,
+    PreparedModel, Priority,
 };
 use nnaccel_protocol::*;
 use rustix::net::Shutdown;
@@ -40,7 +43,31 @@ pub struct ServiceConfig {
     pub max_bursts_per_connection: usize,
     /// Burst workers' polling window unless the preference is LOW_POWER or the burst asks.
     pub burst_polling_window: Duration,
+    /// Budgets per client uid and for the whole service.
+    pub budgets: Budgets,
+    /// A connection that holds nothing (no prepared model, no buffer) and sends no frame for
+    /// this long gets an error frame and is closed.
+    pub idle_timeout: Duration,
+    /// Once a frame's first byte came, the whole frame must arrive within this.
+    pub frame_timeout: Duration,
+    /// Bytes all connections' partly received frame bodies may hold together.
+    pub max_partial_frame_bytes: u64,
+    /// Members of this group (primary or supplementary, from `SO_PEERGROUPS`) may use the
+    /// admin operations (cache list and clear, the global counts); root always may.
+    pub admin_gid: Option<u32>,
+    /// Operations one model may have.
+    pub max_model_operations: usize,
+    /// Operands one model may have.
+    pub max_model_operands: usize,
+    /// Bytes one prepared model may plan (constants, temporaries with known shapes, and
+    /// [`PREPARED_BYTES_PER_OPERATION`] per operation).
+    pub max_model_bytes: u64,
 }
+
+/// What a prepared model keeps per operation besides its operands' bytes (the operation's
+/// lowered form, its program entry, its bookkeeping), measured with a 1 M-operation model
+/// (`docs/service.md`, "Model limits"); charged to the model-memory budget.
+pub const PREPARED_BYTES_PER_OPERATION: u64 = 600;
 
 impl Default for ServiceConfig {
     fn default() -> Self {
@@ -49,6 +76,14 @@ impl Default for ServiceConfig {
             max_models_per_connection: 256,
             max_bursts_per_connection: DEFAULT_MAX_BURSTS_PER_CONNECTION,
             burst_polling_window: nnaccel_hal::burst::DEFAULT_POLLING_WINDOW,
+            budgets: Budgets::default(),
+            idle_timeout: Duration::from_secs(60),
+            frame_timeout: Duration::from_secs(10),
+            max_partial_frame_bytes: 256 << 20,
+            admin_gid: None,
+            max_model_operations: 100_000,
+            max_model_operands: 400_000,
+            max_model_bytes: 1 << 30,
         }
     }
 }
@@ -72,6 +107,20 @@ pub(crate) struct PeerCred {
 #[derive(Debug, Default)]
 struct Stats {
     prepared_models: AtomicU64,
+    /// Bytes held by frame bodies being received, all connections.
+    partial_frame_bytes: AtomicU64,
+}
+
+/// A frame body's share of [`ServiceConfig::max_partial_frame_bytes`] while it is received.
+struct PartialFrame<'a> {
+    held: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl Drop for PartialFrame<'_> {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
 }
 
 /// The service.
@@ -85,6 +134,8 @@ pub struct Service {
     connections: Arc<LiveSockets>,
     /// The burst workers of every connection, ended when the service stops.
     bursts: Arc<nnaccel_hal::burst::server::Workers>,
+    /// What each client uid uses of its budgets.
+    ledger: Arc<Ledger>,
 }
 
 /// How long a stopping service waits for its connections to end. Each connection's socket is
@@ -99,12 +150,33 @@ pub(crate) const BURST_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 struct Held {
     model: PreparedModel,
     owner: Option<PeerCred>,
+    /// Its prepared-model, model-memory and device-queue shares of the owner's budgets.
+    _charges: Vec<Charge>,
+}
+
+/// What one connection holds and who it is.
+struct Conn {
+    models: HashMap<u64, Held>,
+    next_id: u64,
+    cred: Option<PeerCred>,
+    /// The uid budgets are charged to (`u32::MAX` for a peer without credentials).
+    uid: u32,
+    admin: bool,
+    buffers: domain::ConnectionBuffers,
+    /// Each buffer's share of the device-buffers budget, by token.
+    buffer_charges: HashMap<u32, Charge>,
+}
+
+/// A refusal as an error reply.
+fn refused(r: budget::Refusal) -> (ErrorStatus, String) {
+    (r.status(), r.to_string())
 }
 
 impl Service {
     /// A service over `driver`.
     pub fn new(driver: Driver, config: ServiceConfig) -> Arc<Self> {
         let bursts = nnaccel_hal::burst::server::Workers::new(config.max_bursts_per_connection);
+        let ledger = Ledger::new(config.budgets);
         Arc::new(Self {
             driver,
             config,
@@ -112,6 +184,7 @@ impl Service {
             stop: AtomicBool::new(false),
             connections: LiveSockets::new(usize::MAX),
             bursts,
+            ledger,
         })
     }
 
@@ -172,6 +245,17 @@ impl Service {
             }
             match conn {
                 Ok(stream) => {
+                    let cred = peer_cred(&stream);
+                    let uid = cred.map_or(u32::MAX, |c| c.uid);
+                    let charge = match self.ledger.charge(uid, Resource::Connections, 1) {
+                        Ok(c) => c,
+                        Err(r) => {
+                            tracing::warn!("not serving a new connection: {r}");
+                            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                            let _ = reply(&stream, &error(r.status(), r.to_string()));
+                            continue;
+                        }
+                    };
                     let membership = match self.connections.join(0, &stream) {
                         Ok(m) => m,
                         Err(e) => {
@@ -183,8 +267,9 @@ impl Service {
                     let spawned = std::thread::Builder::new()
                         .name("nnaccel-conn".into())
                         .spawn(move || {
-                            me.connection(stream);
+                            me.connection(stream, cred);
                             drop(membership);
+                            drop(charge);
                         });
                     if let Err(e) = spawned {
                         tracing::error!("cannot start a connection thread: {e}");
@@ -208,27 +293,62 @@ impl Service {
         }
     }
 
-    fn connection(self: Arc<Self>, stream: UnixStream) {
-        let cred = rustix::net::sockopt::socket_peercred(&stream)
-            .ok()
-            .map(|c| PeerCred {
-                pid: c.pid.as_raw_nonzero().get(),
-                uid: c.uid.as_raw(),
-                gid: c.gid.as_raw(),
-            });
+    fn connection(self: Arc<Self>, stream: UnixStream, cred: Option<PeerCred>) {
+        let uid = cred.map_or(u32::MAX, |c| c.uid);
+        let admin = cred.is_some_and(|c| {
+            c.uid == 0
+                || self
+                    .config
+                    .admin_gid
+                    .is_some_and(|g| c.gid == g || peer_groups(&stream).contains(&g))
+        });
         let who = cred.map_or_else(
             || "unknown peer".to_string(),
             |c| format!("pid {} uid {}", c.pid, c.uid),
         );
         tracing::debug!("connection from {who}");
-        let mut models: HashMap<u64, Held> = HashMap::new();
-        let mut next_id = 1u64;
+        let mut conn = Conn {
+            models: HashMap::new(),
+            next_id: 1,
+            cred,
+            uid,
+            admin,
+            buffers: domain::ConnectionBuffers::new(),
+            buffer_charges: HashMap::new(),
+        };
         let mut handshaken = false;
-        let mut buffers = domain::ConnectionBuffers::new();
         loop {
-            let (body, fds) = match recv_frame(&stream, self.config.max_message_bytes) {
-                Ok(f) => f,
+            let holds_nothing = conn.models.is_empty() && conn.buffers.len() == 0;
+            let idle_by = holds_nothing.then(|| Instant::now() + self.config.idle_timeout);
+            let received = recv_frame_guarded(
+                &stream,
+                self.config.max_message_bytes,
+                idle_by,
+                self.config.frame_timeout,
+                |len| self.admit_partial_frame(len),
+            );
+            let (body, fds) = match received {
+                Ok((body, fds, partial)) => {
+                    drop(partial);
+                    (body, fds)
+                }
                 Err(ProtocolError::Closed) => break,
+                Err(ProtocolError::Io(e))
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let m = format!(
+                        "no complete frame in time (idle timeout {:?} for a connection that \
+                         holds nothing, {:?} for a frame once it starts); closing the connection",
+                        self.config.idle_timeout, self.config.frame_timeout
+                    );
+                    tracing::info!("{who}: {m}");
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = reply(&stream, &error(ErrorStatus::InvalidArgument, m));
+                    break;
+                }
                 Err(ProtocolError::Io(e)) => {
                     tracing::debug!("{who}: {e}");
                     break;
@@ -289,27 +409,124 @@ impl Service {
                     }
                 }
             }
-            let answer = self.handle(msg, fds, &mut models, &mut next_id, cred, &mut buffers);
+            let answer = self.handle(msg, fds, &mut conn);
             if reply(&stream, &answer).is_err() {
                 break;
             }
         }
-        let n = models.len() as u64;
-        tracing::debug!("{who}: releasing {} memory-domain buffers", buffers.len());
-        drop(buffers);
-        drop(models);
+        let n = conn.models.len() as u64;
+        tracing::debug!(
+            "{who}: releasing {} memory-domain buffers",
+            conn.buffers.len()
+        );
+        drop(conn.buffers);
+        drop(conn.buffer_charges);
+        drop(conn.models);
         self.stats.prepared_models.fetch_sub(n, Ordering::SeqCst);
         tracing::debug!("{who}: disconnected; released {n} prepared models");
+    }
+
+    /// Reserves `len` bytes of [`ServiceConfig::max_partial_frame_bytes`] for a frame body.
+    fn admit_partial_frame(&self, len: usize) -> Result<PartialFrame<'_>, ProtocolError> {
+        let bytes = len as u64;
+        let cap = self.config.max_partial_frame_bytes;
+        let held = &self.stats.partial_frame_bytes;
+        match held.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n.saturating_add(bytes) <= cap).then_some(n + bytes)
+        }) {
+            Ok(_) => Ok(PartialFrame { held, bytes }),
+            Err(n) => Err(ProtocolError::BadFrame(format!(
+                "a {bytes}-byte body does not fit: frames being received hold {n} of {cap} bytes"
+            ))),
+        }
+    }
+
+    /// Checks `model` against the model limits and charges its planned memory to `uid`.
+    fn admit_model(&self, uid: u32, model: &Model) -> Result<Charge, (ErrorStatus, String)> {
+        let c = &self.config;
+        for (what, n, max, key) in [
+            (
+                "operations",
+                model.operations.len(),
+                c.max_model_operations,
+                "max_model_operations",
+            ),
+            (
+                "operands",
+                model.operands.len(),
+                c.max_model_operands,
+                "max_model_operands",
+            ),
+        ] {
+            if n > max {
+                return Err((
+                    ErrorStatus::InvalidArgument,
+                    format!("the model has {n} {what}; this service takes at most {max} ({key})"),
+                ));
+            }
+        }
+        let bytes = planned_bytes(model);
+        if bytes > c.max_model_bytes {
+            return Err((
+                ErrorStatus::ResourceExhaustedPersistent,
+                format!(
+                    "uid {uid}: the model plans {bytes} bytes (constants, temporaries, \
+                     {PREPARED_BYTES_PER_OPERATION} per operation); at most {} per model \
+                     (max_model_bytes)",
+                    c.max_model_bytes
+                ),
+            ));
+        }
+        self.ledger
+            .charge(uid, Resource::ModelMemory, bytes)
+            .map_err(refused)
+    }
+
+    /// [`ServiceInfo`]: the service's and the device's counts for an admin, the client's own
+    /// counts for everybody else.
+    /// The description, and whether the device is alive with how often it was lost and adopted
+    /// again (`nnaccelctl info` prints it).
+    fn driver_line(&self) -> String {
+        match self.driver.device_health() {
+            Some(h) => format!("{}; {h}", self.driver.description()),
+            None => self.driver.description(),
+        }
+    }
+
+    fn info(&self, conn: &Conn) -> ServiceInfo {
+        if !conn.admin {
+            let mine = |r| self.ledger.used_by(conn.uid, r);
+            return ServiceInfo {
+                driver: self.driver_line(),
+                connections: mine(Resource::Connections),
+                prepared_models: mine(Resource::PreparedModels),
+                device_live: None,
+                device_jobs_completed: None,
+                device_memory_used: None,
+                domain_buffers: mine(Resource::DeviceBuffers),
+                domain_bytes: 0,
+            };
+        }
+        let info = self.driver.device_info();
+        ServiceInfo {
+            driver: self.driver_line(),
+            connections: self.connections.len() as u64,
+            prepared_models: self.stats.prepared_models.load(Ordering::SeqCst),
+            device_live: info
+                .as_ref()
+                .map(|i| [i.live.files, i.live.bos, i.live.programs, i.live.queues]),
+            device_jobs_completed: info.as_ref().map(|i| i.jobs_completed),
+            device_memory_used: info.map(|i| i.device_memory_used),
+            domain_buffers: self.driver.buffers().live_buffers(),
+            domain_bytes: self.driver.buffers().live_bytes(),
+        }
     }
 
     fn handle(
         &self,
         msg: ClientMessage,
         fds: Vec<std::os::fd::OwnedFd>,
-        models: &mut HashMap<u64, Held>,
-        next_id: &mut u64,
-        cred: Option<PeerCred>,
-        buffers: &mut domain::ConnectionBuffers,
+        conn: &mut Conn,
     ) -> ServiceMessage {
         let mut fds = ReceivedFds::new(fds);
         let deadline = |t: Option<u64>| t.map(|ns| Instant::now() + Duration::from_nanos(ns));
@@ -324,6 +541,9 @@ impl Service {
                     Ok(m) => m,
                     Err(e) => return error(ErrorStatus::InvalidArgument, e.to_string()),
                 };
+                if let Err((s, m)) = self.admit_model(conn.uid, &model) {
+                    return error(s, m);
+                }
                 match self.driver.operation_placement(&model) {
                     Ok(p) => ServiceMessage::SupportedOperations {
                         supported: p.iter().map(|p| *p != Placement::Unsupported).collect(),
@@ -337,9 +557,10 @@ impl Service {
                 preference,
                 priority,
                 timeout_ns,
-            } => self.hold(models, next_id, cred, |driver| {
+            } => self.hold(conn, |driver, admit| {
                 let model = model_from_wire(model, &mut fds)
                     .map_err(|e| (ErrorStatus::InvalidArgument, e.to_string()))?;
+                let charge = admit(&model)?;
                 let (Some(preference), Some(priority)) = (
                     ExecutionPreference::from_code(preference),
                     Priority::from_code(priority),
@@ -351,9 +572,10 @@ impl Service {
                 };
                 driver
                     .prepare_model(&model, preference, priority, deadline(timeout_ns))
+                    .map(|pm| (pm, Some(charge)))
                     .map_err(|s| (s, "preparation failed".into()))
             }),
-            ClientMessage::ReleaseModel { model_id } => match models.remove(&model_id) {
+            ClientMessage::ReleaseModel { model_id } => match conn.models.remove(&model_id) {
                 Some(held) => {
                     tracing::trace!("released model {model_id} of {:?}", held.owner);
                     self.stats.prepared_models.fetch_sub(1, Ordering::SeqCst);
@@ -370,7 +592,7 @@ impl Service {
                 measure,
                 timeout_ns,
             } => {
-                let Some(held) = models.get(&model_id) else {
+                let Some(held) = conn.models.get(&model_id) else {
                     return error(
                         ErrorStatus::InvalidArgument,
                         format!("no prepared model {model_id} on this connection"),
@@ -386,7 +608,7 @@ impl Service {
                     MeasureTiming::No
                 };
                 let r = held.model.execute_for(
-                    buffers.owner(),
+                    conn.buffers.owner(),
                     &request,
                     measure,
                     deadline(timeout_ns),
@@ -401,34 +623,36 @@ impl Service {
                     timing: (r.timing.time_on_device_us, r.timing.time_in_driver_us),
                 }
             }
-            ClientMessage::Info => {
-                let info = self.driver.device_info();
-                // The description, and whether the device is alive with how often it was lost
-                // and adopted again (`nnaccelctl info` prints it).
-                let driver = match self.driver.device_health() {
-                    Some(h) => format!("{}; {h}", self.driver.description()),
-                    None => self.driver.description(),
+            ClientMessage::Info => ServiceMessage::Info(self.info(conn)),
+            msg @ ClientMessage::Allocate { .. } => {
+                let charge = match self.ledger.charge(conn.uid, Resource::DeviceBuffers, 1) {
+                    Ok(c) => c,
+                    Err(r) => return error(r.status(), r.to_string()),
                 };
-                ServiceMessage::Info(ServiceInfo {
-                    driver,
-                    connections: self.connections.len() as u64,
-                    prepared_models: self.stats.prepared_models.load(Ordering::SeqCst),
-                    device_live: info
-                        .as_ref()
-                        .map(|i| [i.live.files, i.live.bos, i.live.programs, i.live.queues]),
-                    device_jobs_completed: info.as_ref().map(|i| i.jobs_completed),
-                    device_memory_used: info.map(|i| i.device_memory_used),
-                    domain_buffers: self.driver.buffers().live_buffers(),
-                    domain_bytes: self.driver.buffers().live_bytes(),
-                })
+                let models = &conn.models;
+                let answer = conn.buffers.handle(&self.driver, msg, &mut fds, |id| {
+                    models.get(&id).map(|h| &h.model)
+                });
+                if let ServiceMessage::Allocated { token } = answer {
+                    conn.buffer_charges.insert(token, charge);
+                }
+                answer
             }
-            msg @ (ClientMessage::Allocate { .. }
-            | ClientMessage::CopyTo { .. }
+            msg @ (ClientMessage::CopyTo { .. }
             | ClientMessage::CopyFrom { .. }
             | ClientMessage::FreeBuffer { .. }) => {
-                buffers.handle(&self.driver, msg, &mut fds, |id| {
+                let freed = match msg {
+                    ClientMessage::FreeBuffer { token } => Some(token),
+                    _ => None,
+                };
+                let models = &conn.models;
+                let answer = conn.buffers.handle(&self.driver, msg, &mut fds, |id| {
                     models.get(&id).map(|h| &h.model)
-                })
+                });
+                if let (Some(token), ServiceMessage::BufferFreed) = (freed, &answer) {
+                    conn.buffer_charges.remove(&token);
+                }
+                answer
             }
             ClientMessage::ConfigureBurst {
                 model_id,
@@ -436,16 +660,21 @@ impl Service {
                 result_fmq,
                 polling_window_us,
             } => {
-                let Some(held) = models.get(&model_id) else {
+                let Some(held) = conn.models.get(&model_id) else {
                     return error(
                         ErrorStatus::InvalidArgument,
                         format!("no prepared model {model_id} on this connection"),
                     );
                 };
+                let charge = match self.ledger.charge(conn.uid, Resource::Bursts, 1) {
+                    Ok(c) => c,
+                    Err(r) => return error(r.status(), r.to_string()),
+                };
                 let ends = nnaccel_hal::burst::server::ReceivedEnds {
                     fds: &mut fds,
                     request: request_fmq,
                     result: result_fmq,
+                    keep: Some(Box::new(charge)),
                 };
                 let window = nnaccel_hal::burst::server::polling_window(
                     polling_window_us,
@@ -454,7 +683,7 @@ impl Service {
                 );
                 match nnaccel_hal::burst::server::start_from_wire(
                     held.model.clone(),
-                    buffers.owner(),
+                    conn.buffers.owner(),
                     ends,
                     window,
                     &self.bursts,
@@ -476,7 +705,7 @@ impl Service {
                 priority,
                 timeout_ns,
                 cache,
-            } => self.hold(models, next_id, cred, |driver| {
+            } => self.hold(conn, |driver, admit| {
                 crate::cache_serve::prepare_with_cache(
                     driver,
                     &mut fds,
@@ -485,23 +714,38 @@ impl Service {
                     priority,
                     deadline(timeout_ns),
                     &cache,
+                    admit,
                 )
+                .map(|(pm, charge)| (pm, Some(charge)))
             }),
             ClientMessage::PrepareModelFromCache {
                 preference,
                 priority,
                 timeout_ns,
                 cache,
-            } => self.hold(models, next_id, cred, |driver| {
-                crate::cache_serve::prepare_from_cache(
+            } => self.hold(conn, |driver, admit| {
+                let pm = crate::cache_serve::prepare_from_cache(
                     driver,
                     &mut fds,
                     preference,
                     priority,
                     deadline(timeout_ns),
                     &cache,
-                )
+                )?;
+                // The model came from a cache this service wrote; its memory is known only now.
+                let charge = admit(pm.model())?;
+                Ok((pm, Some(charge)))
             }),
+            ClientMessage::CacheList | ClientMessage::CacheClear if !conn.admin => error(
+                ErrorStatus::InvalidArgument,
+                format!(
+                    "uid {}: listing and clearing the driver-managed cache is for root{}",
+                    conn.uid,
+                    self.config
+                        .admin_gid
+                        .map_or(String::new(), |g| format!(" and group {g}"))
+                ),
+            ),
             ClientMessage::CacheList => match crate::cache_serve::list(&self.driver) {
                 Ok((enabled, entries)) => ServiceMessage::CacheEntries { enabled, entries },
                 Err((s, m)) => error(s, m),
@@ -513,16 +757,23 @@ impl Service {
         }
     }
 
-    /// Prepares with `prepare` (within the per-connection limit) and holds the result for
-    /// the connection.
+    /// Prepares with `prepare` (within the per-connection limit and the uid's budgets: it calls
+    /// the admit function it is given with the model before preparing it) and holds the result
+    /// for the connection.
     fn hold(
         &self,
-        models: &mut HashMap<u64, Held>,
-        next_id: &mut u64,
-        cred: Option<PeerCred>,
-        prepare: impl FnOnce(&Driver) -> Result<PreparedModel, (ErrorStatus, String)>,
+        conn: &mut Conn,
+        prepare: impl FnOnce(
+            &Driver,
+            &dyn Fn(&Model) -> Result<Charge, (ErrorStatus, String)>,
+        ) -> Result<(PreparedModel, Option<Charge>), (ErrorStatus, String)>,
     ) -> ServiceMessage {
-        if models.len() >= self.config.max_models_per_connection {
+        let uid = conn.uid;
+        let mut charges = match self.ledger.charge(uid, Resource::PreparedModels, 1) {
+            Ok(c) => vec![c],
+            Err(r) => return error(r.status(), r.to_string()),
+        };
+        if conn.models.len() >= self.config.max_models_per_connection {
             return error(
                 ErrorStatus::ResourceExhaustedTransient,
                 format!(
@@ -531,16 +782,25 @@ impl Service {
                 ),
             );
         }
-        match prepare(&self.driver) {
-            Ok(pm) => {
-                let id = *next_id;
-                *next_id += 1;
+        let admit = |model: &Model| self.admit_model(uid, model);
+        match prepare(&self.driver, &admit) {
+            Ok((pm, memory)) => {
+                charges.extend(memory);
                 let on_device = pm.runs_on_device();
-                models.insert(
+                if on_device {
+                    match self.ledger.charge(uid, Resource::DeviceQueues, 1) {
+                        Ok(c) => charges.push(c),
+                        Err(r) => return error(r.status(), r.to_string()),
+                    }
+                }
+                let id = conn.next_id;
+                conn.next_id += 1;
+                conn.models.insert(
                     id,
                     Held {
                         model: pm,
-                        owner: cred,
+                        owner: conn.cred,
+                        _charges: charges,
                     },
                 );
                 self.stats.prepared_models.fetch_add(1, Ordering::SeqCst);
@@ -552,6 +812,61 @@ impl Service {
             Err((s, m)) => error(s, m),
         }
     }
+}
+
+/// Bytes a prepared `model` plans: its constants, its temporaries whose shapes are known, and
+/// [`PREPARED_BYTES_PER_OPERATION`] per operation, computed before anything is allocated.
+pub(crate) fn planned_bytes(model: &Model) -> u64 {
+    let operands = model
+        .operands
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.lifetime,
+                OperandLifetime::TemporaryVariable
+                    | OperandLifetime::ConstantCopy
+                    | OperandLifetime::ConstantReference
+            )
+        })
+        .filter_map(|o| nnaccel_hal::validate::byte_size(o.operand_type, &o.dimensions))
+        .fold(0u64, u64::saturating_add);
+    (model.operations.len() as u64)
+        .saturating_mul(PREPARED_BYTES_PER_OPERATION)
+        .saturating_add(operands)
+}
+
+/// The peer's credentials (`SO_PEERCRED`).
+fn peer_cred(stream: &UnixStream) -> Option<PeerCred> {
+    rustix::net::sockopt::socket_peercred(stream)
+        .ok()
+        .map(|c| PeerCred {
+            pid: c.pid.as_raw_nonzero().get(),
+            uid: c.uid.as_raw(),
+            gid: c.gid.as_raw(),
+        })
+}
+
+/// The peer's supplementary groups (`SO_PEERGROUPS`); empty when they cannot be read.
+fn peer_groups(stream: &UnixStream) -> Vec<u32> {
+    use std::os::fd::AsRawFd;
+    let mut groups = vec![0 as libc::gid_t; 256];
+    let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+    // SAFETY: `groups` is a live buffer of `len` bytes, which the kernel fills with at most
+    // `len` bytes and then sets `len` to what it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERGROUPS,
+            groups.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Vec::new();
+    }
+    groups.truncate(len as usize / std::mem::size_of::<libc::gid_t>());
+    groups
 }
 
 /// Placement on the wire.

@@ -164,6 +164,7 @@ pub(crate) fn configure_in_process(
             ends.channel,
             window,
             None,
+            None,
         )
         .map_err(|_| ErrorStatus::GeneralFailure)?;
         Ok(controller::BurstInfo {

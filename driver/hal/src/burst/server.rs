@@ -145,7 +145,15 @@ enum Stop {
     /// The client set `NOT_EMPTY` again and again without writing a packet.
     #[error("the client set NOT_EMPTY {0} times without writing a packet")]
     EmptyWakes(u32),
+    /// The client wrote packet after packet that does not parse.
+    #[error("{0} bad packets in a row")]
+    BadPackets(u32),
 }
+
+/// Bad packets in a row (ones that do not parse, each answered GENERAL_FAILURE) after which
+/// the worker ends the burst: a well-behaved client never writes one, and a queue that fills
+/// itself again (junk written as fast as it is read) must not keep the worker busy for ever.
+pub(crate) const MAX_BAD_PACKETS: u32 = 10_000;
 
 /// A cached slot: the pool the client named, kept for the life of the burst.
 #[derive(Debug)]
@@ -167,11 +175,14 @@ struct Worker {
     executions: u64,
     /// Wake-ups since the last packet that found `NOT_EMPTY` set and no data.
     empty_wakes: u32,
+    /// Packets in a row that did not parse.
+    bad_packets: u32,
 }
 
 /// Starts a worker for a burst on `model`, for `owner`'s requests, registered in `workers`
 /// (the service's, so that stopping it ends the worker) if given. Returns the wait mechanism
-/// it uses.
+/// it uses. `keep` (a budget's charge, say) is dropped when the worker ends.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     model: PreparedModel,
     owner: OwnerId,
@@ -180,6 +191,7 @@ pub fn start(
     channel: UnixStream,
     window: Duration,
     workers: Option<&Arc<Workers>>,
+    keep: Option<Box<dyn std::any::Any + Send>>,
 ) -> io::Result<WaitMechanism> {
     let place = Place::take().ok_or_else(|| {
         io::Error::new(
@@ -202,6 +214,7 @@ pub fn start(
         cache: BurstCache::new(),
         executions: 0,
         empty_wakes: 0,
+        bad_packets: 0,
     };
     std::thread::Builder::new()
         .name("nnaccel-burst".into())
@@ -209,6 +222,7 @@ pub fn start(
             worker.run(mechanism);
             drop(place);
             drop(registered);
+            drop(keep);
         })?;
     Ok(mechanism)
 }
@@ -249,14 +263,18 @@ impl Worker {
         };
         let stop = loop {
             match self.wait_for_work(uring.as_mut()) {
-                Ok(true) => self.serve_packet(),
+                Ok(true) => {
+                    if let Err(s) = self.serve_packet() {
+                        break s;
+                    }
+                }
                 Ok(false) => {}
                 Err(s) => break s,
             }
         };
         // The ring goes first: its pending FutexWait names the request queue's flag word.
         drop(uring);
-        if let Stop::EmptyWakes(_) = stop {
+        if let Stop::EmptyWakes(_) | Stop::BadPackets(_) = stop {
             tracing::warn!("burst ended: {stop}");
         }
         let why = stop;
@@ -432,15 +450,21 @@ impl Worker {
         }
     }
 
-    /// Reads one packet and answers it; a bad packet gets a GENERAL_FAILURE result.
-    fn serve_packet(&mut self) {
+    /// Reads one packet and answers it; a bad packet gets a GENERAL_FAILURE result, and
+    /// [`MAX_BAD_PACKETS`] in a row end the burst.
+    fn serve_packet(&mut self) -> Result<(), Stop> {
         self.empty_wakes = 0;
         let result = match self.take_packet() {
             Ok(datums) => {
+                self.bad_packets = 0;
                 self.request.wake(NOT_FULL);
                 self.execute(&datums)
             }
             Err(e) => {
+                self.bad_packets += 1;
+                if self.bad_packets > MAX_BAD_PACKETS {
+                    return Err(Stop::BadPackets(self.bad_packets));
+                }
                 tracing::debug!("burst: {e}; answering GENERAL_FAILURE");
                 let _ = self.request.discard_all();
                 self.request.wake(NOT_FULL);
@@ -449,6 +473,7 @@ impl Worker {
         };
         self.executions += 1;
         self.send_result(&result);
+        Ok(())
     }
 
     fn take_packet(&self) -> Result<Vec<Datum>, BurstError> {
@@ -608,6 +633,8 @@ pub struct ReceivedEnds<'a> {
     pub request: crate::fmq::FmqDescriptor,
     /// The result queue's descriptor.
     pub result: crate::fmq::FmqDescriptor,
+    /// Kept until the worker ends (the client's share of a burst budget, say).
+    pub keep: Option<Box<dyn std::any::Any + Send>>,
 }
 
 /// Checks and maps what `ConfigureBurst` brought and starts the worker.
@@ -631,6 +658,18 @@ pub fn start_from_wire(
     let request_fd = fd(ends.fds, 0)?;
     let result_fd = fd(ends.fds, 1)?;
     let channel_fd = fd(ends.fds, 2)?;
+    // One file as both queues would have the worker read its own results as requests, for
+    // ever: the queues must be two files (not two fds of one, nor one reopened).
+    let file_id = |f: &std::os::fd::OwnedFd| rustix::fs::fstat(f).map(|st| (st.st_dev, st.st_ino));
+    match (file_id(&request_fd), file_id(&result_fd)) {
+        (Ok(a), Ok(b)) if a == b => {
+            return Err(invalid(
+                "the request and result queues are the same file; a burst needs two".into(),
+            ));
+        }
+        (Ok(_), Ok(_)) => {}
+        (Err(e), _) | (_, Err(e)) => return Err(invalid(format!("a queue fd: {e}"))),
+    }
     let queue = |fd, desc, what: &str| {
         Fmq::from_fd(fd, desc, DATUM_SIZE as u32).map_err(|e| invalid(format!("{what}: {e}")))
     };
@@ -650,6 +689,7 @@ pub fn start_from_wire(
         channel,
         window,
         Some(workers),
+        ends.keep,
     )
     .map_err(|e| {
         let status = if e.kind() == io::ErrorKind::QuotaExceeded {

@@ -37,7 +37,10 @@ struct Args {
     cpu: bool,
 
     /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection,
-    /// max_bursts_per_connection, burst_polling_us, state_dir, managed_cache_max_bytes).
+    /// max_bursts_per_connection, burst_polling_us, state_dir, managed_cache_max_bytes,
+    /// idle_timeout_ms, frame_timeout_ms, max_partial_frame_bytes, admin_group,
+    /// max_model_operations, max_model_operands, max_model_bytes, and a [budgets] table; see
+    /// systemd/hald.toml.example).
     #[arg(long, default_value = "/etc/nnaccel/hald.toml")]
     config: PathBuf,
 
@@ -74,6 +77,51 @@ struct FileConfig {
     burst_polling_us: Option<u64>,
     state_dir: Option<PathBuf>,
     managed_cache_max_bytes: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    frame_timeout_ms: Option<u64>,
+    max_partial_frame_bytes: Option<u64>,
+    admin_group: Option<u32>,
+    max_model_operations: Option<usize>,
+    max_model_operands: Option<usize>,
+    max_model_bytes: Option<u64>,
+    #[serde(default)]
+    budgets: FileBudgets,
+}
+
+/// `[budgets]`: each budget `{ per_uid = N, global = M }`, either half optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileBudgets {
+    connections: Option<FileLimit>,
+    prepared_models: Option<FileLimit>,
+    model_memory_bytes: Option<FileLimit>,
+    device_queues: Option<FileLimit>,
+    bursts: Option<FileLimit>,
+    device_buffers: Option<FileLimit>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimit {
+    per_uid: Option<u64>,
+    global: Option<u64>,
+}
+
+impl FileBudgets {
+    fn apply(&self, b: &mut service::budget::Budgets) {
+        let set = |limit: &mut service::budget::Limit, file: &Option<FileLimit>| {
+            if let Some(f) = file {
+                limit.per_uid = f.per_uid.unwrap_or(limit.per_uid);
+                limit.global = f.global.unwrap_or(limit.global);
+            }
+        };
+        set(&mut b.connections, &self.connections);
+        set(&mut b.prepared_models, &self.prepared_models);
+        set(&mut b.model_memory, &self.model_memory_bytes);
+        set(&mut b.device_queues, &self.device_queues);
+        set(&mut b.bursts, &self.bursts);
+        set(&mut b.device_buffers, &self.device_buffers);
+    }
 }
 
 fn load_config(path: &Path, explicit: bool) -> Result<FileConfig, String> {
@@ -115,6 +163,26 @@ fn main() -> ExitCode {
     }
     if let Some(n) = file.max_bursts_per_connection {
         config.max_bursts_per_connection = n;
+    }
+    file.budgets.apply(&mut config.budgets);
+    if let Some(ms) = file.idle_timeout_ms {
+        config.idle_timeout = std::time::Duration::from_millis(ms);
+    }
+    if let Some(ms) = file.frame_timeout_ms {
+        config.frame_timeout = std::time::Duration::from_millis(ms);
+    }
+    if let Some(n) = file.max_partial_frame_bytes {
+        config.max_partial_frame_bytes = n;
+    }
+    config.admin_gid = file.admin_group;
+    if let Some(n) = file.max_model_operations {
+        config.max_model_operations = n;
+    }
+    if let Some(n) = file.max_model_operands {
+        config.max_model_operands = n;
+    }
+    if let Some(n) = file.max_model_bytes {
+        config.max_model_bytes = n;
     }
     if let Some(us) = args.burst_polling_us.or(file.burst_polling_us) {
         config.burst_polling_window =

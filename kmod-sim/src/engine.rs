@@ -600,8 +600,13 @@ fn run_fenced(s: &Shared, seq: u64, job: &ResolvedJob) -> Result<(), i32> {
     if let Some(st) = lock(&s.fence).stopped(seq, job.timeout_ns) {
         return Err(st);
     }
-    let delay = s.core.config.faults.delay_job_ms;
-    if crate::config::FAULT_INJECTION && delay > 0 {
+    let faults = &s.core.config.faults;
+    let delay = faults.delay_job_ms;
+    let output_bytes: u64 = job.program.outputs.iter().map(|o| o.bytes).sum();
+    if crate::config::FAULT_INJECTION
+        && delay > 0
+        && output_bytes >= faults.delay_job_min_output_bytes
+    {
         injected_delay(s, seq, job.timeout_ns, Duration::from_millis(delay))?;
     }
     let outputs = compute(job).map_err(|e| -e.raw_os_error())?;

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use nnaccel_hal::{ErrorStatus, MeasureTiming, OperationType};
+use nnaccel_hal::{ErrorStatus, HalPreparedModel, MeasureTiming, OperationType};
 use nnaccel_protocol::client::ServiceClient;
 use nnaccel_protocol::pools;
 use nnaccel_tests::service::*;
@@ -107,17 +107,24 @@ fn assert_device_serves(hald: &Hald, what: &str) {
     );
 }
 
+/// The hostile client: a model prepared on the device whose jobs the simulator delays, and its
+/// pool with the inputs set and NaN in the output.
+fn slow_client(hald: &Hald) -> (std::sync::Arc<dyn HalPreparedModel>, Io3) {
+    let c = hald.client();
+    let pm = prepare(&c, &binary_model(OperationType::Add, SLOW_N)).unwrap();
+    assert!(pm.runs_on_device());
+    let io = Io3::new(pools::ashmem(Io3::bytes_needed(SLOW_N)).unwrap(), SLOW_N);
+    let (a, b) = inputs(SLOW_N, 1.0);
+    io.set(&a, &b);
+    (pm, io)
+}
+
 /// Fails while the HAL answers MISSED_DEADLINE_* and leaves the device job running: the job
 /// writes the pool about 2 s later.
 #[test]
 fn a_missed_deadline_reply_comes_after_the_job_is_fenced_and_the_pool_never_changes_after_it() {
     with_slow_device(2_000, &[], |_sim, hald| {
-        let c = hald.client();
-        let pm = prepare(&c, &binary_model(OperationType::Add, SLOW_N)).unwrap();
-        assert!(pm.runs_on_device());
-        let io = Io3::new(pools::ashmem(Io3::bytes_needed(SLOW_N)).unwrap(), SLOW_N);
-        let (a, b) = inputs(SLOW_N, 1.0);
-        io.set(&a, &b);
+        let (pm, io) = slow_client(hald);
         let deadline = Instant::now() + Duration::from_millis(300);
         let r = pm.execute_synchronously(&io.request(), MeasureTiming::No, Some(deadline));
         let at_reply = out_bits(&io);
@@ -141,12 +148,7 @@ fn a_job_past_the_device_timeout_fails_alone_and_the_next_client_still_gets_the_
         3_000,
         &[("NNACCEL_DEVICE_TIMEOUT_MS", "500")],
         |_sim, hald| {
-            let c = hald.client();
-            let pm = prepare(&c, &binary_model(OperationType::Add, SLOW_N)).unwrap();
-            assert!(pm.runs_on_device());
-            let io = Io3::new(pools::ashmem(Io3::bytes_needed(SLOW_N)).unwrap(), SLOW_N);
-            let (a, b) = inputs(SLOW_N, 1.0);
-            io.set(&a, &b);
+            let (pm, io) = slow_client(hald);
             let start = Instant::now();
             let r = execute(&*pm, &io.request());
             let at_reply = out_bits(&io);

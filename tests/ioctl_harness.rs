@@ -1725,12 +1725,20 @@ fn submit_with_nonzero_job_pad_is_einval() {
 }
 
 #[test]
-fn submit_with_nonzero_job_reserved_is_einval() {
+fn submit_with_a_job_timeout_already_past_completes_with_etimedout_and_writes_nothing() {
     run_with_sim(&[], |c| {
         let add = AddSetup::new(&*c.dev, 4);
+        add.out.write_f32(0, &[-7.0; 4]);
         let mut s = submit_of(&add);
-        s.job.reserved = 1;
-        assert_errno!(submit_raw(&c.dev, s), libc::EINVAL);
+        // The word was `reserved` before API 1.1; now an absolute deadline, here long past.
+        s.job.timeout_ns = 1;
+        let seq = submit_raw(&c.dev, s).unwrap();
+        let w = c
+            .dev
+            .wait(0, seq, deadline(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(w.status, -libc::ETIMEDOUT);
+        assert_eq!(add.output(), [-7.0; 4]);
     });
 }
 
@@ -2353,16 +2361,16 @@ fn ring_job_with_bad_binding_completes_with_einval_and_ring_keeps_working() {
 }
 
 #[test]
-fn ring_job_with_nonzero_reserved_completes_with_einval() {
+fn ring_job_with_a_timeout_already_past_completes_with_etimedout_and_the_ring_goes_on() {
     run_with_sim(&[], |c| {
         ring_with_bad_job(
             &c,
             |add| {
                 let mut j = add.job();
-                j.reserved = 3;
+                j.timeout_ns = 3;
                 j
             },
-            libc::EINVAL,
+            libc::ETIMEDOUT,
         );
     });
 }
@@ -2530,5 +2538,151 @@ fn importing_an_fd_the_device_cannot_take_is_ebadf() {
             libc::EBADF
         );
         assert_eq!(c.param(PARAM_LIVE_BOS), before);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// JOB_CANCEL and per-job timeouts (API 1.1)
+
+#[test]
+fn get_param_reports_api_1_1_with_job_cancel() {
+    run_with_sim(&[], |c| {
+        assert_eq!(c.param(PARAM_API_VERSION), (1 << 16) | 1);
+        assert_ne!(c.param(PARAM_CAPABILITIES) & CAP_JOB_CANCEL, 0);
+    });
+}
+
+/// Watches `add`'s output for `d`: it must keep `want` the whole time.
+fn output_stays(add: &AddSetup, want: [f32; 4], d: Duration) {
+    let until = std::time::Instant::now() + d;
+    while std::time::Instant::now() < until {
+        assert_eq!(
+            add.output(),
+            want,
+            "the device wrote the output after the cancel"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The next job on `ring` runs and writes `add`'s output: one job's end did not end its queue.
+fn assert_ring_goes_on(add: &AddSetup, ring: &mut RingQueue) {
+    let next = ring.submit(&add.job()).unwrap();
+    let comp = ring
+        .wait(
+            next,
+            Duration::ZERO,
+            Some(deadline(Duration::from_secs(10))),
+        )
+        .unwrap();
+    assert_eq!(comp.status, 0, "one job's end does not end its queue");
+    assert_eq!(add.output(), add.expected());
+}
+
+#[test]
+fn job_cancel_of_a_running_ring_job_completes_it_with_ecanceled_and_its_output_stays_untouched() {
+    run_with_sim(&["--fault-delay-job-ms", "2000"], |c| {
+        let add = AddSetup::new(&*c.dev, 4);
+        add.out.write_f32(0, &[-7.0; 4]);
+        let mut ring = RingQueue::create(dyn_dev(&c.dev), 4, 0).unwrap();
+        let seq = ring.submit(&add.job()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            c.dev.job_cancel(ring.id(), seq).unwrap(),
+            "cancelled, not ended"
+        );
+        let comp = ring
+            .wait(seq, Duration::ZERO, Some(deadline(Duration::from_secs(1))))
+            .unwrap();
+        assert_eq!(comp.status, -libc::ECANCELED);
+        // Past the injected delay: the job would have written its output by now.
+        output_stays(&add, [-7.0; 4], Duration::from_millis(2500));
+        assert_ring_goes_on(&add, &mut ring);
+    });
+}
+
+#[test]
+fn job_cancel_of_a_submitted_job_on_the_default_queue_completes_it_with_ecanceled() {
+    run_with_sim(&["--fault-delay-job-ms", "2000"], |c| {
+        let add = AddSetup::new(&*c.dev, 4);
+        add.out.write_f32(0, &[-7.0; 4]);
+        let seq = c.dev.submit(&add.job()).unwrap();
+        assert!(c.dev.job_cancel(0, seq).unwrap());
+        let w = c
+            .dev
+            .wait(0, seq, deadline(Duration::from_secs(1)))
+            .unwrap();
+        assert_eq!(w.status, -libc::ECANCELED);
+        output_stays(&add, [-7.0; 4], Duration::from_millis(2200));
+    });
+}
+
+#[test]
+fn job_cancel_of_a_finished_job_is_ealready_and_leaves_its_output() {
+    run_with_sim(&[], |c| {
+        let add = AddSetup::new(&*c.dev, 4);
+        let seq = c.dev.submit(&add.job()).unwrap();
+        let w = c
+            .dev
+            .wait(0, seq, deadline(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(w.status, 0);
+        let mut a = JobCancel {
+            queue_id: 0,
+            flags: 0,
+            seq,
+        };
+        assert_errno!(c.dev.call(NNACCEL_IOCTL_JOB_CANCEL, &mut a), libc::EALREADY);
+        assert_eq!(add.output(), add.expected());
+        // The completion is still there to read.
+        let w = c
+            .dev
+            .wait(0, seq, deadline(Duration::from_secs(1)))
+            .unwrap();
+        assert_eq!(w.status, 0);
+    });
+}
+
+#[test]
+fn job_cancel_of_an_unknown_queue_is_enoent() {
+    run_with_sim(&[], |c| {
+        assert_errno!(c.dev.job_cancel(77, 1), libc::ENOENT);
+    });
+}
+
+#[test]
+fn job_cancel_of_seq_0_or_a_never_submitted_seq_or_with_flags_is_einval() {
+    run_with_sim(&[], |c| {
+        let add = AddSetup::new(&*c.dev, 4);
+        let seq = c.dev.submit(&add.job()).unwrap();
+        assert_errno!(c.dev.job_cancel(0, 0), libc::EINVAL);
+        assert_errno!(c.dev.job_cancel(0, seq + 1), libc::EINVAL);
+        assert_errno!(c.dev.job_cancel(0, u64::MAX), libc::EINVAL);
+        let ring = RingQueue::create(dyn_dev(&c.dev), 4, 0).unwrap();
+        assert_errno!(c.dev.job_cancel(ring.id(), 1), libc::EINVAL);
+        let mut a = JobCancel {
+            queue_id: 0,
+            flags: 1,
+            seq,
+        };
+        assert_errno!(c.dev.call(NNACCEL_IOCTL_JOB_CANCEL, &mut a), libc::EINVAL);
+    });
+}
+
+#[test]
+fn a_ring_job_past_its_timeout_completes_with_etimedout_untouched_and_the_ring_goes_on() {
+    run_with_sim(&["--fault-delay-job-ms", "1500"], |c| {
+        let add = AddSetup::new(&*c.dev, 4);
+        add.out.write_f32(0, &[-7.0; 4]);
+        let mut ring = RingQueue::create(dyn_dev(&c.dev), 4, 0).unwrap();
+        let mut slow = add.job();
+        slow.timeout_ns = deadline(Duration::from_millis(200));
+        let seq = ring.submit(&slow).unwrap();
+        let comp = ring
+            .wait(seq, Duration::ZERO, Some(deadline(Duration::from_secs(1))))
+            .unwrap();
+        assert_eq!(comp.status, -libc::ETIMEDOUT);
+        output_stays(&add, [-7.0; 4], Duration::from_millis(1600));
+        assert_ring_goes_on(&add, &mut ring);
     });
 }

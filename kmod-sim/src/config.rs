@@ -20,8 +20,11 @@ pub const FAULT_INJECTION: bool = cfg!(any(debug_assertions, feature = "fault-in
 /// 1-based.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Faults {
-    /// Every job sleeps this long in the engine.
+    /// Every job sleeps this long in the engine (cut short by JOB_CANCEL or its timeout).
     pub delay_job_ms: u64,
+    /// Only jobs whose outputs add up to at least this many bytes are delayed (0 = every
+    /// job): a slow model next to fast ones on the same device.
+    pub delay_job_min_output_bytes: u64,
     /// The Nth ioctl fails with `EIO`.
     pub fail_ioctl: u64,
     /// The Nth job's completion is never posted.

@@ -92,6 +92,7 @@ impl SimDevice {
             | CAP_BO_IMPORT_DMABUF
             | CAP_BO_EXPORT
             | CAP_QUEUE_RING
+            | CAP_JOB_CANCEL
             | if crate::config::FAULT_INJECTION {
                 CAP_FAULT_INJECTION
             } else {
@@ -301,7 +302,7 @@ impl FileCtx {
 
     /// Resolves and checks a job against this file's handles (SUBMIT and ring jobs alike).
     pub fn resolve_job(&self, job: &Job) -> Result<ResolvedJob, Errno> {
-        if job.flags & !JOB_FLAGS_MASK != 0 || job.pad != 0 || job.reserved != 0 {
+        if job.flags & !JOB_FLAGS_MASK != 0 || job.pad != 0 {
             return Err(Errno::INVAL);
         }
         let n = job.num_bindings as usize;
@@ -361,6 +362,7 @@ impl FileCtx {
         }
         Ok(ResolvedJob {
             user_data: job.user_data,
+            timeout_ns: job.timeout_ns,
             program,
             bindings,
         })

@@ -198,6 +198,12 @@ impl SimDevice {
                 ctx.destroy_queue(a.queue_id)?;
                 Ok(Vec::new())
             }
+            NNACCEL_IOCTL_JOB_CANCEL => {
+                let a: JobCancel = parse(arg)?;
+                zero(a.flags == 0)?;
+                ctx.queue(a.queue_id)?.cancel(a.seq)?;
+                Ok(Vec::new())
+            }
             NNACCEL_IOCTL_SUBMIT => {
                 let mut a: Submit = parse(arg)?;
                 zero(a.flags == 0 && a.pad == 0)?;
@@ -207,5 +213,145 @@ impl SimDevice {
             }
             _ => Err(Errno::NOTTY),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::time::{Duration, Instant};
+
+    use nnaccel_uapi::DeviceExt;
+    use nnaccel_uapi::program::Location;
+
+    use super::*;
+    use crate::test_support::{add_program, client_memory, client_read, client_write, f32_bytes};
+    use crate::{Config, Faults, InprocFile};
+
+    /// An in-process device whose every job takes `delay_ms` longer (fault injection).
+    fn device(delay_ms: u64) -> InprocFile {
+        let config = Config {
+            faults: Faults {
+                delay_job_ms: delay_ms,
+                ..Faults::default()
+            },
+            ..Config::default()
+        };
+        InprocFile::open(&SimDevice::new(config).unwrap())
+    }
+
+    /// `out = a + b` over 4 floats on `f`: the job and the memory of a, b and out (out filled
+    /// with 0xab).
+    fn add_job(f: &InprocFile) -> (Job, [OwnedFd; 3]) {
+        let program = f
+            .program_create(&add_program(Location::Input, Location::Input, vec![]))
+            .unwrap();
+        let mem = [(); 3].map(|()| client_memory(4096, true));
+        client_write(&mem[0], 0, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+        client_write(&mem[1], 0, &f32_bytes(&[10.0; 4]));
+        client_write(&mem[2], 0, &[0xab; 16]);
+        let mut job = Job {
+            program,
+            num_bindings: 3,
+            ..Job::default()
+        };
+        for (b, m) in job.bindings.iter_mut().zip(&mem) {
+            let bo = f.bo_import(m.as_fd(), 0, 4096, BO_ACCESS_MASK).unwrap();
+            *b = Binding {
+                bo,
+                flags: 0,
+                offset: 0,
+                length: 16,
+            };
+        }
+        (job, mem)
+    }
+
+    fn wait(f: &InprocFile, seq: u64) -> Wait {
+        f.wait(0, seq, sys::deadline_after(Duration::from_secs(10)))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_cancelled_running_job_ends_at_once_with_ecanceled_and_never_writes_its_output() {
+        let f = device(5_000);
+        let (job, mem) = add_job(&f);
+        let seq = f.submit(&job).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        assert!(f.job_cancel(0, seq).unwrap(), "the job was running");
+        assert_eq!(wait(&f, seq).status, -libc::ECANCELED);
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "the delay was cut short"
+        );
+        assert_eq!(client_read(&mem[2], 0, 16), [0xab; 16]);
+        assert!(!f.job_cancel(0, seq).unwrap(), "ended: EALREADY");
+    }
+
+    #[test]
+    fn a_cancelled_queued_job_never_runs_and_the_queue_goes_on() {
+        let f = device(300);
+        let (job, mem) = add_job(&f);
+        let first = f.submit(&job).unwrap();
+        let second = f.submit(&job).unwrap();
+        assert!(f.job_cancel(0, second).unwrap());
+        assert_eq!(wait(&f, first).status, 0);
+        assert_eq!(wait(&f, second).status, -libc::ECANCELED);
+        client_write(&mem[2], 0, &[0xab; 16]);
+        let third = f.submit(&job).unwrap();
+        assert_eq!(wait(&f, third).status, 0);
+        assert_eq!(
+            client_read(&mem[2], 0, 16),
+            f32_bytes(&[11.0, 12.0, 13.0, 14.0])
+        );
+    }
+
+    #[test]
+    fn a_job_past_its_timeout_ends_with_etimedout_writes_nothing_and_the_next_job_runs() {
+        let f = device(1_000);
+        let (job, mem) = add_job(&f);
+        let slow = Job {
+            timeout_ns: sys::deadline_after(Duration::from_millis(100)),
+            ..job
+        };
+        let start = Instant::now();
+        let seq = f.submit(&slow).unwrap();
+        assert_eq!(wait(&f, seq).status, -libc::ETIMEDOUT);
+        assert!(
+            start.elapsed() < Duration::from_millis(900),
+            "ended at its timeout"
+        );
+        assert_eq!(client_read(&mem[2], 0, 16), [0xab; 16]);
+        let next = f.submit(&job).unwrap();
+        assert_eq!(wait(&f, next).status, 0);
+        assert_eq!(
+            client_read(&mem[2], 0, 16),
+            f32_bytes(&[11.0, 12.0, 13.0, 14.0])
+        );
+    }
+
+    #[test]
+    fn cancel_of_an_ended_job_is_ealready_and_of_a_never_submitted_one_einval() {
+        let f = device(0);
+        let (job, mem) = add_job(&f);
+        let seq = f.submit(&job).unwrap();
+        assert_eq!(wait(&f, seq).status, 0);
+        assert!(!f.job_cancel(0, seq).unwrap());
+        assert_eq!(
+            client_read(&mem[2], 0, 16),
+            f32_bytes(&[11.0, 12.0, 13.0, 14.0])
+        );
+        let errno = |r: std::io::Result<bool>| r.unwrap_err().raw_os_error();
+        assert_eq!(errno(f.job_cancel(0, 0)), Some(libc::EINVAL));
+        assert_eq!(errno(f.job_cancel(0, seq + 1)), Some(libc::EINVAL));
+        assert_eq!(errno(f.job_cancel(7, seq)), Some(libc::ENOENT));
+        let mut a = JobCancel {
+            queue_id: 0,
+            flags: 1,
+            seq,
+        };
+        let r = f.call(NNACCEL_IOCTL_JOB_CANCEL, &mut a);
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINVAL));
     }
 }

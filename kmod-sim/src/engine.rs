@@ -6,6 +6,14 @@
 //!
 //! The executor never sees client memory: a job's inputs are copied out of their BOs before it
 //! runs and its outputs copied back after (see `execute`).
+//!
+//! Cancellation and timeouts (JOB_CANCEL, `Job::timeout_ns`): each queue has a fence, a lock
+//! under which the copy-back runs and under which JOB_CANCEL records its cancel. Whichever
+//! takes it first wins: a cancel that returned 0 was recorded before any copy-back started, so
+//! the copy-back sees it and writes nothing; a copy-back that started first ends the job, and
+//! the cancel answers `EALREADY`. A job past its timeout is ended the same way by the engine
+//! itself (checked before it starts, while it waits out an injected delay, and at copy-back),
+//! and completes with `-ETIMEDOUT`; the queue goes on with its next job.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::OwnedFd;
@@ -71,6 +79,8 @@ pub(crate) fn io_uring_futex_supported() -> bool {
 pub struct ResolvedJob {
     /// Echoed in the completion.
     pub user_data: u64,
+    /// Absolute `CLOCK_MONOTONIC` deadline in ns, 0 = none.
+    pub timeout_ns: u64,
     /// The program.
     pub program: Arc<LoadedProgram>,
     /// (BO, offset, length) per argument: inputs, then outputs.
@@ -116,6 +126,31 @@ struct QueueState {
     dead: Option<Errno>,
 }
 
+/// What JOB_CANCEL and the copy-back of outputs agree on, under one lock.
+#[derive(Default)]
+struct Fence {
+    /// Every job up to this seq has ended: its outputs were written or discarded.
+    ended: u64,
+    /// Jobs cancelled before they ended, with the status they complete with.
+    cancelled: BTreeMap<u64, i32>,
+}
+
+impl Fence {
+    /// The status a job ends with if it was cancelled or is past its timeout.
+    fn stopped(&self, seq: u64, timeout_ns: u64) -> Option<i32> {
+        if let Some(st) = self.cancelled.get(&seq) {
+            return Some(*st);
+        }
+        (timeout_ns != 0 && sys::monotonic_ns() >= timeout_ns).then_some(-libc::ETIMEDOUT)
+    }
+
+    /// Marks every job up to `seq` ended.
+    fn end(&mut self, seq: u64) {
+        self.ended = self.ended.max(seq);
+        self.cancelled = self.cancelled.split_off(&(self.ended + 1));
+    }
+}
+
 struct Ring {
     view: RingView,
     _memfd: OwnedFd,
@@ -131,6 +166,10 @@ struct Shared {
     state: Mutex<QueueState>,
     cond: Condvar,
     stop: AtomicBool,
+    /// Serialises JOB_CANCEL with the copy-back of outputs.
+    fence: Mutex<Fence>,
+    /// Signalled on every cancel, so a job waiting out an injected delay notices it.
+    fence_cond: Condvar,
 }
 
 /// A queue: the file's default queue (SUBMIT) or a ring in shared memory.
@@ -192,6 +231,8 @@ impl Queue {
             state: Mutex::default(),
             cond: Condvar::new(),
             stop: AtomicBool::new(false),
+            fence: Mutex::default(),
+            fence_cond: Condvar::new(),
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
@@ -273,6 +314,38 @@ impl Queue {
                 timer: Some(timer),
             },
         );
+    }
+
+    /// JOB_CANCEL: ends job `seq`. After `Ok`, the device never writes the job's outputs; it
+    /// completes with `-ECANCELED` (at once if it had not started). `EALREADY` when it had
+    /// already ended; `EINVAL` for 0, a seq never submitted, or one past what the queue can
+    /// hold (so a client cannot make the device remember unbounded cancels).
+    pub fn cancel(&self, seq: u64) -> Result<(), Errno> {
+        let s = &self.shared;
+        let (submitted, depth) = match &s.ring {
+            Some(r) => (
+                r.view.sq_tail().load(Ordering::Acquire),
+                u64::from(r.view.entries()),
+            ),
+            None => (
+                lock(&s.state).submitted,
+                u64::from(s.core.config.max_queue_depth),
+            ),
+        };
+        if seq == 0 || seq > submitted {
+            return Err(Errno::INVAL);
+        }
+        let mut f = lock(&s.fence);
+        if seq <= f.ended {
+            return Err(Errno::ALREADY);
+        }
+        if seq > f.ended.saturating_add(depth).saturating_add(1) {
+            return Err(Errno::INVAL);
+        }
+        f.cancelled.entry(seq).or_insert(-libc::ECANCELED);
+        drop(f);
+        s.fence_cond.notify_all();
+        Ok(())
     }
 
     /// Stops the worker (finishing the job in hand), fails waiters and pending jobs with
@@ -373,7 +446,7 @@ fn default_worker(s: &Shared) {
             }
         };
         let (seq, job) = next;
-        let (status, time) = run_job(&s.core, &job);
+        let (status, time) = run_job(s, seq, &job);
         complete(s, seq, job.user_data, status, time);
     }
 }
@@ -437,7 +510,7 @@ fn ring_worker(s: &Shared) {
                     .and_then(|f| f.resolve_job(&job));
                 match resolved {
                     Ok(r) => {
-                        let (st, t) = run_job(&s.core, &r);
+                        let (st, t) = run_job(s, seq, &r);
                         (job.user_data, st, t)
                     }
                     Err(e) => (job.user_data, -e.raw_os_error(), 0),
@@ -506,41 +579,102 @@ fn uring_futex_wait(u: &mut io_uring::IoUring, view: &RingView, seen: u32) {
     u.completion().for_each(drop);
 }
 
-/// Runs one job on the CPU executor. Returns (status, device time in ns).
-pub fn run_job(core: &DeviceCore, job: &ResolvedJob) -> (i32, u64) {
-    let delay = core.config.faults.delay_job_ms;
+/// Runs job `seq` of queue `s` on the CPU executor, fenced against JOB_CANCEL and its timeout.
+/// Returns (status, device time in ns).
+fn run_job(s: &Shared, seq: u64, job: &ResolvedJob) -> (i32, u64) {
     let start = Instant::now();
-    if crate::config::FAULT_INJECTION && delay > 0 {
-        std::thread::sleep(Duration::from_millis(delay));
-    }
-    let status = match execute(job) {
+    let status = match run_fenced(s, seq, job) {
         Ok(()) => 0,
-        Err(e) => -e.raw_os_error(),
+        Err(e) => e,
     };
+    // Whatever happened, the job has ended: a later cancel answers EALREADY.
+    lock(&s.fence).end(seq);
     (
         status,
         u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
     )
 }
 
-/// Runs one job on owned copies of its tensors.
+/// Error: the negative errno the job completes with.
+fn run_fenced(s: &Shared, seq: u64, job: &ResolvedJob) -> Result<(), i32> {
+    if let Some(st) = lock(&s.fence).stopped(seq, job.timeout_ns) {
+        return Err(st);
+    }
+    let faults = &s.core.config.faults;
+    let delay = faults.delay_job_ms;
+    let output_bytes: u64 = job.program.outputs.iter().map(|o| o.bytes).sum();
+    if crate::config::FAULT_INJECTION
+        && delay > 0
+        && output_bytes >= faults.delay_job_min_output_bytes
+    {
+        injected_delay(s, seq, job.timeout_ns, Duration::from_millis(delay))?;
+    }
+    let outputs = compute(job).map_err(|e| -e.raw_os_error())?;
+    // The copy-back runs under the fence: a cancel either came first (nothing is written) or
+    // waits until the outputs are in place and then finds the job ended.
+    let mut f = lock(&s.fence);
+    if let Some(st) = f.stopped(seq, job.timeout_ns) {
+        return Err(st);
+    }
+    let written = write_back(job, &outputs);
+    f.end(seq);
+    drop(f);
+    written.map_err(|e| -e.raw_os_error())
+}
+
+/// Fault injection: the job takes `delay` longer, unless it is cancelled or times out first.
+fn injected_delay(s: &Shared, seq: u64, timeout_ns: u64, delay: Duration) -> Result<(), i32> {
+    let until = Instant::now() + delay;
+    let mut f = lock(&s.fence);
+    loop {
+        if let Some(st) = f.stopped(seq, timeout_ns) {
+            return Err(st);
+        }
+        let now = Instant::now();
+        if now >= until || s.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut left = until - now;
+        if timeout_ns != 0 {
+            let to_timeout = timeout_ns.saturating_sub(sys::monotonic_ns());
+            left = left.min(Duration::from_nanos(to_timeout));
+        }
+        // Wake now and then so a stopping queue is not held up by the whole delay.
+        left = left.min(Duration::from_millis(100));
+        f = s
+            .fence_cond
+            .wait_timeout(f, left)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
+    }
+}
+
+/// Runs one job on owned copies of its tensors; returns its outputs without writing them.
 ///
 /// Every BO maps memory a client can write at any moment, so the executor never sees it: the
 /// inputs are copied out first, the executor writes owned output buffers, and those are copied
-/// back once it returned (constants were copied at PROGRAM_CREATE). A client writing its
-/// buffers while the job runs can change which bytes were copied, never what the executor
-/// reads while it runs; an output it reads before the completion may be half written, as on
-/// any device. Outputs are written back only if the job succeeded.
-fn execute(job: &ResolvedJob) -> Result<(), Errno> {
-    let staged = Staged::copy_in(job)?;
-    let outputs = staged.run(&job.program)?;
+/// back once it returned (`write_back`; constants were copied at PROGRAM_CREATE). A client
+/// writing its buffers while the job runs can change which bytes were copied, never what the
+/// executor reads while it runs; an output it reads before the completion may be half written,
+/// as on any device. Outputs are written back only if the job succeeded.
+fn compute(job: &ResolvedJob) -> Result<Vec<Vec<u8>>, Errno> {
+    Staged::copy_in(job)?.run(&job.program)
+}
+
+/// Copies a job's outputs into their BOs.
+fn write_back(job: &ResolvedJob, outputs: &[Vec<u8>]) -> Result<(), Errno> {
     let n_in = job.program.inputs.len();
     // Every output is written back even if one fails (a file that shrank), as far as it can.
     let mut written = Ok(());
-    for ((bo, off, _), data) in job.bindings[n_in..].iter().zip(&outputs) {
+    for ((bo, off, _), data) in job.bindings[n_in..].iter().zip(outputs) {
         written = written.and(bo.write(*off, data));
     }
     written
+}
+
+#[cfg(test)]
+fn execute(job: &ResolvedJob) -> Result<(), Errno> {
+    write_back(job, &compute(job)?)
 }
 
 /// A job's inputs, copied out of client memory.
@@ -592,6 +726,7 @@ impl Staged {
 }
 
 fn complete(s: &Shared, seq: u64, user_data: u64, status: i32, device_time_ns: u64) {
+    lock(&s.fence).end(seq);
     s.core.stats.jobs_completed.fetch_add(1, Ordering::SeqCst);
     let (_, drop_it) = s.core.job_fault();
     if drop_it {
@@ -661,6 +796,7 @@ mod tests {
         ];
         let job = ResolvedJob {
             user_data: 0,
+            timeout_ns: 0,
             program,
             bindings,
         };

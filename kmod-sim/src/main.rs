@@ -82,6 +82,10 @@ struct Args {
     #[arg(long, default_value_t = 0, hide_short_help = true)]
     fault_delay_job_ms: u64,
 
+    /// Fault injection (debug): delay only jobs whose outputs add up to at least this many bytes.
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
+    fault_delay_job_min_output_bytes: u64,
+
     /// Fault injection (debug): the Nth ioctl fails with EIO.
     #[arg(long, default_value_t = 0, hide_short_help = true)]
     fault_fail_ioctl: u64,
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let faults = Faults {
         delay_job_ms: args.fault_delay_job_ms,
+        delay_job_min_output_bytes: args.fault_delay_job_min_output_bytes,
         fail_ioctl: args.fault_fail_ioctl,
         drop_completion: args.fault_drop_completion,
         exit_on_ioctl: args.fault_exit_on_ioctl,

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Version of this contract reported by NNACCEL_PARAM_API_VERSION: major in the high 16 bits. */
-#define NNACCEL_API_VERSION		(1ULL << 16)
+#define NNACCEL_API_VERSION		((1ULL << 16) | 1)
 
 /* -------------------------------------------------------------------------------------------
  * GET_PARAM
@@ -78,6 +78,8 @@ extern "C" {
 #define NNACCEL_CAP_QUEUE_RING		(1ULL << 4)
 /* Fault injection is compiled in (debug builds of the simulator only). */
 #define NNACCEL_CAP_FAULT_INJECTION	(1ULL << 5)
+/* Per-job timeouts (nnaccel_job.timeout_ns) and NNACCEL_IOCTL_JOB_CANCEL (API 1.1). */
+#define NNACCEL_CAP_JOB_CANCEL		(1ULL << 6)
 
 /* Engine workers wait on doorbells with the futex syscall. */
 #define NNACCEL_WAIT_MODE_FUTEX		1
@@ -208,7 +210,7 @@ struct nnaccel_job {
 	__u32 flags;		/* must be zero */
 	__u32 num_bindings;	/* valid entries in bindings; the program's argument count */
 	__u32 pad;		/* must be zero */
-	__u64 reserved;		/* must be zero */
+	__u64 timeout_ns;	/* absolute CLOCK_MONOTONIC deadline, 0 = none; -ETIMEDOUT after */
 	struct nnaccel_binding bindings[NNACCEL_MAX_BINDINGS];	/* the arguments */
 };
 
@@ -230,6 +232,17 @@ struct nnaccel_wait {
 	__u32 pad;		/* must be zero */
 	__u64 device_time_ns;	/* out: time the engine spent on the job, in ns */
 	__u64 user_data;	/* out: the job's user_data */
+};
+
+/*
+ * NNACCEL_IOCTL_JOB_CANCEL argument: ends one submitted job. Once the call returned 0 the
+ * device never writes the job's output BOs again; it completes with -ECANCELED. EALREADY when
+ * the job had already ended.
+ */
+struct nnaccel_job_cancel {
+	__u32 queue_id;		/* in: the queue (0 = the file's default queue) */
+	__u32 flags;		/* in: must be zero */
+	__u64 seq;		/* in: the job's sequence number (already submitted) */
 };
 
 /* -------------------------------------------------------------------------------------------
@@ -431,6 +444,8 @@ struct nnaccel_operation_record {
 #define NNACCEL_IOCTL_SUBMIT		_IOWR(NNACCEL_IOCTL_TYPE, 0x0A, struct nnaccel_submit)
 /* Wait for a sequence number on a queue, with an absolute CLOCK_MONOTONIC deadline. */
 #define NNACCEL_IOCTL_WAIT		_IOWR(NNACCEL_IOCTL_TYPE, 0x0B, struct nnaccel_wait)
+/* End one submitted job; the device never writes its outputs after the call returned. */
+#define NNACCEL_IOCTL_JOB_CANCEL	_IOW(NNACCEL_IOCTL_TYPE, 0x0C, struct nnaccel_job_cancel)
 
 #if defined(__cplusplus)
 }

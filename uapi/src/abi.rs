@@ -9,7 +9,8 @@
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this contract reported by [`PARAM_API_VERSION`]: major in the high 16 bits.
-pub const NNACCEL_API_VERSION: u64 = 1 << 16;
+/// Minor 1 added the per-job timeout ([`Job::timeout_ns`]) and JOB_CANCEL ([`CAP_JOB_CANCEL`]).
+pub const NNACCEL_API_VERSION: u64 = (1 << 16) | 1;
 
 // ---------------------------------------------------------------------------------------------
 // GET_PARAM
@@ -63,6 +64,8 @@ pub const CAP_BO_EXPORT: u64 = 1 << 3;
 pub const CAP_QUEUE_RING: u64 = 1 << 4;
 /// Fault injection is compiled in (debug builds of the simulator only).
 pub const CAP_FAULT_INJECTION: u64 = 1 << 5;
+/// Per-job timeouts ([`Job::timeout_ns`]) and JOB_CANCEL (API 1.1).
+pub const CAP_JOB_CANCEL: u64 = 1 << 6;
 
 /// Engine workers wait on doorbells with the futex syscall.
 pub const WAIT_MODE_FUTEX: u64 = 1;
@@ -265,8 +268,10 @@ pub struct Job {
     pub num_bindings: u32,
     /// Must be zero.
     pub pad: u32,
-    /// Must be zero.
-    pub reserved: u64,
+    /// Absolute `CLOCK_MONOTONIC` deadline in ns, 0 = none (API 1.1; the field was a reserved
+    /// zero before). A job still unfinished then completes with `-ETIMEDOUT` and never writes
+    /// its outputs; only its own queue sees it, the next job runs as usual.
+    pub timeout_ns: u64,
     /// The arguments.
     pub bindings: [Binding; MAX_BINDINGS],
 }
@@ -315,6 +320,25 @@ pub struct Wait {
     pub device_time_ns: u64,
     /// Out: the job's `user_data`.
     pub user_data: u64,
+}
+
+/// `NNACCEL_IOCTL_JOB_CANCEL` argument: ends one submitted job.
+///
+/// Once the call returned 0, the device never writes the job's output BOs again: a job not
+/// started completes with `-ECANCELED` without running, a running one is stopped or its
+/// results discarded and it completes with `-ECANCELED`. `EALREADY` when the job had already
+/// ended (its outputs, if it succeeded, were written before the call).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct JobCancel {
+    /// In: the queue (0 = the file's default queue).
+    pub queue_id: u32,
+    /// In: must be zero.
+    pub flags: u32,
+    /// In: the job's sequence number (already submitted).
+    pub seq: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -485,9 +509,10 @@ assert_layout!(ProgramCreate, size = 24, align = 8,
 assert_layout!(ProgramDestroy, size = 8, align = 4, { handle @ 0, pad @ 4 });
 assert_layout!(Binding, size = 24, align = 8, { bo @ 0, flags @ 4, offset @ 8, length @ 16 });
 assert_layout!(Job, size = 800, align = 8, {
-    user_data @ 0, program @ 8, flags @ 12, num_bindings @ 16, pad @ 20, reserved @ 24,
+    user_data @ 0, program @ 8, flags @ 12, num_bindings @ 16, pad @ 20, timeout_ns @ 24,
     bindings @ 32,
 });
+assert_layout!(JobCancel, size = 16, align = 8, { queue_id @ 0, flags @ 4, seq @ 8 });
 assert_layout!(Submit, size = 816, align = 8, { flags @ 0, pad @ 4, seq @ 8, job @ 16 });
 assert_layout!(Wait, size = 48, align = 8, {
     queue_id @ 0, flags @ 4, seq @ 8, deadline_ns @ 16, status @ 24, pad @ 28,
@@ -583,9 +608,14 @@ pub const LAYOUTS: &[StructLayout] = &[
             ("flags", 12),
             ("num_bindings", 16),
             ("pad", 20),
-            ("reserved", 24),
+            ("timeout_ns", 24),
             ("bindings", 32),
         ],
+    ),
+    (
+        "nnaccel_job_cancel",
+        size_of::<JobCancel>(),
+        &[("queue_id", 0), ("flags", 4), ("seq", 8)],
     ),
     (
         "nnaccel_submit",

@@ -227,6 +227,22 @@ pub trait DeviceExt: Device {
         self.call(NNACCEL_IOCTL_WAIT, &mut a)?;
         Ok(a)
     }
+
+    /// JOB_CANCEL `seq` on `queue_id` (0 = default queue). `Ok(true)` when the job was
+    /// cancelled, `Ok(false)` when it had already ended (`EALREADY`); either way the device
+    /// writes none of its outputs after this returned.
+    fn job_cancel(&self, queue_id: u32, seq: u64) -> io::Result<bool> {
+        let mut a = JobCancel {
+            queue_id,
+            seq,
+            flags: 0,
+        };
+        match self.call(NNACCEL_IOCTL_JOB_CANCEL, &mut a) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EALREADY) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 impl<D: Device + ?Sized> DeviceExt for D {}

@@ -5,8 +5,8 @@
 //! [`NNACCEL_IOCTL_TYPE`]; see `docs/uapi.md` for why that value was chosen.
 
 use crate::abi::{
-    BoClose, BoCreate, BoExport, BoImport, BoInfo, GetParam, ProgramCreate, ProgramDestroy,
-    QueueCreate, QueueDestroy, Submit, Wait,
+    BoClose, BoCreate, BoExport, BoImport, BoInfo, GetParam, JobCancel, ProgramCreate,
+    ProgramDestroy, QueueCreate, QueueDestroy, Submit, Wait,
 };
 use crate::linux::{DmaBufSync, DmaHeapAllocationData, UdmabufCreate};
 
@@ -93,6 +93,8 @@ pub const NNACCEL_IOCTL_QUEUE_DESTROY: u32 = iow::<QueueDestroy>(0x09);
 pub const NNACCEL_IOCTL_SUBMIT: u32 = iowr::<Submit>(0x0A);
 /// Wait for a sequence number on a queue, with an absolute CLOCK_MONOTONIC deadline.
 pub const NNACCEL_IOCTL_WAIT: u32 = iowr::<Wait>(0x0B);
+/// End one submitted job; once it returned the device never writes that job's outputs (API 1.1).
+pub const NNACCEL_IOCTL_JOB_CANCEL: u32 = iow::<JobCancel>(0x0C);
 
 /// Every command with its name, for tables, tracing and golden tests.
 pub const ALL_IOCTLS: &[(&str, u32)] = &[
@@ -108,6 +110,7 @@ pub const ALL_IOCTLS: &[(&str, u32)] = &[
     ("QUEUE_DESTROY", NNACCEL_IOCTL_QUEUE_DESTROY),
     ("SUBMIT", NNACCEL_IOCTL_SUBMIT),
     ("WAIT", NNACCEL_IOCTL_WAIT),
+    ("JOB_CANCEL", NNACCEL_IOCTL_JOB_CANCEL),
 ];
 
 /// The name of a command, if it is one of ours.
@@ -159,6 +162,7 @@ mod tests {
         assert_eq!(NNACCEL_IOCTL_QUEUE_DESTROY, 0x4008_BA09);
         assert_eq!(NNACCEL_IOCTL_SUBMIT, 0xC330_BA0A);
         assert_eq!(NNACCEL_IOCTL_WAIT, 0xC030_BA0B);
+        assert_eq!(NNACCEL_IOCTL_JOB_CANCEL, 0x4010_BA0C);
     }
 
     // Golden values of the kernel's commands, as the kernel headers give them (and as `strace`

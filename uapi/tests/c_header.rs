@@ -14,9 +14,9 @@ use nnaccel_uapi::abi::{
     BO_ACCESS_MASK, BO_ACCESS_READ, BO_ACCESS_WRITE, BO_CREATE_FLAGS_MASK, BO_IMPORT_ALIGN,
     BO_KIND_DEVICE, BO_KIND_DMABUF, BO_KIND_FILE, BO_KIND_MEMFD, Binding, BoClose, BoCreate,
     BoExport, BoImport, BoInfo, CAP_BO_CREATE, CAP_BO_EXPORT, CAP_BO_IMPORT, CAP_BO_IMPORT_DMABUF,
-    CAP_FAULT_INJECTION, CAP_QUEUE_RING, Completion, GetParam, JOB_FLAGS_MASK, Job, LAYOUTS,
-    MAX_BINDINGS, NNACCEL_API_VERSION, PARAM_API_VERSION, PARAM_CAPABILITIES, PARAM_COUNT,
-    PARAM_DEVICE_MEMORY_SIZE, PARAM_DEVICE_MEMORY_USED, PARAM_ENGINE_WAIT_MODE,
+    CAP_FAULT_INJECTION, CAP_JOB_CANCEL, CAP_QUEUE_RING, Completion, GetParam, JOB_FLAGS_MASK, Job,
+    JobCancel, LAYOUTS, MAX_BINDINGS, NNACCEL_API_VERSION, PARAM_API_VERSION, PARAM_CAPABILITIES,
+    PARAM_COUNT, PARAM_DEVICE_MEMORY_SIZE, PARAM_DEVICE_MEMORY_USED, PARAM_ENGINE_WAIT_MODE,
     PARAM_JOBS_COMPLETED, PARAM_LIVE_BOS, PARAM_LIVE_FILES, PARAM_LIVE_PROGRAMS, PARAM_LIVE_QUEUES,
     PARAM_MAX_BINDINGS, PARAM_MAX_BO_SIZE, PARAM_MAX_BOS, PARAM_MAX_PROGRAM_SIZE,
     PARAM_MAX_PROGRAMS, PARAM_MAX_QUEUE_DEPTH, PARAM_MAX_QUEUES, ProgramCreate, ProgramDestroy,
@@ -126,8 +126,9 @@ fn rust_layouts() -> Vec<RustLayout> {
         rust_layout!("nnaccel_program_destroy", ProgramDestroy, [handle, pad]),
         rust_layout!("nnaccel_binding", Binding, [bo, flags, offset, length]),
         rust_layout!("nnaccel_job", Job, [
-            user_data, program, flags, num_bindings, pad, reserved, bindings,
+            user_data, program, flags, num_bindings, pad, timeout_ns, bindings,
         ]),
+        rust_layout!("nnaccel_job_cancel", JobCancel, [queue_id, flags, seq]),
         rust_layout!("nnaccel_submit", Submit, [flags, pad, seq, job]),
         rust_layout!("nnaccel_wait", Wait, [
             queue_id, flags, seq, deadline_ns, status, pad, device_time_ns, user_data,
@@ -218,6 +219,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         CAP_BO_EXPORT,
         CAP_QUEUE_RING,
         CAP_FAULT_INJECTION,
+        CAP_JOB_CANCEL,
         WAIT_MODE_FUTEX,
         WAIT_MODE_IO_URING,
         BO_ACCESS_READ,
@@ -554,7 +556,7 @@ fn c_header_ioctl_numbers_match_rust() {
         );
     }
     assert_eq!(facts.ioctls.len(), ALL_IOCTLS.len());
-    assert_eq!(ALL_IOCTLS.len(), 12);
+    assert_eq!(ALL_IOCTLS.len(), 13);
 }
 
 #[test]

@@ -88,7 +88,8 @@ impl Placement {
 const QUEUE_ENTRIES: u32 = 16;
 /// Spin before sleeping while waiting for a device job.
 const WAIT_SPIN: Duration = Duration::from_micros(30);
-/// A job that does not complete in this long is treated as a dead device.
+/// A job that does not complete in this long is cancelled and fails its execution (the device
+/// stays in service); `NNACCEL_DEVICE_TIMEOUT_MS` overrides it (`on_device::device_timeout`).
 const DEVICE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A dead device is probed again at most this often.
 pub const REPROBE_INTERVAL: Duration = Duration::from_secs(1);

@@ -1,5 +1,10 @@
 //! Running a request on the device: pools imported as buffer objects, one job on the plan's
 //! queue, the completion awaited while the device's liveness is watched.
+//!
+//! A job that reaches the client's deadline or the device timeout is cancelled (JOB_CANCEL)
+//! before the execution answers: once the cancel returned, the device never writes that job's
+//! outputs, so nothing writes the client's memory after the final reply (docs/uapi.md). An
+//! overrunning job fails its own execution only; it never marks the device dead.
 
 use super::*;
 
@@ -135,6 +140,9 @@ pub(super) fn run_on_device(
                 time_in_driver_us: 0,
             },
         }),
+        Ok(_) if deadline.is_some_and(|d| Instant::now() >= d) => DeviceOutcome::Done(
+            ExecutionResult::failure(ErrorStatus::MissedDeadlineTransient),
+        ),
         Ok(c) => {
             tracing::debug!("device job failed with status {}", c.status);
             DeviceOutcome::Done(ExecutionResult::failure(ErrorStatus::GeneralFailure))
@@ -142,6 +150,15 @@ pub(super) fn run_on_device(
         Err(RingError::TimedOut(_)) if deadline.is_some() => DeviceOutcome::Done(
             ExecutionResult::failure(ErrorStatus::MissedDeadlineTransient),
         ),
+        // The job outlasted the device timeout: it was cancelled and fenced. It fails alone;
+        // the device stays in service, and the job is not re-run on the CPU.
+        Err(RingError::TimedOut(_) | RingError::Device(libc::ETIMEDOUT)) => {
+            tracing::warn!(
+                "a device job overran the device timeout ({:?}); cancelled, this execution fails",
+                device_timeout()
+            );
+            DeviceOutcome::Done(ExecutionResult::failure(ErrorStatus::GeneralFailure))
+        }
         Err(e) => {
             tracing::warn!(
                 "device execution failed ({e}); this request falls back to the CPU executor"
@@ -155,9 +172,36 @@ pub(super) fn run_on_device(
 /// How long one futex sleep lasts before the driver checks that the device still answers.
 pub(super) const LIVENESS_SLICE: Duration = Duration::from_millis(200);
 
+/// Names the device timeout in milliseconds, overriding [`DEVICE_TIMEOUT`] (tests, slow
+/// machines); read once per process.
+pub(crate) const DEVICE_TIMEOUT_ENV: &str = "NNACCEL_DEVICE_TIMEOUT_MS";
+
+/// How long one device job may run before the driver cancels it: [`DEVICE_TIMEOUT`], or
+/// [`DEVICE_TIMEOUT_ENV`] when set to a positive number of milliseconds.
+pub(super) fn device_timeout() -> Duration {
+    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| match std::env::var(DEVICE_TIMEOUT_ENV) {
+        Err(_) => DEVICE_TIMEOUT,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                tracing::warn!(
+                    "{DEVICE_TIMEOUT_ENV}={v:?} is not a positive number; using {DEVICE_TIMEOUT:?}"
+                );
+                DEVICE_TIMEOUT
+            }
+        },
+    })
+}
+
 /// Submits `job` and waits for it. The wait sleeps in slices of [`LIVENESS_SLICE`] and asks
 /// the device for a parameter between slices, so a device that dies mid-job (its process
-/// killed, its node closed) is noticed within a slice rather than at [`DEVICE_TIMEOUT`].
+/// killed, its node closed) is noticed within a slice rather than at the device timeout.
+///
+/// At the client's deadline or the device timeout the job is cancelled and fenced (see
+/// [`fence`]) before this returns, so the caller may answer the client at once. The job also
+/// carries the device timeout as its own `timeout_ns`, so the device ends it even if this
+/// process dies.
 pub(super) fn submit_and_wait(
     device: &DeviceHandle,
     q: &mut DeviceQueue,
@@ -165,13 +209,28 @@ pub(super) fn submit_and_wait(
     deadline: Option<Deadline>,
 ) -> Result<nnaccel_uapi::abi::Completion, RingError> {
     if let Some(seq) = q.abandoned.take() {
-        wait_watching_device(device, q, seq, None)?;
+        // Fenced already: its completion comes soon, and frees its place in the ring.
+        match wait_watching_device(device, q, seq, None) {
+            Err(RingError::TimedOut(s)) => {
+                q.abandoned = Some(s);
+                return Err(RingError::Device(libc::ETIMEDOUT));
+            }
+            other => {
+                other?;
+            }
+        }
     }
-    let seq = q.ring.submit(job)?;
+    let mut job = *job;
+    if device.info.capabilities & nnaccel_uapi::abi::CAP_JOB_CANCEL != 0 {
+        job.timeout_ns = nnaccel_uapi::sys::deadline_after(device_timeout());
+    }
+    let seq = q.ring.submit(&job)?;
     match wait_watching_device(device, q, seq, deadline) {
         Err(RingError::TimedOut(s)) => {
-            // Reap it before the next submission; the ring keeps one window of jobs.
-            q.abandoned = Some(s);
+            if fence(device, q, s)? {
+                // Reap it before the next submission; the ring keeps one window of jobs.
+                q.abandoned = Some(s);
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 Err(RingError::TimedOut(s))
             } else {
@@ -182,13 +241,39 @@ pub(super) fn submit_and_wait(
     }
 }
 
+/// Ends job `seq` so that the device never writes its outputs again: JOB_CANCEL, which returns
+/// only once the job is fenced (`EALREADY`: it ended by itself). A device without JOB_CANCEL
+/// is waited on for one more device timeout instead. Returns whether the job's completion is
+/// still to be reaped.
+fn fence(device: &DeviceHandle, q: &mut DeviceQueue, seq: u64) -> Result<bool, RingError> {
+    let e = match device.dev.job_cancel(q.ring.id(), seq) {
+        Ok(_) => return Ok(true),
+        Err(e) => e,
+    };
+    if is_device_gone(&e) {
+        // A device that is gone writes nothing any more.
+        return Err(RingError::Device(e.raw_os_error().unwrap_or(libc::ENODEV)));
+    }
+    tracing::warn!("the device cannot cancel job {seq} ({e}); waiting for it to end");
+    match wait_watching_device(device, q, seq, None) {
+        Ok(_) => Ok(false),
+        Err(RingError::TimedOut(_)) => {
+            // It neither ends nor can be cancelled: it may still write, so stop using the
+            // device rather than answer while it can.
+            device.alive.store(false, Ordering::SeqCst);
+            Err(RingError::Device(libc::EIO))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 pub(super) fn wait_watching_device(
     device: &DeviceHandle,
     q: &mut DeviceQueue,
     seq: u64,
     deadline: Option<Deadline>,
 ) -> Result<nnaccel_uapi::abi::Completion, RingError> {
-    let give_up = Instant::now() + DEVICE_TIMEOUT;
+    let give_up = Instant::now() + device_timeout();
     let end = deadline.map_or(give_up, |d| d.min(give_up));
     let mut spin = WAIT_SPIN;
     loop {

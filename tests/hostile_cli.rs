@@ -5,6 +5,7 @@
 //! well-behaved client.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -148,10 +149,7 @@ fn hostile_files_and_a_non_nnaccel_device_end_with_exit_2_and_one_line_never_an_
             assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
             let fifo = fifo.display().to_string();
             let big = dir.path().join("big.json");
-            std::fs::File::create(&big)
-                .unwrap()
-                .set_len(65 << 20)
-                .unwrap();
+            File::create(&big).unwrap().set_len(65 << 20).unwrap();
             let big = big.display().to_string();
             let dirname = dir.path().display().to_string();
             let on_dev = ["--device", dev.as_str()];
@@ -278,7 +276,7 @@ impl SmallFs {
     fn fill_leaving(&self, free: u64) -> PathBuf {
         use std::io::Write;
         let p = self.path().join("filler");
-        let mut f = std::fs::File::create(&p).unwrap();
+        let mut f = File::create(&p).unwrap();
         let chunk = vec![0x5au8; 4096];
         let mut len = 0u64;
         loop {
@@ -336,6 +334,16 @@ fn files_in(dir: &Path) -> Vec<(String, u64)> {
     v
 }
 
+/// Calls `f` with the cache handles of one model file and one data file.
+fn with_files<R>(m: &File, d: &File, token: &Token, f: impl FnOnce(CacheFiles<'_>) -> R) -> R {
+    let (model, data) = (vec![vec![m.as_fd()]], vec![vec![d.as_fd()]]);
+    f(CacheFiles {
+        model: &model,
+        data: &data,
+        token,
+    })
+}
+
 #[test]
 fn a_cache_save_that_hits_enospc_leaves_nothing_partial_and_the_cache_still_loads() {
     if !require_privileges() {
@@ -356,30 +364,16 @@ fn a_cache_save_that_hits_enospc_leaves_nothing_partial_and_the_cache_still_load
         let client = hald.client();
         let open =
             |name: &str| nnaccel_protocol::cache_dir::open_cache_file(&files.join(name)).unwrap();
-        let prepare_with = |model: &Model, m: &std::fs::File, d: &std::fs::File, t: &Token| {
-            client.prepare_model_with_cache(
-                model,
-                ExecutionPreference::FastSingleAnswer,
-                Priority::Medium,
-                None,
-                CacheFiles {
-                    model: &[vec![m.as_fd()]],
-                    data: &[vec![d.as_fd()]],
-                    token: t,
-                },
-            )
+        let (fast, medium) = (ExecutionPreference::FastSingleAnswer, Priority::Medium);
+        let prepare_with = |model: &Model, m: &File, d: &File, t: &Token| {
+            with_files(m, d, t, |c| {
+                client.prepare_model_with_cache(model, fast, medium, None, c)
+            })
         };
-        let load = |m: &std::fs::File, d: &std::fs::File, t: &Token| {
-            client.prepare_model_from_cache(
-                ExecutionPreference::FastSingleAnswer,
-                Priority::Medium,
-                None,
-                CacheFiles {
-                    model: &[vec![m.as_fd()]],
-                    data: &[vec![d.as_fd()]],
-                    token: t,
-                },
-            )
+        let load = |m: &File, d: &File, t: &Token| {
+            with_files(m, d, t, |c| {
+                client.prepare_model_from_cache(fast, medium, None, c)
+            })
         };
         // A small model, cached with room to spare: client files and a managed entry.
         let (small, c_small) = constant_model(64, 1.0);

@@ -121,6 +121,15 @@ pub fn select(
                 path.display()
             ))
         })?;
+        // A node that does not answer GET_PARAM, or speaks another API (/dev/null, a regular
+        // file, another driver's node), is an error: the driver would quietly run everything
+        // on the CPU executor instead, and the user asked for this device.
+        nnaccel_hal::DeviceInfo::query(&*dev).map_err(|e| {
+            CliError(format!(
+                "{} is not an nnaccel device: {e} (use --cpu for the CPU executor)",
+                path.display()
+            ))
+        })?;
         return Ok(Selected::local(
             Driver::new(Backend::Device(dev)),
             Source::Node(path),

@@ -33,6 +33,17 @@ fn zero_inputs(model: &Model) -> Result<Vec<InputValue>, CliError> {
                     o.dimensions
                 ))
             })?;
+            // Checked before anything is allocated: the dimensions are the model file's.
+            if size > exec::MAX_REQUEST_BYTES {
+                return Err(exec::too_large(
+                    &format!(
+                        "model input {k} (operand {idx}, {} {:?})",
+                        o.operand_type, o.dimensions
+                    ),
+                    size,
+                ));
+            }
+            let size = size as usize;
             Ok(InputValue {
                 bytes: vec![0; size],
                 element_count: size / o.operand_type.element_size(),
@@ -64,6 +75,7 @@ pub fn bench(
         Some(p) => modelfile::load_inputs(p, model)?,
         None => zero_inputs(model)?,
     };
+    exec::check_request_fits(model, &inputs)?;
     let selected = backend::select(device, cpu, service)?;
     println!("backend: {}", selected.describe());
     let prepared = match exec::prepare(&*selected.driver, model) {
@@ -87,7 +99,7 @@ pub fn bench(
         );
         return Ok(Outcome::Failed);
     }
-    let sizes: Vec<usize> = first.outputs.iter().map(|o| o.bytes.len()).collect();
+    let sizes: Vec<u64> = first.outputs.iter().map(|o| o.bytes.len() as u64).collect();
     let req = PooledRequest::new(model, &inputs, Some(&sizes))?;
     println!(
         "model: {} ({} operations, {}), {iterations} iterations after {WARMUP} warm-up",

@@ -14,27 +14,83 @@ use nnaccel_uapi::sys::{Mapping, memfd_create};
 use crate::CliError;
 
 /// Alignment of each argument in the request pool.
-const ARG_ALIGN: usize = 64;
+const ARG_ALIGN: u64 = 64;
+
+/// Largest request pool nnaccelctl builds (inputs and output buffers together), in bytes:
+/// 256 MiB. Sizes come from the model's dimensions, which a model file can make as large as it
+/// likes; they are computed without overflow and checked against this bound before anything
+/// is allocated, so a model with huge shapes is a clear error, never an allocation abort.
+pub const MAX_REQUEST_BYTES: u64 = 256 << 20;
 
 /// Buffer size for an output whose model dimensions leave extents unknown; an execution that
 /// reports OUTPUT_INSUFFICIENT_SIZE is retried once with the sizes it asked for.
-const UNKNOWN_OUTPUT_BYTES: usize = 64 << 10;
+const UNKNOWN_OUTPUT_BYTES: u64 = 64 << 10;
 
-/// Bytes of an operand of `ty` with `dims`, if every extent is known.
-pub fn known_size(ty: OperandType, dims: &[u32]) -> Option<usize> {
-    element_count(ty, dims).map(|n| n * ty.element_size())
-}
-
-/// Elements of an operand of `ty` with `dims`, if every extent is known.
-pub fn element_count(ty: OperandType, dims: &[u32]) -> Option<usize> {
+/// Bytes of an operand of `ty` with `dims`, if every extent is known; saturates at
+/// `u64::MAX` (so a product that overflows is simply "too large").
+pub fn known_size(ty: OperandType, dims: &[u32]) -> Option<u64> {
     if ty.is_scalar() {
-        return Some(1);
+        return Some(ty.element_size() as u64);
     }
     if dims.is_empty() || dims.contains(&0) {
         return None;
     }
-    dims.iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d as usize))
+    Some(dims.iter().fold(ty.element_size() as u64, |n, &d| {
+        n.saturating_mul(u64::from(d))
+    }))
+}
+
+/// The error for a request part of `bytes` that does not fit [`MAX_REQUEST_BYTES`].
+pub fn too_large(what: &str, bytes: u64) -> CliError {
+    let bytes = if bytes == u64::MAX {
+        "more than 2^64 bytes".to_string()
+    } else {
+        format!("{bytes} bytes")
+    };
+    CliError(format!(
+        "{what} needs {bytes}: more than nnaccelctl's limit of {MAX_REQUEST_BYTES} bytes \
+         (256 MiB) for one request"
+    ))
+}
+
+/// Offsets of the arguments in the request pool, bounded by [`MAX_REQUEST_BYTES`].
+#[derive(Debug, Default)]
+struct Layout {
+    end: u64,
+}
+
+impl Layout {
+    /// Places `len` bytes; `what` names them in the error.
+    fn place(&mut self, len: u64, what: impl FnOnce() -> String) -> Result<u64, CliError> {
+        let offset = self.end.next_multiple_of(ARG_ALIGN);
+        let end = offset.saturating_add(len);
+        if end > MAX_REQUEST_BYTES {
+            return Err(too_large(&what(), len));
+        }
+        self.end = end;
+        Ok(offset)
+    }
+}
+
+/// Checks, before anything is prepared or allocated, that the request for `model` with
+/// `inputs` (outputs sized from the model's dimensions) fits [`MAX_REQUEST_BYTES`].
+pub fn check_request_fits(model: &Model, inputs: &[InputValue]) -> Result<(), CliError> {
+    let mut layout = Layout::default();
+    for (k, input) in inputs.iter().enumerate().filter(|(_, i)| !i.has_no_value) {
+        layout.place(input.bytes.len() as u64, || format!("input {k}"))?;
+    }
+    for (k, &idx) in model.output_indexes.iter().enumerate() {
+        if let Some(o) = model.operands.get(idx as usize) {
+            let len = known_size(o.operand_type, &o.dimensions).unwrap_or(UNKNOWN_OUTPUT_BYTES);
+            layout.place(len, || {
+                format!(
+                    "output {k} (operand {idx}, {} {:?})",
+                    o.operand_type, o.dimensions
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// A request whose arguments all live in one memfd, with a mapping of it.
@@ -44,7 +100,7 @@ pub struct PooledRequest {
     pub request: Request,
     map: Mapping,
     /// Per output: (offset, capacity in bytes).
-    outputs: Vec<(usize, usize)>,
+    outputs: Vec<(u64, u64)>,
 }
 
 /// One output read back.
@@ -70,17 +126,12 @@ impl PooledRequest {
     pub fn new(
         model: &Model,
         inputs: &[InputValue],
-        capacities: Option<&[usize]>,
+        capacities: Option<&[u64]>,
     ) -> Result<Self, CliError> {
-        let mut end = 0usize;
-        let mut place = |len: usize| {
-            let offset = end.next_multiple_of(ARG_ALIGN);
-            end = offset + len;
-            offset
-        };
+        let mut layout = Layout::default();
         let mut in_args = Vec::with_capacity(inputs.len());
         let mut in_offsets = Vec::with_capacity(inputs.len());
-        for input in inputs {
+        for (k, input) in inputs.iter().enumerate() {
             if input.has_no_value {
                 in_args.push(RequestArgument {
                     has_no_value: true,
@@ -90,26 +141,32 @@ impl PooledRequest {
                 in_offsets.push(None);
                 continue;
             }
-            let offset = place(input.bytes.len());
+            let len = input.bytes.len() as u64;
+            let offset = layout.place(len, || format!("input {k}"))?;
             in_offsets.push(Some(offset));
             in_args.push(RequestArgument {
                 has_no_value: false,
-                location: location(offset, input.bytes.len())?,
+                location: location(offset, len)?,
                 dimensions: input.dimensions.clone(),
             });
         }
         let mut outputs = Vec::with_capacity(model.output_indexes.len());
         let mut out_args = Vec::with_capacity(model.output_indexes.len());
         for (k, &idx) in model.output_indexes.iter().enumerate() {
+            let operand = model.operands.get(idx as usize);
             let capacity = match capacities.and_then(|c| c.get(k)) {
                 Some(&c) => c,
-                None => model
-                    .operands
-                    .get(idx as usize)
+                None => operand
                     .and_then(|o| known_size(o.operand_type, &o.dimensions))
                     .unwrap_or(UNKNOWN_OUTPUT_BYTES),
             };
-            let offset = place(capacity);
+            let offset = layout.place(capacity, || match operand {
+                Some(o) => format!(
+                    "output {k} (operand {idx}, {} {:?})",
+                    o.operand_type, o.dimensions
+                ),
+                None => format!("output {k}"),
+            })?;
             outputs.push((offset, capacity));
             out_args.push(RequestArgument {
                 has_no_value: false,
@@ -117,14 +174,16 @@ impl PooledRequest {
                 dimensions: Vec::new(),
             });
         }
-        let size = end.max(1).next_multiple_of(4096);
+        // At most MAX_REQUEST_BYTES (checked by `place`), which fits usize.
+        let size = usize::try_from(layout.end.max(1).next_multiple_of(4096))
+            .map_err(|_| too_large("the request", layout.end))?;
         let fd = memfd_create(c"nnaccelctl-request", size as u64)
             .map_err(|e| CliError(format!("cannot create the request's memory pool: {e}")))?;
         let map = Mapping::map_shared(fd.as_fd(), 0, size, true)
             .map_err(|e| CliError(format!("cannot map the request's memory pool: {e}")))?;
         for (input, offset) in inputs.iter().zip(&in_offsets) {
             if let Some(offset) = offset {
-                map.write_at(*offset, &input.bytes)?;
+                map.write_at(*offset as usize, &input.bytes)?;
             }
         }
         let request = Request {
@@ -158,9 +217,10 @@ impl PooledRequest {
                 let mut bytes = Vec::new();
                 if result.status == ErrorStatus::None {
                     if let Some(&(offset, capacity)) = self.outputs.get(k) {
+                        // At most the capacity, itself within MAX_REQUEST_BYTES.
                         let len = known_size(ty, &shape.dimensions).unwrap_or(0).min(capacity);
-                        bytes = vec![0; len];
-                        if self.map.read_at(offset, &mut bytes).is_err() {
+                        bytes = vec![0; len as usize];
+                        if self.map.read_at(offset as usize, &mut bytes).is_err() {
                             bytes.clear();
                         }
                     }
@@ -178,8 +238,8 @@ impl PooledRequest {
     }
 }
 
-fn location(offset: usize, len: usize) -> Result<DataLocation, CliError> {
-    let too_big = || CliError("the request does not fit a 4 GiB pool".to_string());
+fn location(offset: u64, len: u64) -> Result<DataLocation, CliError> {
+    let too_big = || too_large("the request", offset.saturating_add(len));
     Ok(DataLocation {
         pool_index: 0,
         offset: u32::try_from(offset).map_err(|_| too_big())?,
@@ -221,7 +281,7 @@ pub fn execute(
     let mut req = PooledRequest::new(model, inputs, None)?;
     let mut result = prepared.execute_synchronously(&req.request, measure, None);
     if result.status == ErrorStatus::OutputInsufficientSize {
-        let needed: Option<Vec<usize>> = result
+        let needed: Option<Vec<u64>> = result
             .output_shapes
             .iter()
             .zip(&model.output_indexes)

@@ -1,8 +1,9 @@
 //! `nnaccelctl`: run, inspect and benchmark models on an nnaccel device (or the CPU executor).
 //!
 //! Exit status: 0 on success; 1 when the driver answers an ErrorStatus other than NONE
-//! (preparing or executing); 2 when nothing could be run: bad arguments, an unreadable or
-//! malformed model or inputs file, a device that cannot be opened.
+//! (preparing or executing); 2 when nothing could be run: bad arguments, an unreadable,
+//! oversized or malformed model or inputs file, a model too large for one request, a device
+//! that cannot be opened or is not an nnaccel device.
 
 mod backend;
 mod bench;
@@ -40,11 +41,17 @@ Device choice: --device PATH opens that device node; --cpu runs on the CPU execu
 otherwise /dev/nnaccel is used if it exists, else the embedded default: the simulated device,
 in-process.
 
-Model and inputs files: JSON, see docs/model-format.md.
+Model and inputs files: JSON, see docs/model-format.md. Each must be a regular file of at most
+64 MiB (a FIFO, a device such as /dev/zero or a directory is refused before anything is read),
+and a key may appear only once in an object. One request (inputs and output buffers together)
+is at most 256 MiB: a model whose shapes need more is refused before anything is allocated.
+A --device that does not answer as an nnaccel device (GET_PARAM, API version) is an error,
+never a silent fall back to the CPU executor.
 
 Exit status: 0 success; 1 the driver answered an ErrorStatus other than NONE (the status is
-printed); 2 nothing ran: bad arguments, an unreadable or malformed model or inputs file, or a
-device node that cannot be opened.";
+printed); 2 nothing ran: bad arguments, an unreadable, oversized or malformed model or inputs
+file, a model too large for one request, or a device node that cannot be opened or is not an
+nnaccel device. Whatever the input, nnaccelctl ends with one of these, never a panic or abort.";
 
 /// Run, inspect and benchmark NN HAL models on an nnaccel device.
 #[derive(Debug, Parser)]

@@ -84,6 +84,7 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
     let loaded = modelfile::load_model(&args.model)?;
     let model = &loaded.model;
     let inputs = modelfile::load_inputs(&args.inputs, model)?;
+    exec::check_request_fits(model, &inputs)?;
     let selected = backend::select(args.device.clone(), args.cpu, args.service.clone())?;
     if !args.json {
         println!("backend: {}", selected.describe());

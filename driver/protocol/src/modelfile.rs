@@ -40,6 +40,14 @@ pub enum ModelFileError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is not a regular file, or is larger than [`MAX_FILE_BYTES`].
+    #[error("{}: {message}", path.display())]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        message: String,
+    },
     /// The text is not JSON.
     #[error(
         "{}malformed JSON at line {line}, column {column}: {message}",
@@ -140,7 +148,7 @@ impl ModelFileError {
                 size,
                 source,
             },
-            e @ Self::Io { .. } => e,
+            e @ (Self::Io { .. } | Self::NotRegular { .. }) => e,
         }
     }
 }
@@ -320,6 +328,172 @@ fn f32_of(v: &Value, path: &str, what: &str) -> Result<f32> {
         ));
     }
     Ok(x)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strict JSON: a `serde_json::Value`, except that a key repeated in one object is an error
+// (serde_json alone keeps the last one, so `{"type": "ADD", "type": "MUL"}` would quietly be a
+// MUL). Nesting stays bounded by serde_json's recursion limit (128 levels).
+
+/// One step from the document root to a value, kept on the stack and formatted only when a
+/// duplicate is found.
+struct At<'p> {
+    parent: Option<&'p At<'p>>,
+    step: Step<'p>,
+}
+
+enum Step<'p> {
+    Key(&'p str),
+    Index(usize),
+}
+
+/// The JSON path (`operands[2].type`) of `at`, then `key`.
+fn path_of(at: Option<&At<'_>>, key: &str) -> String {
+    let mut steps = Vec::new();
+    let mut cur = at;
+    while let Some(a) = cur {
+        steps.push(&a.step);
+        cur = a.parent;
+    }
+    let mut path = String::new();
+    for s in steps.iter().rev() {
+        path = match s {
+            Step::Key(k) => join(&path, k),
+            Step::Index(i) => index(&path, *i),
+        };
+    }
+    join(&path, key)
+}
+
+/// Deserializes one value at `at`; a duplicate key's path goes to `dup`.
+#[derive(Clone, Copy)]
+struct StrictSeed<'p> {
+    at: Option<&'p At<'p>>,
+    dup: &'p std::cell::RefCell<Option<(String, String)>>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for StrictSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for StrictSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> std::result::Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Value, A::Error> {
+        let mut out = Vec::new();
+        loop {
+            let at = At {
+                parent: self.at,
+                step: Step::Index(out.len()),
+            };
+            let seed = StrictSeed {
+                at: Some(&at),
+                dup: self.dup,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(v) => out.push(v),
+                None => return Ok(Value::Array(out)),
+            }
+        }
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                *self.dup.borrow_mut() = Some((path_of(self.at, &key), key.clone()));
+                return Err(serde::de::Error::custom(format!("duplicate key \"{key}\"")));
+            }
+            let at = At {
+                parent: self.at,
+                step: Step::Key(&key),
+            };
+            let value = map.next_value_seed(StrictSeed {
+                at: Some(&at),
+                dup: self.dup,
+            })?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// Parses JSON text into a value, refusing a key that appears twice in one object (the error
+/// names the key's JSON path, line and column).
+fn parse_json(json: &str) -> Result<Value> {
+    use serde::de::DeserializeSeed;
+    let dup = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_str(json);
+    let parsed = StrictSeed {
+        at: None,
+        dup: &dup,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v));
+    parsed.map_err(|e| match dup.into_inner() {
+        Some((path, key)) => ModelFileError::invalid(
+                &path,
+                format!(
+                    "duplicate key \"{key}\" at line {}, column {} (a key may appear only once in an object)",
+                    e.line(),
+                    e.column()
+                ),
+            ),
+        None => ModelFileError::json(&e),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -644,7 +818,7 @@ fn parse_operation(v: &Value, path: &str) -> Result<Operation> {
 /// Parses a model file's text. CONSTANT_REFERENCE values, if any, are placed in one new
 /// memfd pool (`model.pools[0]`).
 pub fn parse_model(json: &str) -> Result<LoadedModelFile> {
-    let doc: Value = serde_json::from_str(json).map_err(|e| ModelFileError::json(&e))?;
+    let doc = parse_json(json)?;
     let map = object(&doc, "", MODEL_FIELDS)?;
     let version = required(map, "", "version")?;
     match integer(version) {
@@ -762,10 +936,70 @@ fn place_references(model: &mut Model, refs: Vec<PendingConstant>) -> Result<()>
     Ok(())
 }
 
+/// Largest model or inputs file read, in bytes (64 MiB). A bigger file is refused before
+/// anything is read; the bound also holds for a file that grows while it is read.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads a model or inputs file: a regular file of at most [`MAX_FILE_BYTES`], else an error.
+/// The file is opened with `O_NONBLOCK` (a FIFO opens without waiting for a writer) and its
+/// kind is checked on the open fd, so a FIFO, a device such as `/dev/zero` or a directory is
+/// refused before any byte is read, and nothing can swap the file between check and read.
 fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| ModelFileError::Io {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let io_err = |source| ModelFileError::Io {
         path: path.to_path_buf(),
         source,
+    };
+    let refuse = |message: String| ModelFileError::NotRegular {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(refuse(format!(
+            "{kind}; a model or inputs file must be a regular file"
+        )));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(refuse(format!(
+            "{} bytes, more than the limit of {MAX_FILE_BYTES} bytes (64 MiB)",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(refuse(format!(
+            "grew past the limit of {MAX_FILE_BYTES} bytes (64 MiB) while being read"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        io_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text ({e})"),
+        ))
     })
 }
 
@@ -796,7 +1030,7 @@ fn input_type(model: &Model, i: usize) -> OperandType {
 /// operand type; counts and dimensions are left for the driver to check against the model
 /// (a mismatch is an INVALID_ARGUMENT execution, not a malformed file).
 pub fn parse_inputs(json: &str, model: &Model) -> Result<Vec<InputValue>> {
-    let doc: Value = serde_json::from_str(json).map_err(|e| ModelFileError::json(&e))?;
+    let doc = parse_json(json)?;
     let map = object(&doc, "", INPUTS_FIELDS)?;
     let inputs = array(required(map, "", "inputs")?, "inputs")?;
     let dims: Vec<Vec<u32>> = match map.get("inputDimensions") {
@@ -1280,5 +1514,82 @@ mod tests {
             output_values(OperandType::TensorBool8, &[0, 3]),
             vec![Value::from(0), Value::from(1)]
         );
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_with_its_path() {
+        let e = err(&ADD.replace("\"version\": 1,", "\"version\": 1, \"version\": 1,"));
+        assert!(
+            e.starts_with("version: duplicate key \"version\" at line"),
+            "{e}"
+        );
+        let e = err(&ADD.replace(
+            "{\"type\": \"ADD\",",
+            "{\"type\": \"MUL\", \"type\": \"ADD\",",
+        ));
+        assert!(
+            e.starts_with("operations[0].type: duplicate key \"type\""),
+            "{e}"
+        );
+        let e = err(&one_operand(
+            r#"{"type": "TENSOR_QUANT8_SYMM_PER_CHANNEL", "dimensions": [1], "lifetime":
+                "CONSTANT_COPY", "value": [1],
+                "channelQuant": {"channelDim": 0, "scales": [0.5], "channelDim": 0}}"#,
+        ));
+        assert!(
+            e.starts_with("operands[0].channelQuant.channelDim: duplicate key"),
+            "{e}"
+        );
+        let m = parse_model(ADD).unwrap().model;
+        let e = parse_inputs(
+            r#"{"inputs": [[1, 2, 3, 4]], "inputs": [[5, 6, 7, 8]]}"#,
+            &m,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("inputs: duplicate key \"inputs\""), "{e}");
+        // The same key in two different objects is fine.
+        assert!(parse_inputs(r#"{"inputs": [[1, 2, 3, 4]]}"#, &m).is_ok());
+    }
+
+    #[test]
+    fn deeply_nested_json_is_an_error_not_a_stack_overflow() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let e = err(&deep);
+        assert!(e.starts_with("malformed JSON at line 1"), "{e}");
+        assert!(e.contains("recursion limit"), "{e}");
+    }
+
+    #[test]
+    fn only_bounded_regular_files_are_read() {
+        let dir =
+            std::env::temp_dir().join(format!("nnaccel-modelfile-kinds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (path, want) in [
+            (PathBuf::from("/dev/zero"), "a character device"),
+            (dir.clone(), "a directory"),
+        ] {
+            let e = load_model(&path).unwrap_err().to_string();
+            assert!(e.contains(want), "{}: {e}", path.display());
+        }
+        // A FIFO with no writer: refused at once, never waited on.
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let start = std::time::Instant::now();
+        let e = load_model(&fifo).unwrap_err().to_string();
+        assert!(e.contains("a FIFO"), "{e}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        // A sparse file past the limit: refused by its size, nothing read.
+        let big = dir.join("big.json");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_FILE_BYTES + 1)
+            .unwrap();
+        let e = load_model(&big).unwrap_err().to_string();
+        assert!(e.contains("more than the limit"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

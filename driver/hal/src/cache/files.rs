@@ -188,8 +188,11 @@ impl Default for MemfdBuffer {
     }
 }
 
-/// Replaces the content of the file behind `fd` with `bytes` (from offset 0, then truncated)
-/// under an exclusive lock.
+/// Replaces the content of the file behind `fd` with `bytes` (from offset 0, then truncated,
+/// then `fdatasync`ed) under an exclusive lock. A client's fd cannot be written through a
+/// temporary name and renamed (the driver has no name for it), so a write that fails part way
+/// (ENOSPC, EDQUOT, EIO) truncates the file to empty before returning the error: no partial
+/// cache is ever left behind, and the caller drops the token's record, so the file never loads.
 pub(crate) fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
     // pwrite on an O_APPEND file appends whatever the offset: the cache would never load.
     if rustix::fs::fcntl_getfl(fd)?.contains(rustix::fs::OFlags::APPEND) {
@@ -200,17 +203,38 @@ pub(crate) fn write_file(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
     }
     check_client_file(fd, u64::MAX)?;
     let _lock = lock(fd, true)?;
-    let mut done = 0usize;
-    while done < bytes.len() {
-        match rustix::io::pwrite(fd, &bytes[done..], done as u64) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => done += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
+    let written = (|| {
+        let mut done = 0usize;
+        while done < bytes.len() {
+            match rustix::io::pwrite(fd, &bytes[done..], done as u64) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
+        rustix::fs::ftruncate(fd, bytes.len() as u64)?;
+        rustix::fs::fdatasync(fd)?;
+        Ok(())
+    })();
+    if written.is_err() {
+        discard_locked(fd);
     }
-    rustix::fs::ftruncate(fd, bytes.len() as u64)?;
-    Ok(())
+    written
+}
+
+/// Empties a client cache file (best effort: truncating frees space, so it works on a full
+/// file system too). Used when a save fails part way, so no partial cache is left.
+pub(crate) fn discard(fd: BorrowedFd<'_>) {
+    if let Ok(_lock) = lock(fd, true) {
+        discard_locked(fd);
+    }
+}
+
+fn discard_locked(fd: BorrowedFd<'_>) {
+    if let Err(e) = rustix::fs::ftruncate(fd, 0) {
+        tracing::warn!("cannot empty a cache file after a failed write: {e}");
+    }
 }
 
 /// Runs `read`, which hands the bytes it reads to its argument in chunks: each chunk goes to
@@ -289,6 +313,27 @@ mod hardening_tests {
         assert_eq!(
             read_file_with(f.as_fd(), 4096, &mut |_| Ok(())).unwrap(),
             4096
+        );
+    }
+
+    #[test]
+    fn a_write_that_fails_part_way_leaves_the_file_empty_not_partial() {
+        // A memfd sealed against growing stands in for a full file system: the first 8 KiB
+        // go in, then the write fails (EPERM), part way through.
+        let fd = rustix::fs::memfd_create(
+            c"cache-file",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )
+        .unwrap();
+        let f = std::fs::File::from(fd);
+        f.set_len(8192).unwrap();
+        rustix::fs::fcntl_add_seals(&f, rustix::fs::SealFlags::GROW).unwrap();
+        let r = write_file(f.as_fd(), &vec![7u8; 64 << 10]);
+        assert!(r.is_err(), "the write cannot fit");
+        assert_eq!(
+            f.metadata().unwrap().len(),
+            0,
+            "a partial cache file is left"
         );
     }
 }

@@ -175,7 +175,13 @@ fn save(model: &Model, on_device: bool, cache: &CacheFiles<'_>) -> Result<Hash, 
         .zip(&model_bufs)
         .chain(data_fds.iter().zip(&data_bufs))
     {
-        files::write_file(*fd, bytes).map_err(CacheError::ClientFile)?;
+        if let Err(e) = files::write_file(*fd, bytes) {
+            // The files written before this one are emptied too: no cache is left half saved.
+            for fd in model_fds.iter().chain(&data_fds) {
+                files::discard(*fd);
+            }
+            return Err(CacheError::ClientFile(e));
+        }
     }
     Ok(hash_buffers(&model_bufs, &data_bufs))
 }

@@ -660,6 +660,8 @@ fn example_config_is_accepted() {
                 keys += 1;
                 format!("{kv}\n")
             }
+            // A table header (`# [budgets]`), so the keys under it land in their table.
+            Some(table) if table.starts_with('[') && table.ends_with(']') => format!("{table}\n"),
             _ => format!("{l}\n"),
         })
         .collect();

@@ -124,11 +124,20 @@ pub fn classify(fd: BorrowedFd<'_>) -> Result<FdKind, FdRefusal> {
     if sys::is_dmabuf(fd) {
         return Ok(FdKind::DmaBuf);
     }
-    // Only memfds (and hugetlbfs memfds) answer F_GET_SEALS; other tmpfs files are EINVAL.
-    if sys::is_shmem(fd) && rustix::fs::fcntl_get_seals(fd).is_ok() {
+    // Every shmem file answers F_GET_SEALS (a plain tmpfs file, in /dev/shm or a tmpfs /tmp,
+    // says F_SEAL_SEAL), so the name tells a memfd: its link reads "/memfd:NAME". A tmpfs
+    // file that is not a memfd is a regular file here: never mapped without its size pinned,
+    // read and written with pread/pwrite (memory.rs).
+    if sys::is_shmem(fd) && rustix::fs::fcntl_get_seals(fd).is_ok() && is_memfd_name(fd) {
         return Ok(FdKind::Memfd);
     }
     Ok(FdKind::RegularFile)
+}
+
+/// Whether the fd's link in /proc names a memfd.
+fn is_memfd_name(fd: BorrowedFd<'_>) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .is_ok_and(|p| p.to_string_lossy().starts_with("/memfd:"))
 }
 
 /// The exporter's name of a dma-buf (`exp_name` in /proc/self/fdinfo).

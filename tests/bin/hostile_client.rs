@@ -17,7 +17,9 @@ use nnaccel_hal::{ErrorStatus, HalPreparedModel, Memory, MemoryKind, OperationTy
 use nnaccel_protocol::client::ServiceClient;
 use nnaccel_protocol::pools;
 use nnaccel_protocol::{self as protocol, ClientMessage, FdList};
-use nnaccel_tests::service::{ModelBuilder, arg, binary_model, execute, prepare, request};
+use nnaccel_tests::service::{
+    arg, binary_model, execute, huge_temporaries_model, prepare, request,
+};
 
 /// Elements of the ADD model the pool attacks execute.
 const N: u32 = 64;
@@ -200,19 +202,7 @@ fn pool_attack(args: &Args, deadline: Instant, counts: &mut Counts) {
 }
 
 fn huge_model(socket: &Path, deadline: Instant, counts: &mut Counts) {
-    let n = 1u32 << 28; // 1 GiB of f32
-    let mut b = ModelBuilder::new();
-    let x = b.input(&[n]);
-    let act = b.int32(0);
-    let mut prev = x;
-    for _ in 0..8 {
-        let t = b.temporary(&[n]);
-        b.operation(OperationType::Add, &[prev, prev, act], &[t]);
-        prev = t;
-    }
-    let out = b.output(&[n]);
-    b.operation(OperationType::Add, &[prev, prev, act], &[out]);
-    let model = b.build();
+    let model = huge_temporaries_model();
     let mut client = None;
     while Instant::now() < deadline {
         let Some(c) = client

@@ -175,20 +175,8 @@ fn connections_beyond_the_per_uid_cap_are_refused_by_name_and_freed_places_come_
 fn a_model_planning_eight_1gib_temporaries_is_refused_before_anything_is_allocated() {
     with_timeout(limit(), "huge temporaries", || {
         let (sim, hald) = with_device("");
-        let n = 1u32 << 28; // 1 GiB of f32
-        let mut b = ModelBuilder::new();
-        let x = b.input(&[n]);
-        let act = b.int32(0);
-        let mut prev = x;
-        for _ in 0..8 {
-            let t = b.temporary(&[n]);
-            b.operation(OperationType::Add, &[prev, prev, act], &[t]);
-            prev = t;
-        }
-        let out = b.output(&[n]);
-        b.operation(OperationType::Add, &[prev, prev, act], &[out]);
         let c = hald.client();
-        let status = prepare(&c, &b.build()).err();
+        let status = prepare(&c, &huge_temporaries_model()).err();
         assert_eq!(status, Some(ErrorStatus::ResourceExhaustedPersistent));
         assert!(!sim.has_exited(), "the simulator died");
         served_on_the_device(&hald);

@@ -412,6 +412,25 @@ pub fn binary_model(op: OperationType, n: u32) -> Model {
     b.build()
 }
 
+/// A model planning eight 1 GiB temporaries (a chain of ADDs over `[2^28]` f32): refused with
+/// RESOURCE_EXHAUSTED_PERSISTENT by the service's model-memory budget before anything is
+/// allocated (tests/hostile_limits.rs, the soak's `huge-model` attack).
+pub fn huge_temporaries_model() -> Model {
+    let n = 1u32 << 28; // 1 GiB of f32
+    let mut b = ModelBuilder::new();
+    let x = b.input(&[n]);
+    let act = b.int32(0);
+    let mut prev = x;
+    for _ in 0..8 {
+        let t = b.temporary(&[n]);
+        b.operation(OperationType::Add, &[prev, prev, act], &[t]);
+        prev = t;
+    }
+    let out = b.output(&[n]);
+    b.operation(OperationType::Add, &[prev, prev, act], &[out]);
+    b.build()
+}
+
 /// `out = (a + b) * b` over `[n]` f32: two operations through a temporary.
 pub fn add_mul_model(n: u32) -> Model {
     let mut b = ModelBuilder::new();

@@ -419,6 +419,24 @@ pub fn memory_from_wire(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_quiet_connection_with_no_idle_bound_outlives_the_last_frames_deadline() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let body_within = std::time::Duration::from_millis(50);
+        send_frame(&a, b"one", &[]).unwrap();
+        recv_frame_guarded(&b, 1024, None, body_within, |_| Ok(())).unwrap();
+        // The receiver waits first; the peer stays quiet for longer than the first frame's
+        // deadline, then sends the next frame.
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(body_within * 3);
+            send_frame(&a, b"two", &[]).unwrap();
+            a
+        });
+        let (body, _, ()) = recv_frame_guarded(&b, 1024, None, body_within, |_| Ok(())).unwrap();
+        assert_eq!(body, b"two");
+        drop(sender.join().unwrap());
+    }
+
     fn pair() -> (UnixStream, UnixStream) {
         UnixStream::pair().unwrap()
     }

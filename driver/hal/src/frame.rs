@@ -115,6 +115,13 @@ pub fn recv_frame_guarded<G>(
     body_within: std::time::Duration,
     admit: impl FnOnce(usize) -> Result<G, ProtocolError>,
 ) -> Result<(Vec<u8>, Vec<OwnedFd>, G), ProtocolError> {
+    // This function owns the socket's read timeout: the previous frame left its own, so with
+    // no bound for the first byte the wait must have none either (else a connection that holds
+    // objects and is quiet for a frame's deadline would be closed as "idle"). Plain
+    // `recv_frame` keeps whatever timeout its caller set.
+    if idle_by.is_none() {
+        sock.set_read_timeout(None)?;
+    }
     recv_frame_inner(
         sock,
         max_body,
@@ -185,12 +192,6 @@ fn recv_frame_inner<G>(
     rest_by: impl FnOnce() -> Option<std::time::Instant>,
     admit: impl FnOnce(usize) -> Result<G, ProtocolError>,
 ) -> Result<(Vec<u8>, Vec<OwnedFd>, G), ProtocolError> {
-    // The previous frame left its read timeout on the socket; with no bound for the first
-    // byte, the wait must have none either (else a connection that holds objects and is quiet
-    // for a frame's deadline would be closed as "idle").
-    if first_byte_by.is_none() {
-        sock.set_read_timeout(None)?;
-    }
     wait_at_most_until(sock, first_byte_by)?;
     let mut header = [0u8; HEADER_LEN];
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_FRAME))];

@@ -121,15 +121,23 @@ pub fn classify(fd: BorrowedFd<'_>) -> Result<FdKind, FdRefusal> {
             ));
         }
     }
-    if sys::is_dmabuf(fd) {
+    // One fstatfs tells the filesystem; this runs for every pool of every request.
+    let magic = sys::fs_magic(fd).map_err(|e| FdRefusal::Unreadable(e.to_string()))?;
+    if magic == sys::DMA_BUF_MAGIC {
         return Ok(FdKind::DmaBuf);
     }
-    // Every shmem file answers F_GET_SEALS (a plain tmpfs file, in /dev/shm or a tmpfs /tmp,
-    // says F_SEAL_SEAL), so the name tells a memfd: its link reads "/memfd:NAME". A tmpfs
-    // file that is not a memfd is a regular file here: never mapped without its size pinned,
-    // read and written with pread/pwrite (memory.rs).
-    if sys::is_shmem(fd) && rustix::fs::fcntl_get_seals(fd).is_ok() && is_memfd_name(fd) {
-        return Ok(FdKind::Memfd);
+    if matches!(magic, sys::TMPFS_MAGIC | sys::HUGETLBFS_MAGIC)
+        && let Ok(seals) = rustix::fs::fcntl_get_seals(fd)
+    {
+        // Every shmem file answers F_GET_SEALS (a plain tmpfs file, in /dev/shm or a tmpfs
+        // /tmp, is born with F_SEAL_SEAL and can never take another seal), so a shrink seal
+        // means a memfd: the door added it the first time the memfd came by. Only then is the
+        // name asked for: a memfd's link reads "/memfd:NAME". A tmpfs file that is not a memfd
+        // is a regular file here: never mapped without its size pinned, read and written with
+        // pread/pwrite (memory.rs).
+        if seals.contains(SealFlags::SHRINK) || is_memfd_name(fd) {
+            return Ok(FdKind::Memfd);
+        }
     }
     Ok(FdKind::RegularFile)
 }
@@ -153,12 +161,13 @@ fn dmabuf_exporter(fd: BorrowedFd<'_>) -> Option<String> {
 pub fn check_pool(memory: &Memory, role: PoolRole) -> Result<FdKind, FdRefusal> {
     let fd = memory.fd.as_fd();
     let kind = classify(fd)?;
-    if kind == FdKind::Memfd {
-        pin_size(fd)?;
-    }
+    let seals = if kind == FdKind::Memfd {
+        Some(pin_size(fd)?)
+    } else {
+        None
+    };
     if role == PoolRole::Write {
-        if kind == FdKind::Memfd {
-            let seals = sys::seals(fd);
+        if let Some(seals) = seals {
             if seals.contains(SealFlags::WRITE) {
                 return Err(FdRefusal::SealedAgainstWriting("F_SEAL_WRITE"));
             }
@@ -203,12 +212,14 @@ pub fn check_size(memory: &Memory) -> Result<(), FdRefusal> {
     Ok(())
 }
 
-/// Seals a memfd against shrinking (already sealed is fine).
-fn pin_size(fd: BorrowedFd<'_>) -> Result<(), FdRefusal> {
-    if sys::seals(fd).contains(SealFlags::SHRINK) {
-        return Ok(());
+/// Seals a memfd against shrinking (already sealed is fine); its seals, shrink included.
+fn pin_size(fd: BorrowedFd<'_>) -> Result<SealFlags, FdRefusal> {
+    let seals = sys::seals(fd);
+    if !seals.contains(SealFlags::SHRINK) {
+        rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK)
+            .map_err(|_| FdRefusal::SizeNotPinnable)?;
     }
-    rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK).map_err(|_| FdRefusal::SizeNotPinnable)
+    Ok(seals | SealFlags::SHRINK)
 }
 
 /// The refusal's text for the client, naming the pool.

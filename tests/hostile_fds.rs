@@ -364,3 +364,51 @@ fn a_device_that_dies_and_comes_back_is_adopted_again_without_a_restart() {
         drop(first);
     });
 }
+
+/// The service started before its device (a module loaded later, a simulator started after
+/// the daemon): it serves on the CPU, then finds the device when it first answers, with no
+/// restart, and new models run on it. Fails before the fix: a device that could not be opened
+/// at start was never looked for again.
+#[test]
+fn a_device_that_appears_after_the_service_started_is_adopted_without_a_restart() {
+    if !require_privileges() {
+        return;
+    }
+    with_timeout(limit(), "late device test", || {
+        let dir = tempfile::tempdir().unwrap();
+        let node = match nnaccel_tests::frontend() {
+            nnaccel_tests::Frontend::Fuse => dir.path().join("nnaccel"),
+            nnaccel_tests::Frontend::Cuse => {
+                std::path::PathBuf::from(format!("/dev/nnaccel-late-{}", std::process::id()))
+            }
+        };
+        let hald = Hald::start(&[std::ffi::OsStr::new("--device"), node.as_os_str()]);
+        let pid = hald.pid();
+        let c = hald.client();
+        let pm = prepare(&c, &binary_model(OperationType::Add, N)).unwrap();
+        assert!(!pm.runs_on_device(), "no device yet, yet placed on it");
+        assert_serves(&*pm, "before the device exists");
+        let info = c.info().unwrap();
+        assert!(info.driver.contains("not answering yet"), "info: {info:?}");
+
+        let sim = Sim::start_at(&node, &[]);
+        let deadline = Instant::now() + scaled(Duration::from_secs(10));
+        loop {
+            let pm = prepare(&c, &binary_model(OperationType::Add, N)).unwrap();
+            if pm.runs_on_device() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the device that appeared was never adopted; log:\n{}",
+                hald.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(hald.pid(), pid, "the daemon restarted");
+        assert_serves_on_device(&hald, "after the device appeared");
+        assert!(hald.log().contains("adopted"), "the adoption is logged");
+        drop(hald);
+        drop(sim);
+    });
+}

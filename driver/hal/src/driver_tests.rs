@@ -204,6 +204,33 @@ fn cpu_only_driver_executes_with_timing() {
 }
 
 #[test]
+fn driver_waiting_for_a_missing_node_serves_on_the_cpu_and_says_so() {
+    let driver = Driver::new(Backend::CpuOnly)
+        .with_device_node(std::path::Path::new("/nonexistent/nnaccel"));
+    assert!(
+        driver
+            .description()
+            .contains("not answering yet at /nonexistent/nnaccel"),
+        "{}",
+        driver.description()
+    );
+    assert_eq!(
+        driver.device_health(),
+        Some(DeviceHealth {
+            alive: false,
+            lost: 0,
+            adopted: 0
+        })
+    );
+    let pm = prepare(&driver, &add_model(&[1, 4]));
+    assert!(!pm.runs_on_device());
+    let io = Io::new(&INPUT);
+    let r = pm.execute_synchronously(&io.request(16), MeasureTiming::No, None);
+    assert_eq!(r.status, ErrorStatus::None);
+    assert_eq!(io.output(), EXPECTED);
+}
+
+#[test]
 fn device_driver_runs_the_model_on_the_device() {
     let dev = TestDevice::new();
     let driver = Driver::new(Backend::Device(dev.clone()));

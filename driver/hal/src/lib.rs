@@ -32,7 +32,9 @@ pub mod validate;
 
 pub use device::{DeviceInfo, LiveObjects, open_node};
 pub use domain::{BufferDesc, BufferRole, DeviceBuffer, LOCAL_OWNER, OwnerId};
-pub use driver::{Backend, DeviceHealth, Driver, ExecutionHandle, Placement, PreparedModel};
+pub use driver::{
+    Backend, DeviceHealth, Driver, ExecutionHandle, Placement, PreparedModel, REPROBE_INTERVAL,
+};
 pub use interface::{HalBuffer, HalDevice, HalPreparedModel, execute_async};
 pub use memory::MappedPool;
 pub use types::*;

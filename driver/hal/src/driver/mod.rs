@@ -199,7 +199,8 @@ impl DeviceHandle {
 /// adopt the device again once it died.
 #[derive(Debug)]
 struct DeviceSlot {
-    current: Mutex<Arc<DeviceHandle>>,
+    /// None until a device at `node` first answers (it was missing or mute at start).
+    current: Mutex<Option<Arc<DeviceHandle>>>,
     /// The node to reopen (a restarted device is a new file behind the same path).
     node: Option<PathBuf>,
     /// When a dead device was last probed; held while probing, so one thread probes.
@@ -208,7 +209,7 @@ struct DeviceSlot {
 }
 
 impl DeviceSlot {
-    fn current(&self) -> Arc<DeviceHandle> {
+    fn current(&self) -> Option<Arc<DeviceHandle>> {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -216,11 +217,13 @@ impl DeviceSlot {
     }
 
     /// The live device: the current handle when alive, else one adopted by a probe (at most
-    /// one every [`REPROBE_INTERVAL`]): the same file answering again, or the node reopened.
+    /// one every [`REPROBE_INTERVAL`]): the same file answering again, or the node (re)opened.
+    /// A device never seen before (missing or mute when the driver started) is found the same
+    /// way.
     fn live(&self) -> Option<Arc<DeviceHandle>> {
         let current = self.current();
-        if current.alive() {
-            return Some(current);
+        if let Some(c) = current.as_ref().filter(|c| c.alive()) {
+            return Some(c.clone());
         }
         let mut last = self
             .last_probe
@@ -230,23 +233,31 @@ impl DeviceSlot {
             return None;
         }
         *last = Some(Instant::now());
-        let found = match DeviceInfo::query(&*current.dev) {
-            Ok(info) => Ok((current.dev.clone(), info, "the same file")),
-            Err(e) => match &self.node {
-                Some(node) => crate::device::open_node(node).and_then(|dev| {
-                    DeviceInfo::query(&*dev).map(|info| (dev, info, "its node reopened"))
-                }),
-                None => Err(e),
-            },
+        let same_file = match &current {
+            Some(c) => {
+                DeviceInfo::query(&*c.dev).map(|info| (c.dev.clone(), info, "the same file"))
+            }
+            None => Err(io::Error::from_raw_os_error(libc::ENODEV)),
         };
+        let found = same_file.or_else(|e| match &self.node {
+            Some(node) => crate::device::open_node(node).and_then(|dev| {
+                let how = if current.is_some() {
+                    "its node reopened"
+                } else {
+                    "its node, missing or mute until now"
+                };
+                DeviceInfo::query(&*dev).map(|info| (dev, info, how))
+            }),
+            None => Err(e),
+        });
         match found {
             Ok((dev, info, how)) => {
                 // A new generation: plans of the old one stay on the CPU (their programs and
                 // queues died with it); new preparations use this one.
                 let handle = Arc::new(DeviceHandle::new(dev, info, self.health.clone()));
-                *self.current.lock().unwrap_or_else(PoisonError::into_inner) = handle.clone();
+                *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle.clone());
                 let n = self.health.adopted.fetch_add(1, Ordering::SeqCst) + 1;
-                tracing::warn!("the device answers again ({how}): adopted again ({n} time(s))");
+                tracing::warn!("the device answers ({how}): adopted ({n} time(s))");
                 Some(handle)
             }
             Err(e) => {
@@ -277,7 +288,11 @@ impl Driver {
                 Ok(info) => {
                     let health = Arc::new(HealthCounts::default());
                     Some(Arc::new(DeviceSlot {
-                        current: Mutex::new(Arc::new(DeviceHandle::new(dev, info, health.clone()))),
+                        current: Mutex::new(Some(Arc::new(DeviceHandle::new(
+                            dev,
+                            info,
+                            health.clone(),
+                        )))),
                         node: None,
                         last_probe: Mutex::default(),
                         health,
@@ -297,16 +312,20 @@ impl Driver {
     }
 
     /// Adopts the device again from `node` (reopened) when it died and a new one answers
-    /// there; without it only the same file answering again is adopted.
+    /// there; without it only the same file answering again is adopted. A driver whose device
+    /// did not answer at start (or that has none) probes `node` the same way and adopts the
+    /// device when it first answers: a service started before its device finds it later.
     pub fn with_device_node(mut self, node: &Path) -> Self {
-        if let Some(slot) = &self.device {
-            self.device = Some(Arc::new(DeviceSlot {
-                current: Mutex::new(slot.current()),
-                node: Some(node.to_path_buf()),
-                last_probe: Mutex::default(),
-                health: slot.health.clone(),
-            }));
-        }
+        let (current, health) = match &self.device {
+            Some(slot) => (slot.current(), slot.health.clone()),
+            None => (None, Arc::new(HealthCounts::default())),
+        };
+        self.device = Some(Arc::new(DeviceSlot {
+            current: Mutex::new(current),
+            node: Some(node.to_path_buf()),
+            last_probe: Mutex::default(),
+            health,
+        }));
         self
     }
 
@@ -328,7 +347,7 @@ impl Driver {
 
     /// One line saying what executes models.
     pub fn description(&self) -> String {
-        match self.device.as_ref().map(|s| s.live().ok_or(())) {
+        match self.device.as_ref().map(|s| s.live().ok_or(s)) {
             Some(Ok(d)) => format!(
                 "nnaccel device (API {}.{}, engine waits with {}), CPU executor as fallback",
                 d.info.api_version >> 16,
@@ -339,7 +358,13 @@ impl Driver {
                     "futex"
                 }
             ),
-            Some(Err(())) => "nnaccel device (gone), CPU executor".to_string(),
+            Some(Err(slot)) if slot.current().is_none() => format!(
+                "nnaccel device (not answering yet at {}), CPU executor",
+                slot.node
+                    .as_deref()
+                    .map_or_else(|| "its node".into(), |n| n.display().to_string())
+            ),
+            Some(Err(_)) => "nnaccel device (gone), CPU executor".to_string(),
             None => "CPU executor".to_string(),
         }
     }

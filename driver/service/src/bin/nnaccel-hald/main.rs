@@ -279,11 +279,15 @@ fn open_driver(cpu: bool, device: &Path) -> (Driver, String) {
             );
             (driver, status)
         }
+        // Not there (yet): serve on the CPU, and adopt the device when it first answers (a
+        // module loaded after the service, a simulator started later).
         Err(e) => (
-            Driver::new(Backend::CpuOnly),
+            Driver::new(Backend::CpuOnly).with_device_node(device),
             format!(
-                "serving on the CPU executor only: cannot open {}: {e}",
-                device.display()
+                "serving on the CPU executor: cannot open {}: {e}; probing it again every {:?} \
+                 (on the next preparation or info call) and adopting it when it answers",
+                device.display(),
+                nnaccel_hal::REPROBE_INTERVAL
             ),
         ),
     }

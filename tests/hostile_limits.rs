@@ -327,3 +327,88 @@ fn cache_clear_and_list_from_a_non_admin_uid_are_refused() {
         served_on_the_device(&hald);
     });
 }
+
+/// Child body: as another uid, one execution on the device.
+#[test]
+fn child_another_uid_is_served_on_the_device() {
+    let Some(client) = child_client(CHILD_SOCKET) else {
+        return;
+    };
+    let pm = prepare(&client, &binary_model(OperationType::Add, 8)).expect("prepare");
+    assert!(pm.runs_on_device(), "the other uid lost the device");
+    let io = Io3::new(pools::ashmem(Io3::bytes_needed(8)).unwrap(), 8);
+    let (a, b) = inputs(8, 5.0);
+    io.set(&a, &b);
+    let r = execute(pm.as_ref(), &io.request());
+    assert_eq!(r.status, ErrorStatus::None, "{r:?}");
+    assert_eq!(io.out(), sum(&a, &b));
+}
+
+/// The figure of issue 16, item 4: about 10 000 idle connections used up the daemon's fds and
+/// well-behaved clients were refused. At the default budgets, one uid opening 10 000
+/// connections holds its 64, every other one gets an error frame and a close, the daemon's fd
+/// count stays bounded, and another uid is still served on the device.
+#[test]
+fn ten_thousand_connections_of_one_uid_leave_the_daemon_fds_and_the_device_to_others() {
+    const CONNECTIONS: usize = 10_000;
+    with_timeout(limit(), "10 000 connections", || {
+        let (_sim, hald) = with_device("");
+        // This process holds every connection it opens: room for them.
+        let want = CONNECTIONS as u64 + 1024;
+        let rl = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        if rl.current.is_none_or(|c| c < want) {
+            let max = rl.maximum.map_or(want, |m| m.max(want));
+            rustix::process::setrlimit(
+                rustix::process::Resource::Nofile,
+                rustix::process::Rlimit {
+                    current: Some(want),
+                    maximum: Some(max),
+                },
+            )
+            .expect("raise RLIMIT_NOFILE (root)");
+        }
+        let fds = |pid: u32| {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .count()
+        };
+        let before = fds(hald.pid());
+        let mut held = Vec::with_capacity(CONNECTIONS);
+        let mut peak = before;
+        for i in 0..CONNECTIONS {
+            held.push(UnixStream::connect(hald.socket()).expect("connect"));
+            if i % 500 == 0 {
+                peak = peak.max(fds(hald.pid()));
+            }
+        }
+        // The refused ones are closed by the daemon: it holds at most the uid's 64, two fds
+        // each (the connection, and the clone the service keeps to shut it down on stop).
+        let bound = before + 2 * 64 + 8;
+        let deadline = Instant::now() + scaled(Duration::from_secs(10));
+        let mut now = fds(hald.pid());
+        while now > bound && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            now = fds(hald.pid());
+        }
+        println!(
+            "{CONNECTIONS} connections: daemon fds {before} before, {peak} peak sampled, {now} \
+             while they are held"
+        );
+        assert!(
+            now <= bound,
+            "the daemon holds {now} fds (from {before}) for one uid's connections"
+        );
+        let last = held.pop().unwrap();
+        let (status, message) = error_then_close(&last, scaled(Duration::from_secs(5)));
+        assert_eq!(status, ErrorStatus::ResourceExhaustedTransient.code());
+        assert!(message.contains("connections 64 of 64 in use"), "{message}");
+        assert!(
+            run_as_nobody(&hald, "child_another_uid_is_served_on_the_device"),
+            "another uid was not served; log:\n{}",
+            hald.log()
+        );
+        drop(held);
+        std::thread::sleep(scaled(Duration::from_secs(1)));
+        served_on_the_device(&hald);
+    });
+}

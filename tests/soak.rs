@@ -7,6 +7,9 @@
 //! for the 10-minute run (docs/testing.md). The figures are printed for quoting.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,15 +121,18 @@ fn well_behaved(hald: &Hald, id: u32, stop: Arc<AtomicBool>) -> Behaved {
 
 /// Runs the slot's attacks one after the other (each a process of the hostile client); their
 /// summary lines.
-fn hostile_slot(socket: &std::path::Path, attacks: &[&str], seconds: u64) -> Vec<String> {
+fn hostile_slot(hostile: &Hostile, attacks: &[&str], seconds: u64) -> Vec<String> {
     let share = (seconds / attacks.len() as u64).max(1);
     let mut lines = Vec::new();
     for attack in attacks {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nnaccel-hostile-client"));
+        let mut cmd = Command::new(&hostile.binary);
+        if let Some(uid) = hostile.uid {
+            cmd.uid(uid).gid(uid);
+        }
         die_with_parent(&mut cmd);
         let out = cmd
             .arg("--socket")
-            .arg(socket)
+            .arg(&hostile.socket)
             .args(["--attack", attack, "--seconds", &share.to_string()])
             .stdin(Stdio::null())
             .output()
@@ -142,6 +148,58 @@ fn hostile_slot(socket: &std::path::Path, attacks: &[&str], seconds: u64) -> Vec
         lines.push(line);
     }
     lines
+}
+
+/// How the hostile clients are started.
+#[derive(Debug, Clone)]
+struct Hostile {
+    binary: PathBuf,
+    socket: PathBuf,
+    /// The uid (and gid) they run as: another user than the well-behaved clients when this
+    /// test runs as root, so the per-uid budgets are the ones that hold them.
+    uid: Option<u32>,
+}
+
+/// `nobody`: the hostile clients' user when the soak runs as root.
+const HOSTILE_UID: u32 = 65534;
+
+impl Hostile {
+    /// As root: the hostile client copied next to the socket (a path another user can reach),
+    /// the socket opened to everybody (as a systemd unit's `SocketMode=0666` would), and the
+    /// clients run as [`HOSTILE_UID`]. Otherwise as this user.
+    fn for_service(hald: &Hald) -> Self {
+        let built = PathBuf::from(env!("CARGO_BIN_EXE_nnaccel-hostile-client"));
+        let socket = hald.socket().to_path_buf();
+        if !rustix::process::geteuid().is_root() {
+            return Self {
+                binary: built,
+                socket,
+                uid: None,
+            };
+        }
+        let binary = hald.dir().join("nnaccel-hostile-client");
+        std::fs::copy(&built, &binary).expect("copy the hostile client");
+        for (path, mode) in [(&binary, 0o755), (&socket, 0o666)] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        // The directories down to the socket: traversable by the other user.
+        let mut dir = hald.dir().to_path_buf();
+        loop {
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+            if mode & 0o001 == 0 {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o011))
+                    .unwrap();
+            }
+            if !dir.pop() || dir.as_os_str().is_empty() {
+                break;
+            }
+        }
+        Self {
+            binary,
+            socket,
+            uid: Some(HOSTILE_UID),
+        }
+    }
 }
 
 /// The `key=N` figure of a summary line.
@@ -190,11 +248,12 @@ fn well_behaved_clients_keep_the_device_and_see_no_errors_under_hostile_load() {
 
         // The hostile clients, each slot on its own thread.
         let started = Instant::now();
+        let who = Hostile::for_service(&hald);
         let hostile: Vec<_> = SLOTS
             .iter()
             .map(|attacks| {
-                let socket = hald.socket().to_path_buf();
-                std::thread::spawn(move || hostile_slot(&socket, attacks, seconds))
+                let who = who.clone();
+                std::thread::spawn(move || hostile_slot(&who, attacks, seconds))
             })
             .collect();
         let mut peak = start;
@@ -227,7 +286,12 @@ fn well_behaved_clients_keep_the_device_and_see_no_errors_under_hostile_load() {
         let mut all: Vec<Duration> = results.iter().flat_map(|r| r.latencies.clone()).collect();
         all.sort();
         let total: u64 = results.iter().map(|r| r.executions).sum();
-        println!("soak: {seconds} s of hostile load (ran {ran:.1?}), warm-up {WARM_UP:?}");
+        println!(
+            "soak: {seconds} s of hostile load (ran {ran:.1?}), warm-up {WARM_UP:?}; hostile \
+             clients as {}",
+            who.uid
+                .map_or_else(|| "this user".to_string(), |u| format!("uid {u}"))
+        );
         for (i, r) in results.iter().enumerate() {
             println!(
                 "soak: well-behaved client {i}: {} executions, {} errors",

@@ -18,8 +18,9 @@ pub enum GraphError {
     InvalidOperation {
         /// Operation index.
         index: usize,
-        /// HAL name of the operation type.
-        op: &'static str,
+        /// HAL name of the operation type, and of its first input's operand type when it has
+        /// one: `STRIDED_SLICE, TENSOR_QUANT8_ASYMM`.
+        op: String,
         /// The rule broken.
         reason: String,
     },
@@ -27,12 +28,15 @@ pub enum GraphError {
     #[error("graph: {0}")]
     InvalidGraph(String),
     /// The graph is valid but this executor cannot run operation `index`.
-    #[error("operation {index} ({op}) is not supported by the CPU executor")]
+    #[error("operation {index} ({op}) is not supported by the CPU executor: {reason}")]
     Unsupported {
         /// Operation index.
         index: usize,
-        /// HAL name of the operation type.
-        op: &'static str,
+        /// HAL name of the operation type and of its first input's operand type, as for
+        /// `InvalidOperation`.
+        op: String,
+        /// What is missing.
+        reason: String,
     },
 }
 

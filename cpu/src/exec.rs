@@ -41,11 +41,14 @@ impl PreparedGraph {
     /// Validates `graph`, checks that every operation is supported, decodes constants.
     pub fn new(graph: Graph) -> Result<Self, GraphError> {
         let order = validate::validate_graph(&graph)?;
-        for (i, op) in graph.operations.iter().enumerate() {
-            if validate::check_operation(&graph, i).is_err() {
+        for i in 0..graph.operations.len() {
+            if let Err(validate::Issue::Invalid(reason) | validate::Issue::Unsupported(reason)) =
+                validate::check_operation(&graph, i)
+            {
                 return Err(GraphError::Unsupported {
                     index: i,
-                    op: op.op.name(),
+                    op: validate::operation_label(&graph, i),
+                    reason,
                 });
             }
         }

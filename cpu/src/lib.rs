@@ -24,6 +24,7 @@
 //!   `NNACCEL_CPU_THREADS` environment variable); small ones stay on the calling thread.
 //! - Layout NCHW (the trailing layout BOOL) is handled by transposing to NHWC and back.
 
+mod check;
 mod error;
 mod exec;
 mod model;

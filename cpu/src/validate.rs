@@ -1,50 +1,14 @@
 //! Graph validation and per-operation support checks.
 
+pub(crate) use crate::check::Issue;
+use crate::check::*;
 use crate::error::GraphError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, OperationType};
+use crate::ops::registry;
 use crate::order::execution_order;
 
 use OperandType as T;
 use OperationType as O;
-
-const FLOAT: &[OperandType] = &[T::TensorFloat32, T::TensorFloat16];
-const F32_Q8: &[OperandType] = &[
-    T::TensorFloat32,
-    T::TensorFloat16,
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-];
-const ARITH: &[OperandType] = &[
-    T::TensorFloat32,
-    T::TensorFloat16,
-    T::TensorInt32,
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-];
-const ANY_TENSOR: &[OperandType] = &[
-    T::TensorFloat32,
-    T::TensorInt32,
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-    T::TensorQuant8Symm,
-    T::TensorQuant16Symm,
-    T::TensorQuant16Asymm,
-    T::TensorFloat16,
-    T::TensorBool8,
-];
-const MOVE_TENSOR: &[OperandType] = &[
-    T::TensorFloat32,
-    T::TensorFloat16,
-    T::TensorInt32,
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-];
-const DEQUANT_IN: &[OperandType] = &[
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-    T::TensorQuant8Symm,
-    T::TensorQuant8SymmPerChannel,
-];
 
 /// Operation types with kernels and the primary tensor types each supports.
 static SUPPORTED: &[(OperationType, &[OperandType])] = &[
@@ -127,14 +91,29 @@ impl Graph {
         }
         match check_operation(self, index) {
             Ok(()) => None,
-            Err(Issue::Invalid(r) | Issue::Unsupported(r)) => Some(r),
+            Err(Issue::Invalid(r) | Issue::Unsupported(r)) => Some(format!(
+                "operation {index} ({}): {r}",
+                operation_label(self, index)
+            )),
         }
     }
 }
 
-/// Operation types with kernels, and for each the primary tensor types implemented.
+/// Operation types with kernels, and for each the primary tensor types implemented, in code
+/// order.
 pub fn supported_operation_types() -> &'static [(OperationType, &'static [OperandType])] {
-    SUPPORTED
+    static ALL: std::sync::OnceLock<Vec<(OperationType, &'static [OperandType])>> =
+        std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut all: Vec<_> = SUPPORTED
+            .iter()
+            .copied()
+            .filter(|(op, _)| registry::find(*op).is_none())
+            .chain(registry::all().map(|d| (d.op, d.types)))
+            .collect();
+        all.sort_by_key(|(op, _)| op.code());
+        all
+    })
 }
 
 fn operand_err(index: usize, reason: impl Into<String>) -> GraphError {
@@ -310,7 +289,7 @@ pub(crate) fn validate_graph(g: &Graph) -> Result<Vec<usize>, GraphError> {
     for (oi, op) in g.operations.iter().enumerate() {
         let err = |reason: String| GraphError::InvalidOperation {
             index: oi,
-            op: op.op.name(),
+            op: op.op.name().to_string(),
             reason,
         };
         for &x in &op.inputs {
@@ -371,7 +350,7 @@ pub(crate) fn validate_graph(g: &Graph) -> Result<Vec<usize>, GraphError> {
         if let Err(Issue::Invalid(reason)) = check_op(g, oi) {
             return Err(GraphError::InvalidOperation {
                 index: oi,
-                op: g.operations[oi].op.name(),
+                op: operation_label(g, oi),
                 reason,
             });
         }
@@ -379,120 +358,21 @@ pub(crate) fn validate_graph(g: &Graph) -> Result<Vec<usize>, GraphError> {
     Ok(order)
 }
 
-/// Why an operation cannot run here.
-#[derive(Debug)]
-pub(crate) enum Issue {
-    /// The operation breaks its HAL definition.
-    Invalid(String),
-    /// The operation is valid but has no kernel for these types.
-    Unsupported(String),
+/// How errors name operation `oi`: its type, and its first input's operand type when that
+/// operand exists (`STRIDED_SLICE, TENSOR_QUANT8_ASYMM`).
+pub(crate) fn operation_label(g: &Graph, oi: usize) -> String {
+    let Some(op) = g.operations.get(oi) else {
+        return format!("operation {oi}");
+    };
+    match op.inputs.first().and_then(|&i| g.operands.get(i as usize)) {
+        Some(o) => format!("{}, {}", op.op.name(), o.ty.name()),
+        None => op.op.name().to_string(),
+    }
 }
 
 /// Ok when the CPU executor can run operation `oi` as written.
 pub(crate) fn check_operation(g: &Graph, oi: usize) -> Result<(), Issue> {
     check_op(g, oi)
-}
-
-struct Ck<'a> {
-    g: &'a Graph,
-    ins: &'a [u32],
-    outs: &'a [u32],
-}
-
-impl Ck<'_> {
-    fn inp(&self, i: usize) -> Result<&Operand, Issue> {
-        self.ins
-            .get(i)
-            .and_then(|&x| self.g.operands.get(x as usize))
-            .ok_or_else(|| Issue::Invalid(format!("missing input {i}")))
-    }
-    fn out(&self, k: usize) -> Result<&Operand, Issue> {
-        self.outs
-            .get(k)
-            .and_then(|&x| self.g.operands.get(x as usize))
-            .ok_or_else(|| Issue::Invalid(format!("missing output {k}")))
-    }
-    fn ty(&self, i: usize) -> Result<OperandType, Issue> {
-        Ok(self.inp(i)?.ty)
-    }
-    fn is(&self, i: usize, want: OperandType, what: &str) -> Result<(), Issue> {
-        let o = self.inp(i)?;
-        if o.ty != want {
-            return Err(Issue::Invalid(format!(
-                "input {i} ({what}) must be {}, is {}",
-                want.name(),
-                o.ty.name()
-            )));
-        }
-        Ok(())
-    }
-    /// Optional trailing argument: absent, NO_VALUE, or of type `want`.
-    fn opt(&self, i: usize, want: OperandType, what: &str) -> Result<(), Issue> {
-        match self.ins.get(i) {
-            None => Ok(()),
-            Some(_) if self.inp(i)?.lifetime == Lifetime::NoValue => Ok(()),
-            Some(_) => self.is(i, want, what),
-        }
-    }
-    fn counts(&self, ins: &[usize], outs: usize) -> Result<(), Issue> {
-        if !ins.contains(&self.ins.len()) {
-            return Err(Issue::Invalid(format!(
-                "{} inputs given, expected {ins:?}",
-                self.ins.len()
-            )));
-        }
-        if self.outs.len() != outs {
-            return Err(Issue::Invalid(format!(
-                "{} outputs given, expected {outs}",
-                self.outs.len()
-            )));
-        }
-        Ok(())
-    }
-    fn same_out(&self, t: OperandType) -> Result<(), Issue> {
-        let o = self.out(0)?;
-        if o.ty != t {
-            return Err(Issue::Invalid(format!(
-                "output type {} differs from input type {}",
-                o.ty.name(),
-                t.name()
-            )));
-        }
-        Ok(())
-    }
-    /// Quantized output must carry the input's scale and zero point.
-    fn same_quant(&self) -> Result<(), Issue> {
-        let (i, o) = (self.inp(0)?, self.out(0)?);
-        if o.ty.is_quantized() && (o.scale != i.scale || o.zero_point != i.zero_point) {
-            return Err(Issue::Invalid(
-                "output scale and zero point must equal the input's".into(),
-            ));
-        }
-        Ok(())
-    }
-    fn out_quant(&self, scale: f32, zp_unsigned: i32) -> Result<(), Issue> {
-        let o = self.out(0)?;
-        let zp = if o.ty == T::TensorQuant8AsymmSigned {
-            zp_unsigned - 128
-        } else {
-            zp_unsigned
-        };
-        if o.ty.is_quantized() && (o.scale != scale || o.zero_point != zp) {
-            return Err(Issue::Invalid(format!(
-                "output must have scale {scale} and zero point {zp}"
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// The scalar float type paired with a tensor type (FLOAT16 for TENSOR_FLOAT16).
-fn float_scalar(t: OperandType) -> OperandType {
-    if t == T::TensorFloat16 {
-        T::Float16
-    } else {
-        T::Float32
-    }
 }
 
 fn supported_types(op: OperationType) -> Option<&'static [OperandType]> {
@@ -501,6 +381,9 @@ fn supported_types(op: OperationType) -> Option<&'static [OperandType]> {
 
 fn check_op(g: &Graph, oi: usize) -> Result<(), Issue> {
     let op = &g.operations[oi];
+    if let Some(def) = registry::find(op.op) {
+        return registry::check(def, g, op);
+    }
     let Some(types) = supported_types(op.op) else {
         return Err(Issue::Unsupported(format!(
             "{} has no CPU kernel",

@@ -11,6 +11,7 @@ mod elementwise;
 mod gemm;
 mod pool;
 mod quant;
+pub(crate) mod registry;
 mod shape;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.
@@ -174,6 +175,9 @@ impl<'a> OpCtx<'a> {
 /// Runs one operation, returning its outputs in order.
 pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     use OperationType as O;
+    if let Some(def) = registry::find(ctx.op.op) {
+        return (def.run)(ctx);
+    }
     let t = match ctx.op.op {
         O::Add | O::Sub | O::Mul | O::Div => elementwise::binary(ctx)?,
         O::Relu

@@ -1,0 +1,63 @@
+//! The table of operations: for each operation type the executor runs, the primary operand
+//! types it implements, its static check and its kernel ([`OpDef`]). Each family of kernels
+//! (a file under `ops/`) lists its operations in a `DEFS` table, and [`FAMILIES`] lists the
+//! families: adding an operation is one file (or one function in its family's file) and one
+//! table row, never another arm of a match.
+//!
+//! Validation (`validate::check_op`) and execution (`ops::run`) both look an operation up here
+//! first; operations not (yet) in a family table go through the older per-type match.
+
+use crate::check::{Ck, Issue};
+use crate::model::{Graph, OperandType, Operation, OperationType};
+use crate::tensor::Tensor;
+
+use super::{KResult, OpCtx};
+
+/// One operation type the executor runs.
+pub(crate) struct OpDef {
+    /// The operation type.
+    pub(crate) op: OperationType,
+    /// The primary tensor types implemented (of input 0, unless the check says otherwise):
+    /// what the coverage table and `getSupportedOperations` report.
+    pub(crate) types: &'static [OperandType],
+    /// The static check of one operation as written: argument count and types, fixed output
+    /// quantization, shapes known before execution. `Issue::Invalid` when it breaks the
+    /// operation's NNAPI definition, `Issue::Unsupported` when it is valid but not implemented.
+    pub(crate) check: fn(&Ck<'_>) -> Result<(), Issue>,
+    /// The kernel: the outputs in order.
+    pub(crate) run: fn(&OpCtx<'_>) -> KResult<Vec<Tensor>>,
+}
+
+/// Every family's table.
+static FAMILIES: &[&[OpDef]] = &[];
+
+/// Every operation in the tables.
+pub(crate) fn all() -> impl Iterator<Item = &'static OpDef> {
+    FAMILIES.iter().flat_map(|f| f.iter())
+}
+
+/// The table row of `op`, if a family defines it.
+pub(crate) fn find(op: OperationType) -> Option<&'static OpDef> {
+    all().find(|d| d.op == op)
+}
+
+/// Runs `def`'s check on `op` of `g`, then checks that input 0's type is one `def`
+/// implements.
+pub(crate) fn check(def: &OpDef, g: &Graph, op: &Operation) -> Result<(), Issue> {
+    let c = Ck {
+        g,
+        ins: &op.inputs,
+        outs: &op.outputs,
+    };
+    (def.check)(&c)?;
+    let t0 = c.ty(0)?;
+    if def.types.contains(&t0) {
+        Ok(())
+    } else {
+        Err(Issue::Unsupported(format!(
+            "{} on {} is not implemented",
+            def.op.name(),
+            t0.name()
+        )))
+    }
+}

@@ -43,4 +43,6 @@ pub use tensor::{f16_to_f32, f32_to_f16};
 pub use validate::supported_operation_types;
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;

@@ -43,6 +43,9 @@ fi
 step "build"
 cargo build --workspace --all-targets --locked
 
+step "operation coverage table (docs/operations.md matches the code and its tests)"
+scripts/gen-operations.sh --check
+
 step "tests (unit and integration)"
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
     echo "note: integration tests need root and /dev/fuse; they will report SKIPPED here" \

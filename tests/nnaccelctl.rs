@@ -685,3 +685,42 @@ fn bench_burst_compares_bursts_with_regular_executions() {
     // A model is still required without --burst.
     ctl(&["bench", "--cpu"]).expect_code(2);
 }
+
+/// `info --ops` prints the coverage table of docs/operations.md without opening a device: a
+/// row for every one of the 102 NNAPI operation types, and the counts.
+#[test]
+fn info_ops_prints_a_row_for_every_operation_type_and_the_counts() {
+    let out = ctl(&["info", "--ops"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let rows = out
+        .stdout
+        .lines()
+        .filter(|l| {
+            let mut w = l.split_whitespace();
+            w.next().is_some_and(|c| c.parse::<u32>().is_ok())
+                && w.next().is_some_and(|n| {
+                    n.chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                })
+        })
+        .count();
+    assert_eq!(rows, 102, "{}", out.stdout);
+    assert!(out.stdout.contains("  101 RANK") || out.stdout.contains(" 101 RANK"));
+    assert!(
+        out.stdout
+            .contains("of 102 operation types have a CPU kernel")
+    );
+    let md = ctl(&["info", "--ops", "--markdown"]);
+    assert_eq!(md.code, 0, "{}", md.stderr);
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"),
+    )
+    .unwrap();
+    assert!(
+        docs.contains(md.stdout.trim()),
+        "docs/operations.md is not what `nnaccelctl info --ops --markdown` prints: run \
+         scripts/gen-operations.sh"
+    );
+    let both = ctl(&["info", "--ops", "some-model.json"]);
+    assert_eq!(both.code, 2, "--ops with a model is a usage error");
+}

@@ -201,6 +201,10 @@ impl PreparedGraph {
                 };
                 ops::run(&ctx)?
             };
+            #[cfg(test)]
+            if let Some(first) = op.inputs.first().and_then(|&i| g.operands.get(i as usize)) {
+                crate::coverage::record(op.op, first.ty);
+            }
             if produced.len() != op.outputs.len() {
                 return Err(ExecError::Failed(format!(
                     "operation {opi} ({}) produced {} outputs, expected {}",

@@ -25,6 +25,7 @@
 //! - Layout NCHW (the trailing layout BOOL) is handled by transposing to NHWC and back.
 
 mod check;
+pub mod coverage;
 mod error;
 mod exec;
 mod model;

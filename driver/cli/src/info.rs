@@ -67,6 +67,23 @@ fn print_capabilities(c: &Capabilities) {
     println!("  {:<31} {}", "WHILE", perf(c.while_performance));
 }
 
+/// `nnaccelctl info --ops [--markdown]`: the operation coverage table (no device needed).
+pub fn operations(markdown: bool) -> Outcome {
+    let rows = nnaccel_cpu::coverage::operation_coverage();
+    if markdown {
+        print!("{}", nnaccel_cpu::coverage::markdown_table(&rows));
+    } else {
+        println!(
+            "operations of the CPU executor (✓ supported and tested, s supported, . not \
+             supported; by the operand type of input 0):"
+        );
+        print!("{}", nnaccel_cpu::coverage::text_table(&rows));
+    }
+    println!();
+    println!("{}.", nnaccel_cpu::coverage::summary(&rows));
+    Outcome::Ok
+}
+
 /// `nnaccelctl info`.
 pub fn info(
     model: Option<&Path>,

@@ -106,6 +106,14 @@ enum Command {
     Info {
         /// A model file to show per-operation placement for (device / cpu / unsupported).
         model: Option<PathBuf>,
+        /// Print only the operation coverage table (every NNAPI operation type × tensor
+        /// operand type: supported by the CPU executor, and executed by its unit tests) and
+        /// open no device; the table of docs/operations.md.
+        #[arg(long, conflicts_with = "model")]
+        ops: bool,
+        /// With --ops: the table as Markdown, as in docs/operations.md.
+        #[arg(long, requires = "ops")]
+        markdown: bool,
         #[command(flatten)]
         device: DeviceArgs,
     },
@@ -165,7 +173,12 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             cpu: device.cpu,
             service: device.service,
         }),
-        Command::Info { model, device } => {
+        Command::Info {
+            ops: true,
+            markdown,
+            ..
+        } => Ok(info::operations(markdown)),
+        Command::Info { model, device, .. } => {
             info::info(model.as_deref(), device.device, device.cpu, device.service)
         }
         Command::Bench {

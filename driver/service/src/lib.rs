@@ -65,9 +65,12 @@ pub struct ServiceConfig {
 }
 
 /// What a prepared model keeps per operation besides its operands' bytes (the operation's
-/// lowered form, its program entry, its bookkeeping), measured with a 1 M-operation model
-/// (`docs/service.md`, "Model limits"); charged to the model-memory budget.
-pub const PREPARED_BYTES_PER_OPERATION: u64 = 600;
+/// lowered form, its program entry, its bookkeeping); charged to the model-memory budget.
+/// Measured by `cargo bench -p nnaccel-tests --bench prepared_memory` (`docs/service.md`,
+/// "Model limits"): 432 B kept on the CPU executor, 700 B with a device program, and the
+/// daemon's RSS grows by about 950 B per operation while it holds the model; the charge is
+/// the round figure above all three.
+pub const PREPARED_BYTES_PER_OPERATION: u64 = 1024;
 
 impl Default for ServiceConfig {
     fn default() -> Self {

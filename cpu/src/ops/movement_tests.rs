@@ -1131,6 +1131,21 @@ fn rank_refuses_a_second_input() {
 // ---- SQUEEZE (kernel in shape.rs) ------------------------------------------------------------
 
 #[test]
+fn squeeze_with_an_empty_axes_tensor_squeezes_nothing() {
+    // NNAPI: only an omitted squeeze-dims operand squeezes every unit dimension; a present
+    // but empty list squeezes none. The empty list comes from FILL(dims = [0]).
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[1, 2]);
+    let d = b.i32c(&[1], &[0]);
+    let v = b.int(0);
+    let axes = b.temp(T::TensorInt32, &[0]);
+    b.op(O::Fill, &[d, v], &[axes]);
+    let o = b.output(T::TensorFloat32, &[1, 2]);
+    b.op(O::Squeeze, &[x, axes], &[o]);
+    assert_eq!(run(b.g, &[&[1.0, 2.0]]), (vec![1.0, 2.0], vec![1, 2]));
+}
+
+#[test]
 fn squeeze_negative_axes_to_rank_zero() {
     let mut b = B::new();
     let x = b.input(T::TensorFloat32, &[1, 1]);

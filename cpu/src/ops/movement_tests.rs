@@ -1164,3 +1164,184 @@ fn squeeze_with_a_no_value_axes_operand_squeezes_every_unit_dimension() {
     b.op(O::Squeeze, &[x, axes], &[o]);
     assert_eq!(run(b.g, &[&[1.0, 2.0]]), (vec![1.0, 2.0], vec![2]));
 }
+
+// ---- Value-dependent rules with arguments given at execution ---------------------------------
+
+/// A graph of `op` on a float32 input of `dims` whose other arguments are graph inputs of the
+/// types and shapes in `args` (run with the values given to `exec_err`).
+fn with_inputs(op: O, dims: &[u32], args: &[(T, &[u32])], outs: usize) -> Graph {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, dims);
+    let mut ins = vec![x];
+    for &(t, d) in args {
+        ins.push(b.input(t, d));
+    }
+    let os: Vec<u32> = (0..outs).map(|_| b.output(T::TensorFloat32, &[])).collect();
+    b.op(op, &ins, &os);
+    b.g
+}
+
+#[test]
+fn strided_slice_mask_beyond_the_rank_from_an_input_fails_at_execution() {
+    let l: &[u32] = &[1];
+    let g = with_inputs(
+        O::StridedSlice,
+        &[3],
+        &[
+            (T::TensorInt32, l),
+            (T::TensorInt32, l),
+            (T::TensorInt32, l),
+            (T::Int32, &[]),
+            (T::Int32, &[]),
+            (T::Int32, &[]),
+        ],
+        1,
+    );
+    let m = exec_err(
+        g,
+        &[&[1., 2., 3.], &[0.], &[3.], &[1.], &[2.], &[0.], &[0.]],
+    );
+    assert_has(&m, "begin_mask has bits beyond rank 1");
+}
+
+#[test]
+fn slice_negative_size_from_an_input_fails_at_execution() {
+    let g = with_inputs(
+        O::Slice,
+        &[3],
+        &[(T::TensorInt32, &[1]), (T::TensorInt32, &[1])],
+        1,
+    );
+    let m = exec_err(g, &[&[1., 2., 3.], &[0.], &[-2.]]);
+    assert_has(&m, "size[0] = -2 must be > 0 or -1");
+}
+
+#[test]
+fn space_to_batch_zero_block_and_negative_padding_from_inputs_fail_at_execution() {
+    let args: &[(T, &[u32])] = &[(T::TensorInt32, &[2]), (T::TensorInt32, &[2, 2])];
+    let x = iota(4, 0.0);
+    let g = with_inputs(O::SpaceToBatchNd, &[1, 2, 2, 1], args, 1);
+    assert_has(
+        &exec_err(g, &[&x, &[0., 1.], &[0.; 4]]),
+        "entries must be >= 1",
+    );
+    let g = with_inputs(O::SpaceToBatchNd, &[1, 2, 2, 1], args, 1);
+    assert_has(
+        &exec_err(g, &[&x, &[1., 1.], &[0., 0., -1., 0.]]),
+        "must be >= 0",
+    );
+}
+
+#[test]
+fn space_to_batch_huge_padding_fails_at_execution_without_allocating() {
+    let args: &[(T, &[u32])] = &[(T::TensorInt32, &[2]), (T::TensorInt32, &[2, 2])];
+    let g = with_inputs(O::SpaceToBatchNd, &[1, 1, 1, 1], args, 1);
+    let big = i32::MAX as f32;
+    assert_has(
+        &exec_err(g, &[&[1.], &[1., 1.], &[big, 0., big, 0.]]),
+        "too large",
+    );
+}
+
+#[test]
+fn batch_to_space_huge_block_fails_at_execution() {
+    let g = with_inputs(
+        O::BatchToSpaceNd,
+        &[1, 1, 1, 1],
+        &[(T::TensorInt32, &[2])],
+        1,
+    );
+    let big = i32::MAX as f32;
+    assert_has(&exec_err(g, &[&[1.], &[big, big]]), "multiple of the block");
+}
+
+#[test]
+fn gather_axis_from_an_input_out_of_range_fails_at_execution() {
+    let g = with_inputs(
+        O::Gather,
+        &[3],
+        &[(T::Int32, &[]), (T::TensorInt32, &[1])],
+        1,
+    );
+    assert_has(
+        &exec_err(g, &[&[1., 2., 3.], &[-2.], &[0.]]),
+        "axis -2 out of range",
+    );
+}
+
+#[test]
+fn split_num_splits_from_an_input_must_match_the_outputs() {
+    let g = with_inputs(O::Split, &[4], &[(T::Int32, &[]), (T::Int32, &[])], 2);
+    assert_has(
+        &exec_err(g, &[&[1., 2., 3., 4.], &[0.], &[4.]]),
+        "num_splits is 4 but 2 outputs",
+    );
+}
+
+#[test]
+fn expand_dims_axis_from_an_input_out_of_range_fails_at_execution() {
+    let g = with_inputs(O::ExpandDims, &[3], &[(T::Int32, &[])], 1);
+    assert_has(
+        &exec_err(g, &[&[1., 2., 3.], &[2.]]),
+        "axis 2 out of range for rank 2",
+    );
+}
+
+#[test]
+fn channel_shuffle_zero_groups_from_an_input_fail_at_execution() {
+    let g = with_inputs(
+        O::ChannelShuffle,
+        &[4],
+        &[(T::Int32, &[]), (T::Int32, &[])],
+        1,
+    );
+    assert_has(
+        &exec_err(g, &[&[1., 2., 3., 4.], &[0.], &[0.]]),
+        "num_groups must be > 0",
+    );
+}
+
+#[test]
+fn tile_negative_multiple_from_an_input_fails_at_execution() {
+    let g = with_inputs(O::Tile, &[2], &[(T::TensorInt32, &[1])], 1);
+    assert_has(
+        &exec_err(g, &[&[1., 2.], &[-1.]]),
+        "multiples[0] = -1 must be >= 0",
+    );
+}
+
+#[test]
+fn pad_v2_negative_padding_from_an_input_fails_at_execution() {
+    let g = with_inputs(
+        O::PadV2,
+        &[2],
+        &[(T::TensorInt32, &[1, 2]), (T::Float32, &[])],
+        1,
+    );
+    assert_has(
+        &exec_err(g, &[&[1., 2.], &[0., -1.], &[0.]]),
+        "must be >= 0",
+    );
+}
+
+#[test]
+fn movement_operations_refuse_bool_tensors_as_unsupported() {
+    for op in [O::Gather, O::ExpandDims, O::Tile] {
+        let mut b = B::new();
+        let x = b.input(T::TensorBool8, &[2]);
+        let a = match op {
+            O::Tile => b.i32c(&[1], &[1]),
+            _ => b.int(0),
+        };
+        let mut ins = vec![x, a];
+        if op == O::Gather {
+            ins.push(b.i32c(&[1], &[0]));
+        }
+        let o = b.output(T::TensorBool8, &[]);
+        b.op(op, &ins, &[o]);
+        assert!(
+            matches!(PreparedGraph::new(b.g), Err(GraphError::Unsupported { .. })),
+            "{op:?}"
+        );
+    }
+}

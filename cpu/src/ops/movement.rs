@@ -240,15 +240,14 @@ fn check_slice(c: &Ck<'_>) -> Result<(), Issue> {
     c.is(1, T::TensorInt32, "begin")?;
     c.is(2, T::TensorInt32, "size")?;
     same_as_input(c, 0)?;
-    rank_within(c, 1, 4)?;
     let r = rank_of(c, 0);
     list_len(c, 1, r, "begin")?;
     list_len(c, 2, r, "size")?;
     if konst(c, 1).is_some_and(|b| b.iter().any(|&x| x < 0)) {
         return invalid("begin must be >= 0");
     }
-    if konst(c, 2).is_some_and(|s| s.iter().any(|&x| x < -1 || x == 0)) {
-        return invalid("size must be > 0 or -1");
+    if konst(c, 2).is_some_and(|s| s.iter().any(|&x| x < -1)) {
+        return invalid("size must be >= 0 or -1");
     }
     Ok(())
 }
@@ -616,20 +615,23 @@ fn strided_slice(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
 /// SLICE(input, begin, size).
 fn slice(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = tensor(ctx, 0)?;
-    let r = rank_range(ctx, t, 1, 4)?;
+    let r = t.dims.len();
+    if r == 0 {
+        return Err(ctx.err("input must have rank >= 1"));
+    }
     let begin = list(ctx, 1, r, "begin")?;
     let size = list(ctx, 2, r, "size")?;
     let mut od = Vec::with_capacity(r);
     for i in 0..r {
         let dim = i64::from(t.dims[i]);
         let b = i64::from(begin[i]);
-        if b < 0 || b >= dim {
-            return Err(ctx.err(format!("begin[{i}] = {b} outside [0, {dim})")));
+        if b < 0 || b > dim {
+            return Err(ctx.err(format!("begin[{i}] = {b} outside [0, {dim}]")));
         }
         let s = match size[i] {
             -1 => dim - b,
-            s if s > 0 => i64::from(s),
-            s => return Err(ctx.err(format!("size[{i}] = {s} must be > 0 or -1"))),
+            s if s >= 0 => i64::from(s),
+            s => return Err(ctx.err(format!("size[{i}] = {s} must be >= 0 or -1"))),
         };
         if b + s > dim {
             return Err(ctx.err(format!(

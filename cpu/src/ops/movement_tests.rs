@@ -420,10 +420,32 @@ fn slice_refuses_a_negative_begin() {
 }
 
 #[test]
-fn slice_refuses_a_zero_size() {
+fn slice_refuses_a_size_below_minus_one() {
     assert_has(
-        &refused(sl(T::TensorFloat32, &[3], &[0], &[0])),
-        "size must be > 0 or -1",
+        &refused(sl(T::TensorFloat32, &[3], &[0], &[-2])),
+        "size must be >= 0 or -1",
+    );
+}
+
+#[test]
+fn slice_of_size_zero_or_from_the_end_is_empty() {
+    let g = sl(T::TensorFloat32, &[2, 3], &[0, 1], &[2, 0]);
+    assert_eq!(run(g, &[&iota(6, 0.0)]), (vec![], vec![2, 0]));
+    let g = sl(T::TensorFloat32, &[3], &[3], &[-1]);
+    assert_eq!(run(g, &[&iota(3, 0.0)]), (vec![], vec![0]));
+}
+
+#[test]
+fn slice_of_rank_five() {
+    let g = sl(
+        T::TensorInt32,
+        &[1, 1, 1, 2, 2],
+        &[0, 0, 0, 1, 0],
+        &[-1, -1, -1, 1, 2],
+    );
+    assert_eq!(
+        run(g, &[&iota(4, 0.0)]),
+        (vec![2.0, 3.0], vec![1, 1, 1, 1, 2])
     );
 }
 
@@ -434,9 +456,12 @@ fn slice_past_the_end_fails_at_execution() {
 }
 
 #[test]
-fn slice_begin_at_the_extent_fails_at_execution() {
-    let g = sl(T::TensorFloat32, &[3], &[3], &[-1]);
-    assert_has(&exec_err(g, &[&[1.0, 2.0, 3.0]]), "outside [0, 3)");
+fn slice_begin_beyond_the_extent_fails_at_execution() {
+    let g = sl(T::TensorFloat32, &[3], &[4], &[-1]);
+    assert_has(
+        &exec_err(g, &[&[1.0, 2.0, 3.0]]),
+        "begin[0] = 4 outside [0, 3]",
+    );
 }
 
 #[test]
@@ -1213,7 +1238,7 @@ fn slice_negative_size_from_an_input_fails_at_execution() {
         1,
     );
     let m = exec_err(g, &[&[1., 2., 3.], &[0.], &[-2.]]);
-    assert_has(&m, "size[0] = -2 must be > 0 or -1");
+    assert_has(&m, "size[0] = -2 must be >= 0 or -1");
 }
 
 #[test]

@@ -1370,3 +1370,23 @@ fn movement_operations_refuse_bool_tensors_as_unsupported() {
         );
     }
 }
+
+#[test]
+fn pad_v2_on_int32_is_unsupported_not_invalid() {
+    let g = graph(O::PadV2, T::TensorInt32, &[2], 0, |b| {
+        vec![b.i32c(&[1, 2], &[1, 1]), b.int(0)]
+    });
+    assert!(matches!(
+        PreparedGraph::new(g),
+        Err(GraphError::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn rank_refuses_a_scalar_input() {
+    let mut b = B::new();
+    let x = b.int(3);
+    let o = b.output(T::Int32, &[]);
+    b.op(O::Rank, &[x], &[o]);
+    assert_has(&refused(b.g), "is not a tensor");
+}

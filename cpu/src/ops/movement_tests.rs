@@ -1390,3 +1390,94 @@ fn rank_refuses_a_scalar_input() {
     b.op(O::Rank, &[x], &[o]);
     assert_has(&refused(b.g), "is not a tensor");
 }
+
+#[test]
+fn strided_slice_output_declared_with_unknown_extents_gets_its_shape_at_execution() {
+    let mut g = ss(
+        T::TensorFloat32,
+        &[2, 3],
+        [&[0, 1], &[2, 3], &[1, 1]],
+        [0, 0, 0],
+    );
+    let o = g.output_indexes[0] as usize;
+    g.operands[o].dimensions = vec![0, 0];
+    let (v, d) = run(g, &[&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]);
+    assert_eq!((v, d), (vec![2.0, 3.0, 5.0, 6.0], vec![2, 2]));
+}
+
+#[test]
+fn strided_slice_output_declared_with_the_wrong_shape_fails_at_execution() {
+    let mut g = ss(
+        T::TensorFloat32,
+        &[2, 3],
+        [&[0, 1], &[2, 3], &[1, 1]],
+        [0, 0, 0],
+    );
+    let o = g.output_indexes[0] as usize;
+    g.operands[o].dimensions = vec![2, 3];
+    assert_has(&exec_err(g, &[&iota(6, 0.0)]), "declared [2, 3]");
+}
+
+#[test]
+fn strided_slice_begin_of_the_wrong_length_from_an_input_fails_at_execution() {
+    // begin's length is unknown in the model (extent 0), so only execution can check it.
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[3]);
+    let be = b.input(T::TensorInt32, &[0]);
+    let en = b.i32c(&[1], &[3]);
+    let st = b.i32c(&[1], &[1]);
+    let m = [b.int(0), b.int(0), b.int(0)];
+    let o = b.output(T::TensorFloat32, &[]);
+    b.op(O::StridedSlice, &[x, be, en, st, m[0], m[1], m[2]], &[o]);
+    let p = PreparedGraph::new(b.g).unwrap();
+    let (xd, bd) = (fb(&[1., 2., 3.]), enc(T::TensorInt32, &[0., 0.]));
+    let args = [
+        InputArg::Value {
+            data: &xd,
+            dimensions: vec![],
+        },
+        InputArg::Value {
+            data: &bd,
+            dimensions: vec![2],
+        },
+    ];
+    let mut out = [0u8; 64];
+    match p.execute(&[], &args, &mut [&mut out[..]]) {
+        Err(ExecError::InvalidArgument(m)) => assert_has(&m, "begin must have shape [1], has [2]"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn gather_negative_index_from_an_input_fails_at_execution() {
+    let g = with_inputs(
+        O::Gather,
+        &[3],
+        &[(T::Int32, &[]), (T::TensorInt32, &[2])],
+        1,
+    );
+    assert_has(
+        &exec_err(g, &[&[1., 2., 3.], &[0.], &[0., -1.]]),
+        "index -1 outside [0, 3)",
+    );
+}
+
+#[test]
+fn split_outputs_feed_later_operations() {
+    // SPLIT's second output feeds EXPAND_DIMS: multi-output values reach their readers.
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[4]);
+    let a = b.int(0);
+    let n = b.int(2);
+    let s0 = b.output(T::TensorFloat32, &[]);
+    let s1 = b.temp(T::TensorFloat32, &[0]);
+    b.op(O::Split, &[x, a, n], &[s0, s1]);
+    let ax = b.int(0);
+    let e = b.output(T::TensorFloat32, &[]);
+    b.op(O::ExpandDims, &[s1, ax], &[e]);
+    let outs = run_all(b.g, &[&[1., 2., 3., 4.]]);
+    assert_eq!(
+        outs,
+        vec![(vec![1., 2.], vec![2]), (vec![3., 4.], vec![1, 2])]
+    );
+}

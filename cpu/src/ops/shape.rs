@@ -103,17 +103,14 @@ pub(crate) fn squeeze(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     checked(ctx, t)?;
     let r = t.dims.len();
     let mut drop = vec![false; r];
-    let axes = if ctx.has(1) {
-        int_list(ctx, 1)?
-    } else {
-        Vec::new()
-    };
-    if axes.is_empty() {
+    // Only an omitted axes operand squeezes every unit dimension; a present but empty list
+    // squeezes none (NNAPI).
+    if !ctx.has(1) {
         for (i, &d) in t.dims.iter().enumerate() {
             drop[i] = d == 1;
         }
     } else {
-        for &a in &axes {
+        for &a in &int_list(ctx, 1)? {
             let a = resolve_axis(ctx, a, r)?;
             if t.dims[a] != 1 {
                 return Err(ctx.err(format!("cannot squeeze axis {a} of extent {}", t.dims[a])));

@@ -1,0 +1,2 @@
+#![allow(clippy::panic)]
+use crate::test_support::*;

@@ -284,12 +284,15 @@ fn fold<A: Copy>(dims: &[u32], x: &[A], p: &Plan, init: A, f: impl Fn(A, A) -> A
     out
 }
 
+/// A fold's initial value and step, for one storage kind (None: kind not accepted).
+type Fold<A> = Option<(A, fn(A, A) -> A)>;
+
 /// Runs a reduction with one fold per storage kind.
 fn reduce_with(
     ctx: &OpCtx<'_>,
-    f32_op: Option<(f32, fn(f32, f32) -> f32)>,
-    u8_op: Option<(u8, fn(u8, u8) -> u8)>,
-    i8_op: Option<(i8, fn(i8, i8) -> i8)>,
+    f32_op: Fold<f32>,
+    u8_op: Fold<u8>,
+    i8_op: Fold<i8>,
 ) -> KResult<Vec<Tensor>> {
     let t = value(ctx, 0)?;
     let p = plan(ctx, &t.dims)?;

@@ -40,7 +40,10 @@ fn bs(b: &[u8]) -> Vec<i8> {
 }
 
 /// Runs `g` on byte inputs (model dims); every output's bytes and shape, or the error.
-fn run_all(g: Graph, inputs: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u32>)>, ExecError> {
+/// Every output's bytes and shape.
+type Outs = Vec<(Vec<u8>, Vec<u32>)>;
+
+fn run_all(g: Graph, inputs: &[Vec<u8>]) -> Result<Outs, ExecError> {
     let p = PreparedGraph::new(g).expect("graph prepares");
     let args: Vec<InputArg<'_>> = inputs
         .iter()
@@ -265,7 +268,7 @@ fn reduce_max_and_min_quant8_asymm_keep_the_quantization() {
         0.5,
         100,
     );
-    let (o, _) = run1(g, &[x.clone()]);
+    let (o, _) = run1(g, std::slice::from_ref(&x));
     assert_eq!(o, vec![200, 255]);
     let g = q(
         reduce_graph(
@@ -298,7 +301,7 @@ fn reduce_max_and_min_quant8_asymm_signed() {
         0.1,
         -5,
     );
-    let (o, _) = run1(g, &[x.clone()]);
+    let (o, _) = run1(g, std::slice::from_ref(&x));
     assert_eq!(bs(&o), vec![-3, 127]);
     let g = q(
         reduce_graph(
@@ -344,11 +347,11 @@ fn reduce_prod_float16() {
 fn reduce_any_and_all_on_bool8() {
     let x = vec![0u8, 1, 0, 1, 1, 1];
     let g = reduce_graph(O::ReduceAny, T::TensorBool8, &[2, 3], &[1], false, &[2]);
-    assert_eq!(run1(g, &[x.clone()]).0, vec![1, 1]);
+    assert_eq!(run1(g, std::slice::from_ref(&x)).0, vec![1, 1]);
     let g = reduce_graph(O::ReduceAll, T::TensorBool8, &[2, 3], &[1], false, &[2]);
-    assert_eq!(run1(g, &[x.clone()]).0, vec![0, 1]);
+    assert_eq!(run1(g, std::slice::from_ref(&x)).0, vec![0, 1]);
     let g = reduce_graph(O::ReduceAny, T::TensorBool8, &[2, 3], &[0], false, &[3]);
-    assert_eq!(run1(g, &[x.clone()]).0, vec![1, 1, 1]);
+    assert_eq!(run1(g, std::slice::from_ref(&x)).0, vec![1, 1, 1]);
     let g = reduce_graph(O::ReduceAll, T::TensorBool8, &[2, 3], &[0], true, &[1, 3]);
     assert_eq!(run1(g, &[x]).0, vec![0, 1, 0]);
 }
@@ -500,7 +503,7 @@ fn reduce_rank_above_4_at_execution_fails() {
         data: &data,
         dimensions: vec![1, 1, 1, 1, 2],
     }];
-    let mut out = vec![0u8; 64];
+    let mut out = [0u8; 64];
     let r = p.execute(&[], &args, &mut [&mut out[..]]);
     assert!(
         matches!(&r, Err(ExecError::InvalidArgument(m)) if m.contains("rank 5 is above 4")),
@@ -524,19 +527,19 @@ fn argmax_and_argmin_float32_along_each_axis() {
     let x = fb(&[1.0, 9.0, 3.0, 7.0, 2.0, 8.0]);
     let (o, d) = run1(
         arg_graph(O::Argmax, T::TensorFloat32, &[2, 3], 1),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_eq!(d, vec![2]);
     assert_eq!(bi(&o), vec![1, 2]);
     let (o, d) = run1(
         arg_graph(O::Argmax, T::TensorFloat32, &[2, 3], 0),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_eq!(d, vec![3]);
     assert_eq!(bi(&o), vec![1, 0, 1]);
     let (o, _) = run1(
         arg_graph(O::Argmin, T::TensorFloat32, &[2, 3], -1),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_eq!(bi(&o), vec![0, 1]);
     let (o, _) = run1(arg_graph(O::Argmin, T::TensorFloat32, &[2, 3], -2), &[x]);

@@ -665,11 +665,15 @@ fn cast_from_a_copy_only_type_to_another_is_refused() {
 }
 
 #[test]
-fn cast_identity_of_a_quantized_type_keeps_its_quantization() {
+fn cast_identity_copies_stored_values_whatever_the_output_quantization() {
     let mut g = cast_graph(T::TensorQuant8AsymmSigned, T::TensorQuant8AsymmSigned, &[2]);
     let o = g.output_indexes[0];
-    set_q(&mut g, o, 0.5, 0);
-    assert!(refused(g).contains("scale and zero point"));
+    set_q(&mut g, o, 0.5, 3);
+    assert_eq!(bs(&run1(g, &[sb(&[-7, 8])]).0), vec![-7, 8]);
+    let mut g = cast_graph(T::TensorQuant8Asymm, T::TensorQuant8Asymm, &[2]);
+    let o = g.output_indexes[0];
+    set_q(&mut g, o, 0.5, 3);
+    assert_eq!(run1(g, &[vec![0, 255]]).0, vec![0, 255]);
 }
 
 #[test]

@@ -233,15 +233,11 @@ fn plan(ctx: &OpCtx<'_>, dims: &[u32]) -> KResult<Plan> {
             out_dims.push(1);
         }
     }
-    let out_len = dims
-        .iter()
-        .zip(&reduce)
-        .filter(|(_, red)| !**red)
-        .try_fold(1usize, |n, (&d, _)| n.checked_mul(d as usize))
-        .ok_or_else(|| ctx.err("output too large"))?;
     if out_dims.is_empty() {
         out_dims.push(1);
     }
+    // Bounded like every output (a zero extent reduced away must not leave a huge product).
+    let out_len = count(ctx, &out_dims)?;
     Ok(Plan {
         reduce,
         out_dims,
@@ -406,6 +402,15 @@ fn arg_search(ctx: &OpCtx<'_>, is_min: bool) -> KResult<Vec<Tensor>> {
         return Err(ctx.err("input must have rank >= 1"));
     }
     let axis = resolve_axis(ctx, ctx.scalar_i32(1)?, r)?;
+    if t.dims[axis] == 0 {
+        return Err(ctx.err("the searched dimension is empty"));
+    }
+    let mut od: Vec<u32> = t.dims.clone();
+    od.remove(axis);
+    if od.is_empty() {
+        od.push(1);
+    }
+    count(ctx, &od)?;
     let x = keys(ctx, t)?;
     let outer: usize = t.dims[..axis].iter().map(|&d| d as usize).product();
     let n = t.dims[axis] as usize;
@@ -426,11 +431,6 @@ fn arg_search(ctx: &OpCtx<'_>, is_min: bool) -> KResult<Vec<Tensor>> {
             }
             out.push(i32::try_from(best_k).map_err(|_| ctx.err("index too large"))?);
         }
-    }
-    let mut od: Vec<u32> = t.dims.clone();
-    od.remove(axis);
-    if od.is_empty() {
-        od.push(1);
     }
     Ok(vec![Tensor::new(od, Data::I32(out))])
 }
@@ -556,6 +556,9 @@ fn log_softmax(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         return Err(ctx.err("input must have rank >= 1"));
     }
     let axis = resolve_axis(ctx, ctx.scalar_i32(2)?, r)?;
+    if x.is_empty() {
+        return Ok(vec![Tensor::new(t.dims.clone(), Data::F32(Vec::new()))]);
+    }
     let outer: usize = t.dims[..axis].iter().map(|&d| d as usize).product();
     let n = t.dims[axis] as usize;
     let inner: usize = t.dims[axis + 1..].iter().map(|&d| d as usize).product();

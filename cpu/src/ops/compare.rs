@@ -4,7 +4,7 @@
 //! The comparisons broadcast their operands numpy-style and write TENSOR_BOOL8 (0 or 1);
 //! quantized operands are compared by real value, so their scales and zero points may differ.
 
-use super::reduce::{known_rank, value};
+use super::reduce::{known_rank, out_fits, value};
 use super::registry::OpDef;
 use super::{KResult, OpCtx, count};
 use crate::check::{Ck, Issue};
@@ -189,13 +189,33 @@ fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
 /// When both inputs' shapes are fully declared, they must broadcast together.
 fn check_broadcastable(c: &Ck<'_>) -> Result<(), Issue> {
     let (a, b) = (&c.inp(0)?.dimensions, &c.inp(1)?.dimensions);
-    let known = |d: &[u32]| !d.is_empty() && !d.contains(&0);
-    if known(a) && known(b) && broadcast_shape(a, b).is_none() {
-        return Err(invalid(format!(
-            "input shapes {a:?} and {b:?} cannot be broadcast together"
-        )));
+    if a.is_empty() || b.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    // The broadcast extents as far as the model tells them (0: unknown until execution).
+    let r = a.len().max(b.len());
+    let ext = |d: &[u32], i: usize| {
+        if i + d.len() >= r {
+            d[i + d.len() - r]
+        } else {
+            1
+        }
+    };
+    let mut want = Vec::with_capacity(r);
+    for i in 0..r {
+        let (x, y) = (ext(a, i), ext(b, i));
+        want.push(match (x, y) {
+            _ if x == y => x,
+            (0, 1) | (1, 0) => 0,
+            (0, e) | (e, 0) | (1, e) | (e, 1) => e,
+            _ => {
+                return Err(invalid(format!(
+                    "input shapes {a:?} and {b:?} cannot be broadcast together"
+                )));
+            }
+        });
+    }
+    out_fits(c, 0, &want)
 }
 
 /// `f` over the broadcast of `a` (shaped `ad`) and `b` (shaped `bd`).
@@ -326,7 +346,13 @@ fn check_logical_binary(c: &Ck<'_>) -> Result<(), Issue> {
 fn check_logical_not(c: &Ck<'_>) -> Result<(), Issue> {
     c.counts(&[1], 1)?;
     c.is(0, T::TensorBool8, "input")?;
-    out_is(c, 0, T::TensorBool8)
+    out_is(c, 0, T::TensorBool8)?;
+    let dims = &c.inp(0)?.dimensions;
+    if dims.is_empty() {
+        Ok(())
+    } else {
+        out_fits(c, 0, dims)
+    }
 }
 
 fn bools<'a>(ctx: &OpCtx<'a>, i: usize) -> KResult<(&'a [u32], &'a [u8])> {
@@ -383,7 +409,11 @@ fn check_select(c: &Ck<'_>) -> Result<(), Issue> {
             )));
         }
     }
-    Ok(())
+    if dims[1].is_empty() {
+        Ok(())
+    } else {
+        out_fits(c, 0, dims[1])
+    }
 }
 
 /// Re-expresses stored 8-bit `q` of input `i` in the output's quantization, rounding half

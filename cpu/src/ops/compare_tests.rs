@@ -782,3 +782,87 @@ fn pow_of_unbroadcastable_shapes_is_refused() {
     );
     assert!(refused(g).contains("cannot be broadcast"));
 }
+
+// ---------------------------------------------------------------- declared output shapes
+
+#[test]
+fn comparison_declared_output_shape_must_be_the_broadcast_shape() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[2, 1]);
+    let y = b.input(T::TensorFloat32, &[3]);
+    let o = b.output(T::TensorBool8, &[3]);
+    b.op(O::Greater, &[x, y], &[o]);
+    assert!(refused(b.g).contains("output 0 is declared [3], the operation produces [2, 3]"));
+}
+
+#[test]
+fn comparison_with_an_unknown_extent_accepts_the_known_broadcast() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[0]);
+    let y = b.input(T::TensorFloat32, &[3]);
+    let o = b.output(T::TensorBool8, &[3]);
+    b.op(O::Equal, &[x, y], &[o]);
+    let p = PreparedGraph::new(b.g).expect("prepares");
+    let (d1, d2) = (fb(&[2.0]), fb(&[1.0, 2.0, 3.0]));
+    let args = [
+        InputArg::Value {
+            data: &d1,
+            dimensions: vec![1],
+        },
+        InputArg::Value {
+            data: &d2,
+            dimensions: vec![],
+        },
+    ];
+    let mut out = [0u8; 3];
+    let shapes = p.execute(&[], &args, &mut [&mut out[..]]).unwrap();
+    assert_eq!(shapes[0].dimensions, vec![3]);
+    assert_eq!(out, [0, 1, 0]);
+}
+
+#[test]
+fn select_declared_output_shape_must_be_the_input_shape() {
+    let mut b = B::new();
+    let c = b.input(T::TensorBool8, &[2]);
+    let x = b.input(T::TensorInt32, &[2]);
+    let y = b.input(T::TensorInt32, &[2]);
+    let o = b.output(T::TensorInt32, &[3]);
+    b.op(O::Select, &[c, x, y], &[o]);
+    assert!(refused(b.g).contains("output 0 is declared [3]"));
+}
+
+#[test]
+fn logical_not_and_pow_declared_output_shapes_are_checked() {
+    let mut b = B::new();
+    let x = b.input(T::TensorBool8, &[2]);
+    let o = b.output(T::TensorBool8, &[2, 1]);
+    b.op(O::LogicalNot, &[x], &[o]);
+    assert!(refused(b.g).contains("output 0 is declared [2, 1]"));
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[2, 2]);
+    let y = b.input(T::TensorFloat32, &[1]);
+    let o = b.output(T::TensorFloat32, &[4]);
+    b.op(O::Pow, &[x, y], &[o]);
+    assert!(refused(b.g).contains("produces [2, 2]"));
+}
+
+// ---------------------------------------------------------------- in a graph
+
+#[test]
+fn greater_feeds_select_then_reduce_max_through_temporaries() {
+    // elementwise maximum of x and y via GREATER + SELECT, then the largest of each row.
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[2, 2]);
+    let y = b.input(T::TensorFloat32, &[2, 2]);
+    let c = b.temp(T::TensorBool8, &[0, 0]);
+    b.op(O::Greater, &[x, y], &[c]);
+    let m = b.temp(T::TensorFloat32, &[0, 0]);
+    b.op(O::Select, &[c, x, y], &[m]);
+    let axes = b.i32c(&[1], &[1]);
+    let keep = b.boolean(false);
+    let o = b.output(T::TensorFloat32, &[0]);
+    b.op(O::ReduceMax, &[m, axes, keep], &[o]);
+    let (out, d) = run_f32(b.g, &[&[1.0, 5.0, -2.0, 0.0], &[3.0, 4.0, -1.0, -3.0]]);
+    assert_eq!(d, vec![2]);
+    close(&out, &[5.0, 0.0]);
+}

@@ -136,6 +136,22 @@ fn axis_in_range(axis: i32, rank: usize, what: &str) -> Result<(), Issue> {
     Ok(())
 }
 
+/// Output `k`'s declared shape (when it declares one) must fit `want`, the shape the
+/// operation produces as far as the model tells it (0: extent not known before execution).
+pub(super) fn out_fits(c: &Ck<'_>, k: usize, want: &[u32]) -> Result<(), Issue> {
+    let d = &c.out(k)?.dimensions;
+    let fits = d.len() == want.len()
+        && d.iter()
+            .zip(want)
+            .all(|(&x, &y)| x == 0 || y == 0 || x == y);
+    if !d.is_empty() && !fits {
+        return Err(invalid(format!(
+            "output {k} is declared {d:?}, the operation produces {want:?}"
+        )));
+    }
+    Ok(())
+}
+
 /// The value of input `i`, checked against its dimensions.
 pub(super) fn value<'a>(ctx: &OpCtx<'a>, i: usize) -> KResult<&'a Tensor> {
     let t = ctx.t(i)?;
@@ -189,13 +205,42 @@ fn check_reduce(c: &Ck<'_>, allowed: &[OperandType]) -> Result<(), Issue> {
         if r > 4 {
             return Err(invalid(format!("input rank {r} is above 4")));
         }
-        if let Some(axes) = const_i32s(c, 1) {
+        if let (Some(axes), Some(keep)) = (const_i32s(c, 1), const_bool(c, 2)) {
+            let mut reduce = vec![false; r];
             for a in axes {
                 axis_in_range(a, r, "axis")?;
+                reduce[if a < 0 {
+                    (a + r as i32) as usize
+                } else {
+                    a as usize
+                }] = true;
             }
+            let dims = &c.inp(0)?.dimensions;
+            let mut want: Vec<u32> = dims
+                .iter()
+                .zip(&reduce)
+                .filter_map(|(&d, &red)| match (red, keep) {
+                    (false, _) => Some(d),
+                    (true, true) => Some(1),
+                    (true, false) => None,
+                })
+                .collect();
+            if want.is_empty() {
+                want.push(1);
+            }
+            out_fits(c, 0, &want)?;
         }
     }
     Ok(())
+}
+
+/// The value of input `i` when it is a CONSTANT_COPY BOOL scalar.
+fn const_bool(c: &Ck<'_>, i: usize) -> Option<bool> {
+    let o = c.inp(i).ok()?;
+    let Lifetime::ConstantCopy { offset, length: 1 } = o.lifetime else {
+        return None;
+    };
+    (o.ty == T::Bool).then(|| c.g.operand_values.get(offset).map(|&b| b != 0))?
 }
 
 /// The reduction plan of REDUCE_*: which dimensions are reduced and the output shape.
@@ -378,6 +423,16 @@ fn check_arg(c: &Ck<'_>) -> Result<(), Issue> {
     if let (Some(r), Some(a)) = (known_rank(c, 0)?, const_i32s(c, 1)) {
         if let Some(&a) = a.first() {
             axis_in_range(a, r, "axis")?;
+            let mut want = c.inp(0)?.dimensions.clone();
+            want.remove(if a < 0 {
+                (a + r as i32) as usize
+            } else {
+                a as usize
+            });
+            if want.is_empty() {
+                want.push(1);
+            }
+            out_fits(c, 0, &want)?;
         }
     }
     Ok(())
@@ -475,6 +530,12 @@ fn check_topk(c: &Ck<'_>) -> Result<(), Issue> {
                     "k {k} is larger than the last dimension {last}"
                 )));
             }
+            let mut want = c.inp(0)?.dimensions.clone();
+            if let Some(l) = want.last_mut() {
+                *l = k as u32;
+            }
+            out_fits(c, 0, &want)?;
+            out_fits(c, 1, &want)?;
         }
     }
     Ok(())
@@ -537,6 +598,10 @@ fn check_log_softmax(c: &Ck<'_>) -> Result<(), Issue> {
     c.is(1, float_scalar(t0), "beta")?;
     c.is(2, T::Int32, "axis")?;
     c.same_out(t0)?;
+    let dims = &c.inp(0)?.dimensions;
+    if !dims.is_empty() {
+        out_fits(c, 0, dims)?;
+    }
     if let (Some(r), Some(a)) = (known_rank(c, 0)?, const_i32s(c, 2)) {
         if let Some(&a) = a.first() {
             axis_in_range(a, r, "axis")?;

@@ -866,3 +866,54 @@ fn log_softmax_axis_out_of_range_at_execution_fails() {
     let m = exec_error(b.g, &[fb(&[1.0, 2.0]), ib(&[-2])]);
     assert!(m.contains("axis -2 out of range"), "{m}");
 }
+
+// ---------------------------------------------------------------- declared output shapes
+
+#[test]
+fn reduce_declared_output_shape_must_match_the_reduction() {
+    let g = reduce_graph(O::ReduceSum, T::TensorFloat32, &[2, 3], &[1], false, &[3]);
+    assert!(refused(g).contains("output 0 is declared [3], the operation produces [2]"));
+    let g = reduce_graph(O::ReduceMax, T::TensorFloat32, &[2, 3], &[1], true, &[2]);
+    assert!(refused(g).contains("produces [2, 1]"));
+    // An unknown extent in the declaration is fine.
+    let g = reduce_graph(O::ReduceMin, T::TensorFloat32, &[2, 3], &[0], true, &[1, 0]);
+    assert!(PreparedGraph::new(g).is_ok());
+}
+
+#[test]
+fn argmax_declared_output_shape_must_drop_the_axis() {
+    let mut g = arg_graph(O::Argmax, T::TensorFloat32, &[2, 3], 1);
+    let o = g.output_indexes[0] as usize;
+    g.operands[o].dimensions = vec![3];
+    assert!(refused(g).contains("produces [2]"));
+}
+
+#[test]
+fn topk_declared_output_shapes_must_end_in_k() {
+    let mut g = topk_graph(T::TensorFloat32, &[2, 3], 2);
+    let v = g.output_indexes[0] as usize;
+    g.operands[v].dimensions = vec![2, 3];
+    assert!(refused(g).contains("output 0 is declared [2, 3], the operation produces [2, 2]"));
+    let mut g = topk_graph(T::TensorFloat32, &[2, 3], 2);
+    let i = g.output_indexes[1] as usize;
+    g.operands[i].dimensions = vec![2, 1];
+    assert!(refused(g).contains("output 1 is declared [2, 1]"));
+}
+
+#[test]
+fn log_softmax_declared_output_shape_must_be_the_input_shape() {
+    let mut g = log_softmax_graph(T::TensorFloat32, &[2, 3], 1.0, 1);
+    let o = g.output_indexes[0] as usize;
+    g.operands[o].dimensions = vec![3, 2];
+    assert!(refused(g).contains("output 0 is declared [3, 2]"));
+}
+
+#[test]
+fn topk_rank3_rows_are_the_last_dimension() {
+    // [2, 1, 3]: rows [3, 1, 2] and [0, 0, -1]
+    let x = ib(&[3, 1, 2, 0, 0, -1]);
+    let outs = run_all(topk_graph(T::TensorInt32, &[2, 1, 3], 2), &[x]).unwrap();
+    assert_eq!(outs[0].1, vec![2, 1, 2]);
+    assert_eq!(bi(&outs[0].0), vec![3, 2, 0, 0]);
+    assert_eq!(bi(&outs[1].0), vec![0, 2, 1, 0]);
+}

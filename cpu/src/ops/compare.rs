@@ -416,17 +416,16 @@ fn check_select(c: &Ck<'_>) -> Result<(), Issue> {
     }
 }
 
-/// Re-expresses stored 8-bit `q` of input `i` in the output's quantization, rounding half
-/// away from zero and saturating.
+/// Re-expresses stored 8-bit `q` (quantized with `from`) in the output's quantization `to`
+/// as NNAPI's reference does: the real value in f32, then `real / scale + zero_point` in f64,
+/// saturated to `[lo, hi]`, rounded half away from zero.
 fn requantize(q: i32, from: (f32, i32), to: (f32, i32), lo: i32, hi: i32) -> i32 {
-    let real = f64::from(q - from.1) * f64::from(from.0);
-    let v = (real / f64::from(to.0)).round();
-    let v = if v.is_finite() {
-        v.clamp(-1e9, 1e9) as i32
-    } else {
-        0
-    };
-    v.saturating_add(to.1).clamp(lo, hi)
+    let real = f64::from(q.saturating_sub(from.1) as f32 * from.0);
+    let v = real / f64::from(to.0) + f64::from(to.1);
+    if v.is_nan() {
+        return lo.max(0).min(hi);
+    }
+    v.clamp(f64::from(lo), f64::from(hi)).round() as i32
 }
 
 fn select(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {

@@ -457,6 +457,17 @@ fn select_quant8_rounds_half_away_from_zero() {
 }
 
 #[test]
+fn select_quant8_rounds_after_adding_the_output_zero_point() {
+    // real -2.5 into scale 1, zero point 3: -2.5 + 3 = 0.5 rounds to 1 (not round(-2.5) + 3 = 0)
+    let (mut g, [x, y, o]) = select_graph(T::TensorQuant8Asymm, &[1]);
+    set_q(&mut g, x, 0.5, 10);
+    set_q(&mut g, y, 1.0, 0);
+    set_q(&mut g, o, 1.0, 3);
+    let (out, _) = run1(g, &[vec![1], vec![5], vec![0]]);
+    assert_eq!(out, vec![1]);
+}
+
+#[test]
 fn select_quant8_signed_requantizes() {
     let (mut g, [x, y, o]) = select_graph(T::TensorQuant8AsymmSigned, &[3]);
     set_q(&mut g, x, 0.5, -10); // [-8, 100, -128] = [1, 55, -59]

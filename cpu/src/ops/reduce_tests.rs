@@ -917,3 +917,49 @@ fn topk_rank3_rows_are_the_last_dimension() {
     assert_eq!(bi(&outs[0].0), vec![3, 2, 0, 0]);
     assert_eq!(bi(&outs[1].0), vec![0, 2, 1, 0]);
 }
+
+// ---------------------------------------------------------------- hostile arguments
+
+#[test]
+fn extreme_axis_values_are_refused_without_overflow() {
+    let g = reduce_graph(
+        O::ReduceSum,
+        T::TensorFloat32,
+        &[2],
+        &[i32::MIN],
+        false,
+        &[],
+    );
+    assert!(refused(g).contains("axis -2147483648"));
+    let g = reduce_graph(O::ReduceAny, T::TensorBool8, &[2], &[i32::MAX], false, &[]);
+    assert!(refused(g).contains("axis 2147483647"));
+    assert!(refused(arg_graph(O::Argmin, T::TensorInt32, &[2], i32::MIN)).contains("axis"));
+    let g = log_softmax_graph(T::TensorFloat32, &[2], 1.0, i32::MAX);
+    assert!(refused(g).contains("axis"));
+}
+
+#[test]
+fn extreme_k_at_execution_fails_cleanly() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[3]);
+    let k = b.input(T::Int32, &[]);
+    let v = b.output(T::TensorFloat32, &[]);
+    let i = b.output(T::TensorInt32, &[]);
+    b.op(O::TopkV2, &[x, k], &[v, i]);
+    let m = exec_error(b.g.clone(), &[fb(&[1.0, 2.0, 3.0]), ib(&[i32::MAX])]);
+    assert!(m.contains("larger than the last dimension"), "{m}");
+    let m = exec_error(b.g, &[fb(&[1.0, 2.0, 3.0]), ib(&[i32::MIN])]);
+    assert!(m.contains("k must be > 0"), "{m}");
+}
+
+#[test]
+fn extreme_axes_at_execution_fail_cleanly() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[2, 3]);
+    let a = b.input(T::TensorInt32, &[2]);
+    let k = b.boolean(true);
+    let o = b.output(T::TensorFloat32, &[]);
+    b.op(O::ReduceProd, &[x, a, k], &[o]);
+    let m = exec_error(b.g, &[fb(&M23), ib(&[0, i32::MIN])]);
+    assert!(m.contains("out of range for rank 2"), "{m}");
+}

@@ -6,12 +6,14 @@ use crate::error::ExecError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 use crate::tensor::{Data, Tensor};
 
+mod compare;
 mod conv;
 mod elementwise;
 mod gemm;
 mod movement;
 mod pool;
 mod quant;
+mod reduce;
 pub(crate) mod registry;
 mod shape;
 

@@ -29,7 +29,11 @@ pub(crate) struct OpDef {
 }
 
 /// Every family's table.
-static FAMILIES: &[&[OpDef]] = &[super::movement::DEFS];
+static FAMILIES: &[&[OpDef]] = &[
+    super::movement::DEFS,
+    super::reduce::DEFS,
+    super::compare::DEFS,
+];
 
 /// Every operation in the tables.
 pub(crate) fn all() -> impl Iterator<Item = &'static OpDef> {

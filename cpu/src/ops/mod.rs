@@ -7,6 +7,7 @@ use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationTy
 use crate::tensor::{Data, Tensor};
 
 mod conv;
+mod conv_variants;
 mod elementwise;
 mod gemm;
 mod normalization;

@@ -29,7 +29,7 @@ pub(crate) struct OpDef {
 }
 
 /// Every family's table.
-static FAMILIES: &[&[OpDef]] = &[super::normalization::DEFS];
+static FAMILIES: &[&[OpDef]] = &[super::normalization::DEFS, super::conv_variants::DEFS];
 
 /// Every operation in the tables.
 pub(crate) fn all() -> impl Iterator<Item = &'static OpDef> {

@@ -394,6 +394,7 @@ fn transpose_conv(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let ops = Operands::read(ctx, nchw, oc, act)?;
     // Every input pixel scatters its filter-weighted values into the output window whose
     // origin is (iy·sh - pt, ix·sw - pl).
+    #[allow(clippy::too_many_arguments)]
     fn scatter<V: Copy + Default + std::ops::AddAssign + std::ops::Mul<Output = V>>(
         x: &[V],
         f: &[V],

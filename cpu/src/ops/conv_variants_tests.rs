@@ -66,6 +66,7 @@ fn ints(b: &mut B, v: &[i32]) -> Vec<u32> {
 // ---------------------------------------------------------------- TRANSPOSE_CONV_2D
 
 /// Explicit-padding float32 TRANSPOSE_CONV_2D with pads (l, r, t, b), strides (w, h), act.
+#[allow(clippy::too_many_arguments)]
 fn tconv_f32(
     in_dims: &[u32],
     filt: (&[u32], &[f32]),

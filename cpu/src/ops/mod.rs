@@ -14,6 +14,7 @@ mod normalization;
 mod pool;
 mod quant;
 pub(crate) mod registry;
+mod resize;
 mod shape;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.
@@ -214,7 +215,6 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         O::Conv2d => conv::conv2d(ctx)?,
         O::DepthwiseConv2d => conv::depthwise_conv2d(ctx)?,
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => pool::pool2d(ctx)?,
-        O::ResizeBilinear => pool::resize_bilinear(ctx)?,
         other => {
             return Err(ExecError::Failed(format!(
                 "operation {} ({}) has no CPU kernel",

@@ -29,7 +29,11 @@ pub(crate) struct OpDef {
 }
 
 /// Every family's table.
-static FAMILIES: &[&[OpDef]] = &[super::normalization::DEFS, super::conv_variants::DEFS];
+static FAMILIES: &[&[OpDef]] = &[
+    super::normalization::DEFS,
+    super::conv_variants::DEFS,
+    super::resize::DEFS,
+];
 
 /// Every operation in the tables.
 pub(crate) fn all() -> impl Iterator<Item = &'static OpDef> {

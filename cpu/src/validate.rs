@@ -52,15 +52,6 @@ static SUPPORTED: &[(OperationType, &[OperandType])] = &[
     (O::Sqrt, FLOAT),
     (O::HardSwish, FLOAT),
     (O::Elu, FLOAT),
-    (
-        O::Maximum,
-        &[T::TensorFloat32, T::TensorFloat16, T::TensorInt32],
-    ),
-    (
-        O::Minimum,
-        &[T::TensorFloat32, T::TensorFloat16, T::TensorInt32],
-    ),
-    (O::Prelu, FLOAT),
 ];
 
 // The public entry points of validation are defined here rather than in model.rs, so that
@@ -432,12 +423,6 @@ fn check_op(g: &Graph, oi: usize) -> Result<(), Issue> {
         O::Elu => {
             c.counts(&[2], 1)?;
             c.is(1, float_scalar(t0), "alpha")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::Maximum | O::Minimum | O::Prelu => {
-            c.counts(&[2], 1)?;
-            c.is(1, t0, "second operand")?;
             c.same_out(t0)?;
             primary_supported(t0)?;
         }

@@ -10,6 +10,7 @@ mod conv;
 mod conv_variants;
 mod elementwise;
 mod gemm;
+mod minmax;
 mod normalization;
 mod pool;
 mod quant;
@@ -197,7 +198,6 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         | O::Sin
         | O::Sqrt
         | O::HardSwish => elementwise::unary(ctx)?,
-        O::Maximum | O::Minimum | O::Prelu => elementwise::binary_extra(ctx)?,
         O::Elu => elementwise::elu(ctx)?,
         O::Dequantize => elementwise::dequantize(ctx)?,
         O::Quantize => elementwise::quantize(ctx)?,

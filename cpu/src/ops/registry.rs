@@ -33,6 +33,7 @@ static FAMILIES: &[&[OpDef]] = &[
     super::normalization::DEFS,
     super::conv_variants::DEFS,
     super::resize::DEFS,
+    super::minmax::DEFS,
 ];
 
 /// Every operation in the tables.

@@ -555,6 +555,23 @@ fn transpose_conv_bias_length_mismatch_fails_at_execution() {
     assert!(format!("{e}").contains("bias"), "{e}");
 }
 
+#[test]
+fn transpose_conv_huge_stride_fails_without_allocating() {
+    // (2 - 1) · (2^31 - 1) + 1 columns is beyond the element cap.
+    let g = tconv_f32(
+        &[1, 1, 2, 1],
+        (&[1, 1, 1, 1], &[1.0]),
+        &[0.0],
+        [0, 0, 0, 0],
+        [i32::MAX, 1],
+        0,
+        false,
+        &[],
+    );
+    let e = exec_err(g, &[(fb(&[1.0, 2.0]), vec![])]);
+    assert!(format!("{e}").contains("too large"), "{e}");
+}
+
 // ---------------------------------------------------------------- GROUPED_CONV_2D
 
 /// Implicit-padding GROUPED_CONV_2D on float32.

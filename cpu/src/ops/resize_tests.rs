@@ -578,3 +578,19 @@ fn bilinear_size_given_at_execution_must_be_positive() {
     );
     assert!(format!("{e}").contains("output width must be > 0"), "{e}");
 }
+
+#[test]
+fn nearest_huge_output_size_fails_without_allocating() {
+    // 2^20 × 2^20 pixels is beyond the element cap.
+    let g = resize(
+        NN,
+        T::TensorFloat32,
+        &[1, 1, 1, 1],
+        Sz::I(1 << 20, 1 << 20),
+        &[false],
+        &[],
+        None,
+    );
+    let e = exec_err(g, &[(fb(&[1.0]), vec![])]);
+    assert!(format!("{e}").contains("too large"), "{e}");
+}

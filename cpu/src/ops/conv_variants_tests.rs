@@ -823,3 +823,55 @@ fn grouped_conv_input_depth_mismatch_fails_at_execution() {
     let e = exec_err(g, &[(fb(&[1.0, 2.0, 3.0, 4.0]), vec![])]);
     assert!(format!("{e}").contains("groups"), "{e}");
 }
+
+#[test]
+fn transpose_conv_batches_are_independent() {
+    // Batch 0 [1, 2] → [1, 3, 2]; batch 1 [10, 20] → [10, 30, 20].
+    let g = tconv_f32(
+        &[2, 1, 2, 1],
+        (&[1, 1, 2, 1], &[1.0, 1.0]),
+        &[0.0],
+        [0, 0, 0, 0],
+        [1, 1],
+        0,
+        false,
+        &[2, 1, 3, 1],
+    );
+    let (out, _) = run_f32(g, &[&[1.0, 2.0, 10.0, 20.0]]);
+    close(&out, &[1.0, 3.0, 2.0, 10.0, 30.0, 20.0]);
+}
+
+#[test]
+fn transpose_conv_quant8_nchw_per_channel() {
+    // The per-channel test in NCHW: channel 0 [4, 8], channel 1 [4, 8], plus zero point 10.
+    let mut b = B::new();
+    let x = b.input(T::TensorQuant8Asymm, &[1, 1, 1, 2]);
+    b.q(x, 0.5, 100);
+    let f = per_channel(&mut b, &[2, 1, 1, 1], &[4, 2], &[0.25, 0.5]);
+    let bi = b.i32c(&[2], &[0, 0]);
+    let mut ins = vec![x, f, bi];
+    ins.extend(ints(&mut b, &[0, 0, 0, 0, 1, 1, 0]));
+    ins.push(b.boolean(true));
+    let o = b.output(T::TensorQuant8Asymm, &[1, 2, 1, 2]);
+    b.q(o, 0.25, 10);
+    b.op(O::TransposeConv2d, &ins, &[o]);
+    let (out, _) = run_bytes(b.g, &[(vec![102, 104], vec![])]);
+    assert_eq!(out, vec![14, 18, 14, 18]);
+}
+
+#[test]
+fn grouped_conv_stride_two_over_two_batches() {
+    // Filters [1] (group 0) and [-1] (group 1), VALID, stride 2: columns 0 and 2.
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[2, 1, 4, 2]);
+    let f = b.f32c(&[2, 1, 1, 1], &[1.0, -1.0]);
+    let bi = b.f32c(&[2], &[0.0, 0.0]);
+    let mut ins = vec![x, f, bi];
+    ins.extend(ints(&mut b, &[2, 2, 2, 2, 0]));
+    ins.push(b.boolean(false));
+    let o = b.output(T::TensorFloat32, &[2, 1, 2, 2]);
+    b.op(O::GroupedConv2d, &ins, &[o]);
+    let x: Vec<f32> = (1..=8).flat_map(|v| [v as f32, 10.0 * v as f32]).collect();
+    let (out, _) = run_f32(b.g, &[&x]);
+    close(&out, &[1.0, -10.0, 3.0, -30.0, 5.0, -50.0, 7.0, -70.0]);
+}

@@ -164,8 +164,9 @@ fn min_max(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             let (bd, b) = q8(ctx, 1)?;
             let (ia, ib, o) = (ctx.operand(0)?, ctx.operand(1)?, ctx.out(0)?);
             let (lo, hi) = q8_range(o.ty);
+            // As the reference: the real value as a float product, the rescale in double.
             let requant = |v: i32, scale: f32, zp: i32| -> i32 {
-                let real = f64::from(v - zp) * f64::from(scale);
+                let real = f64::from((v - zp) as f32 * scale);
                 let q = real / f64::from(o.scale) + f64::from(o.zero_point);
                 q.clamp(f64::from(lo), f64::from(hi)).round() as i32
             };

@@ -343,3 +343,27 @@ fn instance_norm_rank_known_only_at_execution_is_checked() {
     let e = exec_err(b.g, &[(fb(&[1.0, 2.0]), vec![2])]);
     assert!(format!("{e}").contains("4-D"), "{e}");
 }
+
+#[test]
+fn instance_norm_batches_are_normalized_separately() {
+    // Batch 0 [1, 3] and batch 1 [10, 14] both become [-1, 1] (gamma 1, beta 0, epsilon 0).
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[2, 1, 2, 1]);
+    let g = b.float(1.0);
+    let be = b.float(0.0);
+    let e = b.float(0.0);
+    let l = b.boolean(false);
+    let o = b.output(T::TensorFloat32, &[2, 1, 2, 1]);
+    b.op(O::InstanceNormalization, &[x, g, be, e, l], &[o]);
+    let (out, _) = run_f32(b.g, &[&[1.0, 3.0, 10.0, 14.0]]);
+    close(&out, &[-1.0, 1.0, -1.0, 1.0]);
+}
+
+#[test]
+fn lrn_4d_input_normalizes_along_depth_per_pixel() {
+    // Pixel [1, 2]: square sum 5 → [1/√5, 2/√5]; pixel [3, 4]: 25 → [0.6, 0.8].
+    let g = lrn_graph(&[1, 1, 2, 2], 1, (0.0, 1.0, 0.5), None);
+    let (out, _) = run_f32(g, &[&[1.0, 2.0, 3.0, 4.0]]);
+    let r5 = 5f32.sqrt();
+    close(&out, &[1.0 / r5, 2.0 / r5, 0.6, 0.8]);
+}

@@ -594,3 +594,18 @@ fn nearest_huge_output_size_fails_without_allocating() {
     let e = exec_err(g, &[(fb(&[1.0]), vec![])]);
     assert!(format!("{e}").contains("too large"), "{e}");
 }
+
+#[test]
+fn nearest_batches_are_resized_separately() {
+    let g = resize(
+        NN,
+        T::TensorFloat32,
+        &[2, 1, 1, 1],
+        Sz::I(2, 2),
+        &[false],
+        &[2, 2, 2, 1],
+        None,
+    );
+    let (out, _) = run_f32(g, &[&[1.0, 2.0]]);
+    assert_eq!(out, vec![1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
+}

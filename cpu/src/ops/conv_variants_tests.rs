@@ -875,3 +875,300 @@ fn grouped_conv_stride_two_over_two_batches() {
     let (out, _) = run_f32(b.g, &[&x]);
     close(&out, &[1.0, -10.0, 3.0, -30.0, 5.0, -50.0, 7.0, -70.0]);
 }
+
+// ------------------------------------------------ examples of the NNAPI test specifications
+// The inputs, weights and expected outputs below are the examples of AOSP's
+// transpose_conv2d.mod.py and grouped_conv2d.mod.py (V1_2); quantized expectations are the
+// float ones divided by the output scale, plus the zero point (none of them is a tie).
+
+/// NHWC `[n, h, w, c]` data to NCHW.
+fn to_nchw(v: &[f32], d: [usize; 4]) -> Vec<f32> {
+    let [n, h, w, c] = d;
+    let mut out = Vec::with_capacity(v.len());
+    for b in 0..n {
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    out.push(v[((b * h + y) * w + x) * c + ch]);
+                }
+            }
+        }
+    }
+    out
+}
+
+const TC1_W: [f32; 18] = [
+    1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0, 15.0, 17.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0,
+    18.0,
+];
+const TC1_OUT: [f32; 50] = [
+    -0.5, 0.0, 1.5, 2.0, 5.5, 8.0, 4.5, 6.0, 8.5, 10.0, 5.5, 6.0, 7.5, 8.0, 23.5, 26.0, 16.5, 18.0,
+    20.5, 22.0, 14.5, 18.0, 22.5, 26.0, 60.5, 70.0, 40.5, 46.0, 52.5, 58.0, 19.5, 22.0, 25.5, 28.0,
+    59.5, 66.0, 34.5, 38.0, 42.5, 46.0, 37.5, 40.0, 43.5, 46.0, 101.5, 108.0, 58.5, 62.0, 66.5,
+    70.0,
+];
+
+#[test]
+fn spec_transpose_conv_valid_stride2_two_channels_both_layouts() {
+    for nchw in [false, true] {
+        let shape = if nchw { [1, 2, 5, 5] } else { [1, 5, 5, 2] };
+        let mut b = B::new();
+        let in_dims = if nchw { [1, 1, 2, 2] } else { [1, 2, 2, 1] };
+        let x = b.input(T::TensorFloat32, &in_dims);
+        let f = b.f32c(&[2, 3, 3, 1], &TC1_W);
+        let bi = b.f32c(&[2], &[-1.5, -2.0]);
+        let s = b.i32c(&[4], &shape);
+        let mut ins = vec![x, f, bi, s];
+        ins.extend(ints(&mut b, &[2, 2, 2, 0]));
+        ins.push(b.boolean(nchw));
+        let o = b.output(T::TensorFloat32, &[]);
+        b.op(O::TransposeConv2d, &ins, &[o]);
+        let (out, d) = run_f32(b.g, &[&[1.0, 2.0, 3.0, 4.0]]);
+        let want = if nchw {
+            to_nchw(&TC1_OUT, [1, 5, 5, 2])
+        } else {
+            TC1_OUT.to_vec()
+        };
+        assert_eq!(d, shape.map(|v| v as u32).to_vec());
+        close(&out, &want);
+    }
+}
+
+#[test]
+fn spec_transpose_conv_quant8_with_multiplier_above_one_saturates() {
+    // Input (0.5, 100), weights (0.5, 128), bias 0.25, output (0.1, 80): multiplier 2.5.
+    let mut b = B::new();
+    let x = b.input(T::TensorQuant8Asymm, &[1, 2, 2, 1]);
+    b.q(x, 0.5, 100);
+    let wq: Vec<i32> = TC1_W.iter().map(|&w| 128 + (w * 2.0) as i32).collect();
+    let f = u8c(&mut b, T::TensorQuant8Asymm, &[2, 3, 3, 1], &wq, 0.5, 128);
+    let bi = b.i32c(&[2], &[-6, -8]);
+    b.q(bi, 0.25, 0);
+    let s = b.i32c(&[4], &[1, 5, 5, 2]);
+    let mut ins = vec![x, f, bi, s];
+    ins.extend(ints(&mut b, &[2, 2, 2, 0]));
+    ins.push(b.boolean(false));
+    let o = b.output(T::TensorQuant8Asymm, &[1, 5, 5, 2]);
+    b.q(o, 0.1, 80);
+    b.op(O::TransposeConv2d, &ins, &[o]);
+    let (out, _) = run_bytes(b.g, &[(vec![102, 104, 106, 108], vec![])]);
+    let want: Vec<u8> = TC1_OUT
+        .iter()
+        .map(|&v| (80.0 + v * 10.0).round().clamp(0.0, 255.0) as u8)
+        .collect();
+    assert_eq!(out, want);
+}
+
+/// TEST 2 of the spec: SAME with stride 3 (padding head 1, tail 1 across the width), RELU.
+fn spec_tc2(ty: OperandType) -> Graph {
+    let w = [9.0, 5.0, 6.0, 9.0, 8.0, 5.0, 3.0, 1.0, 4.0];
+    let mut b = B::new();
+    let x = b.input(ty, &[1, 1, 2, 1]);
+    let (f, bi) = if ty == T::TensorFloat32 {
+        (b.f32c(&[1, 3, 3, 1], &w), b.f32c(&[1], &[-1000.0]))
+    } else {
+        b.q(x, 2.0, 0);
+        let wq: Vec<i32> = w.iter().map(|&v: &f32| 128 + (v * 4.0) as i32).collect();
+        let f = u8c(&mut b, ty, &[1, 3, 3, 1], &wq, 0.25, 128);
+        let bi = b.i32c(&[1], &[-2000]);
+        (f, b.q(bi, 0.5, 0))
+    };
+    let s = b.i32c(&[4], &[1, 3, 4, 1]);
+    let mut ins = vec![x, f, bi, s];
+    ins.extend(ints(&mut b, &[1, 3, 3, 1]));
+    ins.push(b.boolean(false));
+    let o = b.output(ty, &[1, 3, 4, 1]);
+    if ty != T::TensorFloat32 {
+        b.q(o, 20.0, 50);
+    }
+    b.op(O::TransposeConv2d, &ins, &[o]);
+    b.g
+}
+
+const TC2_OUT: [f32; 12] = [
+    500.0, 800.0, 3500.0, 1500.0, 1400.0, 500.0, 3500.0, 3000.0, 0.0, 200.0, 500.0, 0.0,
+];
+
+#[test]
+fn spec_transpose_conv_same_stride3_relu() {
+    let (out, _) = run_f32(spec_tc2(T::TensorFloat32), &[&[300.0, 500.0]]);
+    close(&out, &TC2_OUT);
+}
+
+#[test]
+fn spec_transpose_conv_same_stride3_relu_quant8() {
+    let (out, _) = run_bytes(spec_tc2(T::TensorQuant8Asymm), &[(vec![150, 250], vec![])]);
+    let want: Vec<u8> = TC2_OUT.iter().map(|&v| (50.0 + v / 20.0) as u8).collect();
+    assert_eq!(out, want);
+}
+
+/// The 1..=32 input `[1, 4, 4, 2]` and 1..=18 filter `[1, 3, 3, 2]` of spec tests 3 to 5.
+fn spec_tc_4x4(tail: &[i32], shape: Option<[i32; 4]>) -> Graph {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[1, 4, 4, 2]);
+    let w: Vec<f32> = (1..=18).map(|v| v as f32).collect();
+    let f = b.f32c(&[1, 3, 3, 2], &w);
+    let bi = b.f32c(&[1], &[0.0]);
+    let mut ins = vec![x, f, bi];
+    if let Some(s) = shape {
+        ins.push(b.i32c(&[4], &s));
+    }
+    ins.extend(ints(&mut b, tail));
+    ins.push(b.boolean(false));
+    let o = b.output(T::TensorFloat32, &[]);
+    b.op(O::TransposeConv2d, &ins, &[o]);
+    b.g
+}
+
+fn ramp32() -> Vec<f32> {
+    (1..=32).map(|v| v as f32).collect()
+}
+
+#[test]
+fn spec_transpose_conv_same_stride1_two_input_channels() {
+    let g = spec_tc_4x4(&[1, 1, 1, 0], Some([1, 4, 4, 1]));
+    let (out, d) = run_f32(g, &[&ramp32()]);
+    assert_eq!(d, vec![1, 4, 4, 1]);
+    close(
+        &out,
+        &[
+            184.0, 412.0, 568.0, 528.0, 678.0, 1347.0, 1689.0, 1434.0, 1494.0, 2715.0, 3057.0,
+            2442.0, 1968.0, 3352.0, 3652.0, 2760.0,
+        ],
+    );
+}
+
+#[test]
+fn spec_transpose_conv_valid_stride1_grows_by_the_filter() {
+    let g = spec_tc_4x4(&[2, 1, 1, 0], Some([1, 6, 6, 1]));
+    let (out, d) = run_f32(g, &[&ramp32()]);
+    assert_eq!(d, vec![1, 6, 6, 1]);
+    close(
+        &out,
+        &[
+            5.0, 22.0, 59.0, 101.0, 114.0, 83.0, 52.0, 184.0, 412.0, 568.0, 528.0, 344.0, 237.0,
+            678.0, 1347.0, 1689.0, 1434.0, 879.0, 597.0, 1494.0, 2715.0, 3057.0, 2442.0, 1431.0,
+            856.0, 1968.0, 3352.0, 3652.0, 2760.0, 1548.0, 689.0, 1534.0, 2543.0, 2729.0, 2010.0,
+            1103.0,
+        ],
+    );
+}
+
+#[test]
+fn spec_transpose_conv_explicit_asymmetric_padding() {
+    // Pads left 1, right 2, top 2, bottom 1.
+    let g = spec_tc_4x4(&[1, 2, 2, 1, 1, 1, 0], None);
+    let (out, d) = run_f32(g, &[&ramp32()]);
+    assert_eq!(d, vec![1, 3, 3, 1]);
+    close(
+        &out,
+        &[
+            678.0, 1347.0, 1689.0, 1494.0, 2715.0, 3057.0, 1968.0, 3352.0, 3652.0,
+        ],
+    );
+}
+
+#[test]
+fn spec_transpose_conv_same_stride2_one_by_one_filter_has_negative_tail() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[1, 2, 2, 1]);
+    let f = b.f32c(&[1, 1, 1, 1], &[2.0]);
+    let bi = b.f32c(&[1], &[0.0]);
+    let s = b.i32c(&[4], &[1, 4, 4, 1]);
+    let mut ins = vec![x, f, bi, s];
+    ins.extend(ints(&mut b, &[1, 2, 2, 0]));
+    ins.push(b.boolean(false));
+    let o = b.output(T::TensorFloat32, &[1, 4, 4, 1]);
+    b.op(O::TransposeConv2d, &ins, &[o]);
+    let (out, _) = run_f32(b.g, &[&[1.0, 2.0, 3.0, 4.0]]);
+    close(
+        &out,
+        &[
+            2.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, 6.0, 0.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+        ],
+    );
+}
+
+const GC2_X: [f32; 12] = [1.0, 2.0, 3.0, 4.0, 4.0, 3.0, 2.0, 1.0, 2.0, 3.0, 3.0, 3.0];
+const GC2_W: [f32; 12] = [
+    100.0, 20.0, 1.0, 200.0, 10.0, 2.0, 200.0, 30.0, 1.0, 100.0, 20.0, 3.0,
+];
+const GC2_OUT: [f32; 12] = [
+    567.0, -873.0, 1480.0, -160.0, 608.0, -840.0, 1370.0, -10.0, 543.0, -907.0, 760.0, -310.0,
+];
+
+/// Spec TEST 2: [1, 3, 2, 2] input, 2 groups, 2×3 filters, SAME, stride 1.
+fn spec_gc2(ty: OperandType, nchw: bool) -> Graph {
+    let mut b = B::new();
+    let dims = if nchw { [1, 2, 3, 2] } else { [1, 3, 2, 2] };
+    let x = b.input(ty, &dims);
+    let (f, bi) = if ty == T::TensorFloat32 {
+        (
+            b.f32c(&[2, 2, 3, 1], &GC2_W),
+            b.f32c(&[2], &[500.0, -1000.0]),
+        )
+    } else {
+        b.q(x, 0.25, 128);
+        let wq: Vec<i32> = GC2_W.iter().map(|&v| v as i32).collect();
+        let f = u8c(&mut b, ty, &[2, 2, 3, 1], &wq, 1.0, 0);
+        let bi = b.i32c(&[2], &[2000, -4000]);
+        (f, b.q(bi, 0.25, 0))
+    };
+    let mut ins = vec![x, f, bi];
+    ins.extend(ints(&mut b, &[1, 1, 1, 2, 0]));
+    ins.push(b.boolean(nchw));
+    let o = b.output(ty, &dims);
+    if ty != T::TensorFloat32 {
+        b.q(o, 10.0, 100);
+    }
+    b.op(O::GroupedConv2d, &ins, &[o]);
+    b.g
+}
+
+#[test]
+fn spec_grouped_conv_same_two_groups_both_layouts() {
+    let (out, _) = run_f32(spec_gc2(T::TensorFloat32, false), &[&GC2_X]);
+    close(&out, &GC2_OUT);
+    let x = to_nchw(&GC2_X, [1, 3, 2, 2]);
+    let (out, _) = run_f32(spec_gc2(T::TensorFloat32, true), &[&x]);
+    close(&out, &to_nchw(&GC2_OUT, [1, 3, 2, 2]));
+}
+
+#[test]
+fn spec_grouped_conv_same_two_groups_quant8() {
+    let x: Vec<u8> = GC2_X.iter().map(|&v| (128.0 + v * 4.0) as u8).collect();
+    let (out, _) = run_bytes(spec_gc2(T::TensorQuant8Asymm, false), &[(x, vec![])]);
+    let want: Vec<u8> = GC2_OUT
+        .iter()
+        .map(|&v| (100.0 + v / 10.0).round() as u8)
+        .collect();
+    assert_eq!(out, want);
+}
+
+#[test]
+fn spec_grouped_conv_three_groups_of_pointwise_filters() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[1, 2, 2, 9]);
+    let w = [
+        1.0, 2.0, 3.0, 2.0, 1.0, 0.0, 2.0, 3.0, 3.0, 6.0, 6.0, 6.0, 9.0, 8.0, 5.0, 2.0, 1.0, 1.0,
+    ];
+    let f = b.f32c(&[6, 1, 1, 3], &w);
+    let bi = b.f32c(&[6], &[10.0, -20.0, 30.0, -40.0, 50.0, -60.0]);
+    let mut ins = vec![x, f, bi];
+    ins.extend(ints(&mut b, &[1, 1, 1, 3, 0]));
+    ins.push(b.boolean(false));
+    let o = b.output(T::TensorFloat32, &[1, 2, 2, 6]);
+    b.op(O::GroupedConv2d, &ins, &[o]);
+    let xin = [
+        1.0, 2.0, 3.0, 4.0, 55.0, 4.0, 3.0, 2.0, 1.0, 5.0, 4.0, 3.0, 2.0, 11.0, 2.0, 3.0, 4.0, 5.0,
+        2.0, 3.0, 2.0, 3.0, 22.0, 3.0, 2.0, 3.0, 2.0, 1.0, 0.0, 2.0, 1.0, 33.0, 1.0, 2.0, 0.0, 1.0,
+    ];
+    let (out, _) = run_f32(b.g, &[&xin]);
+    close(
+        &out,
+        &[
+            24.0, -16.0, 215.0, 338.0, 98.0, -51.0, 32.0, -6.0, 73.0, 50.0, 134.0, -45.0, 24.0,
+            -13.0, 111.0, 128.0, 102.0, -51.0, 17.0, -18.0, 134.0, 170.0, 73.0, -55.0,
+        ],
+    );
+}

@@ -609,3 +609,165 @@ fn nearest_batches_are_resized_separately() {
     let (out, _) = run_f32(g, &[&[1.0, 2.0]]);
     assert_eq!(out, vec![1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
 }
+
+// ------------------------------------------------ examples of the NNAPI test specifications
+// Inputs and expected outputs of AOSP's resize_nearest_neighbor_v1_3.mod.py.
+
+#[test]
+fn spec_nearest_half_pixel_centers_and_align_corners_examples() {
+    type Case = (
+        &'static [u32],
+        (i32, i32),
+        bool,
+        bool,
+        &'static [f32],
+        &'static [f32],
+    );
+    let ramp16: &[f32] = &[
+        1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0,
+    ];
+    let q4: &[f32] = &[1.0, 2.0, 3.0, 4.0];
+    let cases: [Case; 12] = [
+        (
+            &[1, 2, 5, 1],
+            (2, 2),
+            false,
+            true,
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+            &[2.0, 4.0, 2.0, 4.0],
+        ),
+        (&[1, 2, 2, 1], (1, 1), false, true, q4, &[4.0]),
+        (
+            &[1, 2, 2, 1],
+            (3, 3),
+            false,
+            true,
+            q4,
+            &[1.0, 2.0, 2.0, 3.0, 4.0, 4.0, 3.0, 4.0, 4.0],
+        ),
+        (
+            &[1, 2, 2, 1],
+            (5, 2),
+            false,
+            true,
+            q4,
+            &[1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 4.0],
+        ),
+        (
+            &[1, 4, 4, 1],
+            (3, 3),
+            false,
+            true,
+            ramp16,
+            &[1.0, 3.0, 4.0, 9.0, 11.0, 12.0, 13.0, 15.0, 16.0],
+        ),
+        (
+            &[1, 2, 2, 1],
+            (2, 5),
+            false,
+            true,
+            q4,
+            &[1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 4.0],
+        ),
+        (
+            &[1, 2, 2, 1],
+            (4, 4),
+            false,
+            true,
+            q4,
+            &[
+                1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 3.0, 3.0, 4.0, 4.0,
+            ],
+        ),
+        (&[1, 2, 2, 1], (1, 1), true, false, q4, &[1.0]),
+        (
+            &[1, 2, 2, 1],
+            (3, 3),
+            true,
+            false,
+            q4,
+            &[1.0, 2.0, 2.0, 3.0, 4.0, 4.0, 3.0, 4.0, 4.0],
+        ),
+        (
+            &[1, 3, 3, 1],
+            (2, 2),
+            true,
+            false,
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+            &[1.0, 3.0, 7.0, 9.0],
+        ),
+        (
+            &[1, 4, 4, 1],
+            (3, 3),
+            true,
+            false,
+            ramp16,
+            &[1.0, 3.0, 4.0, 9.0, 11.0, 12.0, 13.0, 15.0, 16.0],
+        ),
+        (
+            &[2, 2, 2, 2],
+            (3, 3),
+            false,
+            true,
+            &[
+                1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.0, 7.0, 7.0, 8.0, 8.0,
+            ],
+            &[
+                1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 4.0, 4.0, 3.0, 3.0, 4.0, 4.0,
+                4.0, 4.0, 5.0, 5.0, 6.0, 6.0, 6.0, 6.0, 7.0, 7.0, 8.0, 8.0, 8.0, 8.0, 7.0, 7.0,
+                8.0, 8.0, 8.0, 8.0,
+            ],
+        ),
+    ];
+    for (i, (dims, (w, h), align, half, x, want)) in cases.into_iter().enumerate() {
+        let g = resize(
+            NN,
+            T::TensorFloat32,
+            dims,
+            Sz::I(w, h),
+            &[false, align, half],
+            &[],
+            None,
+        );
+        let (out, _) = run_f32(g, &[x]);
+        assert_eq!(out, want.to_vec(), "case {i}");
+    }
+}
+
+#[test]
+fn spec_nearest_default_values_scale_form_and_quant8() {
+    // Scales 1.6 × 1.8 on 2×2 give 3×3; the sampling scale is then 2/3.
+    let x = [
+        1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.0, 7.0, 7.0, 8.0, 8.0,
+    ];
+    let want = [
+        1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 4.0, 4.0,
+        5.0, 5.0, 5.0, 5.0, 6.0, 6.0, 5.0, 5.0, 5.0, 5.0, 6.0, 6.0, 7.0, 7.0, 7.0, 7.0, 8.0, 8.0,
+    ];
+    let g = resize(
+        NN,
+        T::TensorFloat32,
+        &[2, 2, 2, 2],
+        Sz::F(1.6, 1.8),
+        &[false, false, false],
+        &[],
+        None,
+    );
+    let (out, d) = run_f32(g, &[&x]);
+    assert_eq!(d, vec![2, 3, 3, 2]);
+    assert_eq!(out, want.to_vec());
+    // quant8 (0.25, 100): q = 100 + 4·v.
+    let g = resize(
+        NN,
+        T::TensorQuant8Asymm,
+        &[2, 2, 2, 2],
+        Sz::I(3, 3),
+        &[false, false, false],
+        &[],
+        Some((0.25, 100, 0.25, 100)),
+    );
+    let xq: Vec<u8> = x.iter().map(|&v| (100.0 + 4.0 * v) as u8).collect();
+    let (out, _) = run_bytes(g, &[(xq, vec![])]);
+    let wq: Vec<u8> = want.iter().map(|&v| (100.0 + 4.0 * v) as u8).collect();
+    assert_eq!(out, wq);
+}

@@ -283,3 +283,95 @@ fn prelu_refuses_alpha_of_another_type() {
     b.op(O::Prelu, &[x, y], &[o]);
     invalid(b.g);
 }
+
+// ------------------------------------------------ examples of the NNAPI test specifications
+// prelu.mod.py and maximum.mod.py (V1_2); quantized inputs are the spec's reals quantized.
+
+#[test]
+fn spec_prelu_channel_alpha_float_and_quant8() {
+    let x = [
+        0.0, 0.0, 0.0, 1.0, 1.0, 1.0, -1.0, -1.0, -1.0, -2.0, -2.0, -2.0,
+    ];
+    let want = [
+        0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, -1.0, -2.0, 0.0, -2.0, -4.0,
+    ];
+    let g = two(
+        O::Prelu,
+        T::TensorFloat32,
+        &[1, 2, 2, 3],
+        &[1, 1, 3],
+        &[1, 2, 2, 3],
+        None,
+    );
+    let (out, _) = run_f32(g, &[&x, &[0.0, 1.0, 2.0]]);
+    assert_eq!(out, want.to_vec());
+    // Input (0.25, 128), alpha (0.25, 50), output (0.5, 120).
+    let q = Some([(0.25, 128), (0.25, 50), (0.5, 120)]);
+    let g = two(
+        O::Prelu,
+        T::TensorQuant8Asymm,
+        &[1, 2, 2, 3],
+        &[1, 1, 3],
+        &[1, 2, 2, 3],
+        q,
+    );
+    let xq: Vec<u8> = x.iter().map(|&v| (128.0 + 4.0 * v) as u8).collect();
+    let out = run2(g, xq, vec![50, 54, 58]);
+    let wq: Vec<u8> = want.iter().map(|&v| (120.0 + 2.0 * v) as u8).collect();
+    assert_eq!(out, wq);
+}
+
+#[test]
+fn spec_maximum_simple_and_broadcast_float() {
+    let g = two(
+        O::Maximum,
+        T::TensorFloat32,
+        &[3, 1, 2],
+        &[3, 1, 2],
+        &[3, 1, 2],
+        None,
+    );
+    let (out, _) = run_f32(
+        g,
+        &[
+            &[1.0, 0.0, -1.0, 11.0, -2.0, -1.44],
+            &[-1.0, 0.0, 1.0, 12.0, -3.0, -1.43],
+        ],
+    );
+    assert_eq!(out, vec![1.0, 0.0, 1.0, 12.0, -2.0, -1.43]);
+    let g = two(
+        O::Maximum,
+        T::TensorFloat32,
+        &[3, 1, 2],
+        &[2],
+        &[3, 1, 2],
+        None,
+    );
+    let (out, _) = run_f32(g, &[&[1.0, 0.0, -1.0, -2.0, -1.44, 11.0], &[0.5, 2.0]]);
+    assert_eq!(out, vec![1.0, 2.0, 0.5, 2.0, 0.5, 11.0]);
+}
+
+#[test]
+fn spec_maximum_quant8_operands_of_different_scales() {
+    // input0 (0.5, 127): [1, 0, -1, 11, -2, -1.44] is [129, 127, 125, 149, 123, 124];
+    // input1 (1, 100): [-1, 0, 1, 12, -3, -1.43] is [99, 100, 101, 112, 97, 99].
+    // Output (2, 80): input0 → [80.5, 80, 79.5, 85.5, 79, 79.25], input1 → [79.5, 80,
+    // 80.5, 86, 78.5, 79.5], rounded half away: [81, 80, 80, 86, 79, 79] and
+    // [80, 80, 81, 86, 79, 80]. (The spec's float answer quantizes to 79 in the last place;
+    // the quantized input -1.43 → -1 makes it 80, within the one-step tolerance.)
+    let q = Some([(0.5, 127), (1.0, 100), (2.0, 80)]);
+    let g = two(
+        O::Maximum,
+        T::TensorQuant8Asymm,
+        &[3, 1, 2],
+        &[3, 1, 2],
+        &[3, 1, 2],
+        q,
+    );
+    let out = run2(
+        g,
+        vec![129, 127, 125, 149, 123, 124],
+        vec![99, 100, 101, 112, 97, 99],
+    );
+    assert_eq!(out, vec![81, 80, 81, 86, 79, 80]);
+}

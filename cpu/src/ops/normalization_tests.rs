@@ -367,3 +367,60 @@ fn lrn_4d_input_normalizes_along_depth_per_pixel() {
     let r5 = 5f32.sqrt();
     close(&out, &[1.0 / r5, 2.0 / r5, 0.6, 0.8]);
 }
+
+// ------------------------------------------------ examples of the NNAPI test specifications
+// local_response_normalization_v1_2.mod.py: [2, 2, 2, 6] of [-1.1, .6, .7, 1.2, -.7, .1].
+
+const LRN_X: [f32; 6] = [-1.1, 0.6, 0.7, 1.2, -0.7, 0.1];
+
+fn lrn_spec(radius: i32, bias: f32, alpha: f32, want: [f32; 6]) {
+    let x: Vec<f32> = LRN_X.iter().copied().cycle().take(48).collect();
+    let want: Vec<f32> = want.iter().copied().cycle().take(48).collect();
+    let g = lrn_graph(&[2, 2, 2, 6], radius, (bias, alpha, 0.5), Some(-1));
+    let (out, _) = run_f32(g, &[&x]);
+    close(&out, &want);
+}
+
+#[test]
+fn spec_lrn_examples() {
+    lrn_spec(20, 0.0, 1.0, [-0.55, 0.3, 0.35, 0.6, -0.35, 0.05]);
+    lrn_spec(20, 9.0, 4.0, [-0.22, 0.12, 0.14, 0.24, -0.14, 0.02]);
+    lrn_spec(
+        2,
+        9.0,
+        4.0,
+        [
+            -0.264_925_7,
+            0.125_108_64,
+            0.140_112_13,
+            0.267_261_27,
+            -0.161_787_55,
+            0.024_426_6,
+        ],
+    );
+}
+
+#[test]
+fn spec_lrn_along_a_leading_axis() {
+    // The spec's "all dims and axis" variant moves the normalized axis: the same values
+    // along axis 0 of a [6, 2] tensor.
+    let mut x = Vec::new();
+    for v in LRN_X {
+        x.extend([v, v]);
+    }
+    let g = lrn_graph(&[6, 2], 2, (9.0, 4.0, 0.5), Some(0));
+    let (out, _) = run_f32(g, &[&x]);
+    let want = [
+        -0.264_925_7,
+        0.125_108_64,
+        0.140_112_13,
+        0.267_261_27,
+        -0.161_787_55,
+        0.024_426_6,
+    ];
+    let mut w = Vec::new();
+    for v in want {
+        w.extend([v, v]);
+    }
+    close(&out, &w);
+}

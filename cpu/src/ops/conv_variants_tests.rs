@@ -1172,3 +1172,38 @@ fn spec_grouped_conv_three_groups_of_pointwise_filters() {
         ],
     );
 }
+
+#[test]
+fn spec_transpose_conv_per_channel_quant8() {
+    // Input (0.25, 100); filter scales [0.25, 0.5] (channel 0 weights / 0.25, channel 1
+    // weights / 0.5, all exact); bias scales [0.0625, 0.125]; output (0.5, 80).
+    let mut b = B::new();
+    let x = b.input(T::TensorQuant8Asymm, &[1, 2, 2, 1]);
+    b.q(x, 0.25, 100);
+    let fq: Vec<i8> = TC1_W
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            if i < 9 {
+                (w * 4.0) as i8
+            } else {
+                (w * 2.0) as i8
+            }
+        })
+        .collect();
+    let f = per_channel(&mut b, &[2, 3, 3, 1], &fq, &[0.25, 0.5]);
+    let bi = b.i32c(&[2], &[-24, -16]);
+    let s = b.i32c(&[4], &[1, 5, 5, 2]);
+    let mut ins = vec![x, f, bi, s];
+    ins.extend(ints(&mut b, &[2, 2, 2, 0]));
+    ins.push(b.boolean(false));
+    let o = b.output(T::TensorQuant8Asymm, &[1, 5, 5, 2]);
+    b.q(o, 0.5, 80);
+    b.op(O::TransposeConv2d, &ins, &[o]);
+    let (out, _) = run_bytes(b.g, &[(vec![104, 108, 112, 116], vec![])]);
+    let want: Vec<u8> = TC1_OUT
+        .iter()
+        .map(|&v| (80.0 + 2.0 * v).clamp(0.0, 255.0) as u8)
+        .collect();
+    assert_eq!(out, want);
+}

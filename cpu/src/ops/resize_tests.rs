@@ -771,3 +771,115 @@ fn spec_nearest_default_values_scale_form_and_quant8() {
     let wq: Vec<u8> = want.iter().map(|&v| (100.0 + 4.0 * v) as u8).collect();
     assert_eq!(out, wq);
 }
+
+// resize_bilinear_v1_2.mod.py examples.
+
+const BL1_OUT: [f32; 9] = [
+    1.0,
+    1.0,
+    1.0,
+    1.666_666_7,
+    1.666_666_7,
+    1.666_666_7,
+    2.0,
+    2.0,
+    2.0,
+];
+const BL2_X: [f32; 8] = [3.0, 4.0, 6.0, 10.0, 9.0, 10.0, 12.0, 16.0];
+const BL2_OUT: [f32; 18] = [
+    3.0, 4.0, 5.0, 8.0, 6.0, 10.0, 7.0, 8.0, 9.0, 12.0, 10.0, 14.0, 9.0, 10.0, 11.0, 14.0, 12.0,
+    16.0,
+];
+
+#[test]
+fn spec_bilinear_sizes_and_scales_float32_and_float16() {
+    for sz in [Sz::I(3, 3), Sz::F(1.5, 1.5), Sz::F(1.8, 1.8)] {
+        let g = resize(
+            BL,
+            T::TensorFloat32,
+            &[1, 2, 2, 1],
+            sz,
+            &[],
+            &[1, 3, 3, 1],
+            None,
+        );
+        let (out, _) = run_f32(g, &[&[1.0, 1.0, 2.0, 2.0]]);
+        close(&out, &BL1_OUT);
+    }
+    let g = resize(
+        BL,
+        T::TensorFloat16,
+        &[1, 2, 2, 1],
+        Sz::H(1.5, 1.5),
+        &[false],
+        &[1, 3, 3, 1],
+        None,
+    );
+    let (out, _) = run_bytes(g, &[(f16_bytes(&[1.0, 1.0, 2.0, 2.0]), vec![])]);
+    for (g, w) in f16_vals(&out).iter().zip(BL1_OUT) {
+        assert!((g - w).abs() < 1e-3, "{g} vs {w}");
+    }
+}
+
+#[test]
+fn spec_bilinear_two_channels_both_layouts() {
+    for sz in [Sz::I(3, 3), Sz::F(1.6, 1.6)] {
+        let g = resize(
+            BL,
+            T::TensorFloat32,
+            &[1, 2, 2, 2],
+            sz,
+            &[false],
+            &[1, 3, 3, 2],
+            None,
+        );
+        let (out, _) = run_f32(g, &[&BL2_X]);
+        close(&out, &BL2_OUT);
+    }
+    // NCHW: channel 0 [3, 6, 9, 12], channel 1 [4, 10, 10, 16].
+    let g = resize(
+        BL,
+        T::TensorFloat32,
+        &[1, 2, 2, 2],
+        Sz::I(3, 3),
+        &[true],
+        &[1, 2, 3, 3],
+        None,
+    );
+    let x = [3.0, 6.0, 9.0, 12.0, 4.0, 10.0, 10.0, 16.0];
+    let (out, _) = run_f32(g, &[&x]);
+    let c0: Vec<f32> = BL2_OUT.iter().step_by(2).copied().collect();
+    let c1: Vec<f32> = BL2_OUT.iter().skip(1).step_by(2).copied().collect();
+    close(&out, &[c0, c1].concat());
+}
+
+#[test]
+fn spec_bilinear_quant8() {
+    // Scale 0.01: 1.6667 quantizes to 167.
+    let g = resize(
+        BL,
+        T::TensorQuant8Asymm,
+        &[1, 2, 2, 1],
+        Sz::I(3, 3),
+        &[false],
+        &[1, 3, 3, 1],
+        Some((0.01, 0, 0.01, 0)),
+    );
+    let (out, _) = run_bytes(g, &[(vec![100, 100, 200, 200], vec![])]);
+    let want: Vec<u8> = BL1_OUT.iter().map(|&v| (v * 100.0).round() as u8).collect();
+    assert_eq!(out, want);
+    // Scale 0.25: exact.
+    let g = resize(
+        BL,
+        T::TensorQuant8Asymm,
+        &[1, 2, 2, 2],
+        Sz::F(1.6, 1.6),
+        &[false],
+        &[1, 3, 3, 2],
+        Some((0.25, 0, 0.25, 0)),
+    );
+    let x: Vec<u8> = BL2_X.iter().map(|&v| (4.0 * v) as u8).collect();
+    let (out, _) = run_bytes(g, &[(x, vec![])]);
+    let want: Vec<u8> = BL2_OUT.iter().map(|&v| (4.0 * v) as u8).collect();
+    assert_eq!(out, want);
+}

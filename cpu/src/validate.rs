@@ -41,7 +41,6 @@ static SUPPORTED: &[(OperationType, &[OperandType])] = &[
     (O::Mean, F32_Q8),
     (O::SpaceToDepth, MOVE_TENSOR),
     (O::DepthToSpace, MOVE_TENSOR),
-    (O::ResizeBilinear, F32_Q8),
     (O::Dequantize, DEQUANT_IN),
     (O::Quantize, FLOAT),
     (O::Abs, FLOAT),
@@ -53,15 +52,6 @@ static SUPPORTED: &[(OperationType, &[OperandType])] = &[
     (O::Sqrt, FLOAT),
     (O::HardSwish, FLOAT),
     (O::Elu, FLOAT),
-    (
-        O::Maximum,
-        &[T::TensorFloat32, T::TensorFloat16, T::TensorInt32],
-    ),
-    (
-        O::Minimum,
-        &[T::TensorFloat32, T::TensorFloat16, T::TensorInt32],
-    ),
-    (O::Prelu, FLOAT),
 ];
 
 // The public entry points of validation are defined here rather than in model.rs, so that
@@ -436,12 +426,6 @@ fn check_op(g: &Graph, oi: usize) -> Result<(), Issue> {
             c.same_out(t0)?;
             primary_supported(t0)?;
         }
-        O::Maximum | O::Minimum | O::Prelu => {
-            c.counts(&[2], 1)?;
-            c.is(1, t0, "second operand")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
         O::Dequantize => {
             c.counts(&[1], 1)?;
             primary_supported(t0)?;
@@ -586,21 +570,6 @@ fn check_op(g: &Graph, oi: usize) -> Result<(), Issue> {
             c.opt(last + 1, T::Bool, "layout")?;
             c.same_out(t0)?;
             c.same_quant()?;
-            primary_supported(t0)?;
-        }
-        O::ResizeBilinear => {
-            c.counts(&[3, 4, 5, 6], 1)?;
-            let st = c.ty(1)?;
-            if st != T::Int32 && st != T::Float32 {
-                return Err(Issue::Invalid(
-                    "output size must be INT32 or FLOAT32".into(),
-                ));
-            }
-            c.is(2, st, "output height/scale")?;
-            for i in 3..6 {
-                c.opt(i, T::Bool, "layout/align_corners/half_pixel_centers")?;
-            }
-            c.same_out(t0)?;
             primary_supported(t0)?;
         }
         _ => {

@@ -456,36 +456,6 @@ pub(crate) fn l2_normalization(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     float_result(ctx, d, out)
 }
 
-/// MAXIMUM, MINIMUM (broadcasting, no activation) and PRELU(input, alpha).
-pub(crate) fn binary_extra(ctx: &OpCtx<'_>) -> KResult<Tensor> {
-    let op = ctx.op.op;
-    match ctx.ty(0)? {
-        OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
-            let (ad, a) = ctx.f32s(0)?;
-            let (bd, b) = ctx.f32s(1)?;
-            let f: fn(f32, f32) -> f32 = match op {
-                OperationType::Maximum => f32::max,
-                OperationType::Minimum => f32::min,
-                _ => |x, alpha| if x < 0.0 { alpha * x } else { x },
-            };
-            let (od, v) = broadcast(ctx, ad, a, bd, b, f)?;
-            Ok(Tensor::new(od, Data::F32(v)))
-        }
-        OperandType::TensorInt32 if op != OperationType::Prelu => {
-            let (ad, a) = ctx.i32s(0)?;
-            let (bd, b) = ctx.i32s(1)?;
-            let f: fn(i32, i32) -> i32 = if op == OperationType::Maximum {
-                i32::max
-            } else {
-                i32::min
-            };
-            let (od, v) = broadcast(ctx, ad, a, bd, b, f)?;
-            Ok(Tensor::new(od, Data::I32(v)))
-        }
-        t => Err(ctx.err(format!("unsupported type {}", t.name()))),
-    }
-}
-
 /// ELU(input, alpha).
 pub(crate) fn elu(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let (d, x) = ctx.f32s(0)?;

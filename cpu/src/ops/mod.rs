@@ -8,13 +8,17 @@ use crate::tensor::{Data, Tensor};
 
 mod compare;
 mod conv;
+mod conv_variants;
 mod elementwise;
 mod gemm;
 mod movement;
+mod minmax;
+mod normalization;
 mod pool;
 mod quant;
 mod reduce;
 pub(crate) mod registry;
+mod resize;
 mod shape;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.
@@ -197,7 +201,6 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         | O::Sin
         | O::Sqrt
         | O::HardSwish => elementwise::unary(ctx)?,
-        O::Maximum | O::Minimum | O::Prelu => elementwise::binary_extra(ctx)?,
         O::Elu => elementwise::elu(ctx)?,
         O::Dequantize => elementwise::dequantize(ctx)?,
         O::Quantize => elementwise::quantize(ctx)?,
@@ -215,7 +218,6 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         O::Conv2d => conv::conv2d(ctx)?,
         O::DepthwiseConv2d => conv::depthwise_conv2d(ctx)?,
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => pool::pool2d(ctx)?,
-        O::ResizeBilinear => pool::resize_bilinear(ctx)?,
         other => {
             return Err(ExecError::Failed(format!(
                 "operation {} ({}) has no CPU kernel",

@@ -1,11 +1,11 @@
-//! AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D and RESIZE_BILINEAR.
+//! AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D.
 
 use super::conv::{Geometry, Padding};
 use super::{
     KResult, OpCtx, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor, to_layout,
     to_u32,
 };
-use crate::model::{OperandType, OperationType};
+use crate::model::OperationType;
 use crate::tensor::{Data, Tensor};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -142,107 +142,4 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     });
     let (d, out) = to_layout(od, out, nchw);
     Ok(q8_tensor(in_ty, d, out))
-}
-
-/// Source coordinate, lower and upper neighbour for output coordinate `o`.
-fn interp(o: usize, scale: f32, half_pixel: bool, in_size: usize) -> (f32, usize, usize) {
-    let v = if half_pixel {
-        (o as f32 + 0.5) * scale - 0.5
-    } else {
-        o as f32 * scale
-    };
-    let last = in_size.saturating_sub(1);
-    let lo = (v.floor().max(0.0) as usize).min(last);
-    let hi = if half_pixel {
-        (v.ceil().max(0.0) as usize).min(last)
-    } else {
-        (lo + 1).min(last)
-    };
-    (v, lo, hi)
-}
-
-/// RESIZE_BILINEAR(input, width|scale, height|scale, [layout], [align_corners], [half_pixel]).
-pub(crate) fn resize_bilinear(ctx: &OpCtx<'_>) -> KResult<Tensor> {
-    let nchw = ctx.opt_bool(3, false)?;
-    let align = ctx.opt_bool(4, false)?;
-    let half = ctx.opt_bool(5, false)?;
-    let it = ctx.t(0)?;
-    let (in_dims, [n, h, w, c]) = nhwc_input(ctx, it, nchw)?;
-    let (ow, oh) = if matches!(ctx.ty(1)?, OperandType::Float32 | OperandType::Float16) {
-        let sw = ctx.scalar_f32(1)?;
-        let sh = ctx.scalar_f32(2)?;
-        let f = |s: f32, size: usize| -> KResult<usize> {
-            let v = (size as f32 * s).floor();
-            if !(v >= 1.0 && v < u32::MAX as f32) {
-                return Err(ctx.err(format!("invalid scale {s}")));
-            }
-            Ok(v as usize)
-        };
-        (f(sw, w)?, f(sh, h)?)
-    } else {
-        (
-            ctx.scalar_pos(1, "output width")?,
-            ctx.scalar_pos(2, "output height")?,
-        )
-    };
-    let od = vec![in_dims[0], to_u32(ctx, oh)?, to_u32(ctx, ow)?, in_dims[3]];
-    count(ctx, &od)?;
-    let scale = |i: usize, o: usize| {
-        if align && o > 1 {
-            (i as f32 - 1.0) / (o as f32 - 1.0)
-        } else {
-            i as f32 / o as f32
-        }
-    };
-    let (hs, ws) = (scale(h, oh), scale(w, ow));
-    let x: Vec<f32> = match &it.data {
-        Data::F32(v) => v.clone(),
-        Data::U8(v) => v.iter().map(|&q| f32::from(q)).collect(),
-        Data::I8(v) => v.iter().map(|&q| f32::from(q)).collect(),
-        _ => return Err(ctx.err("unsupported input type")),
-    };
-    let x = if nchw {
-        nchw_to_nhwc(&x, &it.dims).1
-    } else {
-        x
-    };
-    let mut out = Vec::with_capacity(n * oh * ow * c);
-    let xs: Vec<(f32, usize, usize)> = (0..ow).map(|o| interp(o, ws, half, w)).collect();
-    for b in 0..n {
-        for oy in 0..oh {
-            let (iy, y0, y1) = interp(oy, hs, half, h);
-            let dy = iy - y0 as f32;
-            for &(ix, x0, x1) in &xs {
-                let dx = ix - x0 as f32;
-                let at = |y: usize, xx: usize, ch: usize| x[((b * h + y) * w + xx) * c + ch];
-                for ch in 0..c {
-                    let v = at(y0, x0, ch) * (1.0 - dy) * (1.0 - dx)
-                        + at(y1, x0, ch) * dy * (1.0 - dx)
-                        + at(y0, x1, ch) * (1.0 - dy) * dx
-                        + at(y1, x1, ch) * dy * dx;
-                    out.push(v);
-                }
-            }
-        }
-    }
-    let (d, out) = to_layout(od, out, nchw);
-    Ok(match &it.data {
-        Data::U8(_) => Tensor::new(
-            d,
-            Data::U8(
-                out.iter()
-                    .map(|v| v.round().clamp(0.0, 255.0) as u8)
-                    .collect(),
-            ),
-        ),
-        Data::I8(_) => Tensor::new(
-            d,
-            Data::I8(
-                out.iter()
-                    .map(|v| v.round().clamp(-128.0, 127.0) as i8)
-                    .collect(),
-            ),
-        ),
-        _ => Tensor::new(d, Data::F32(out)),
-    })
 }

@@ -33,6 +33,10 @@ static FAMILIES: &[&[OpDef]] = &[
     super::movement::DEFS,
     super::reduce::DEFS,
     super::compare::DEFS,
+    super::normalization::DEFS,
+    super::conv_variants::DEFS,
+    super::resize::DEFS,
+    super::minmax::DEFS,
 ];
 
 /// Every operation in the tables.

@@ -1,0 +1,220 @@
+//! MAXIMUM, MINIMUM and PRELU with broadcasting: float32, float16, 8-bit asymmetric (unsigned
+//! and signed) and, for MAXIMUM and MINIMUM, TENSOR_INT32.
+//!
+//! 8-bit MAXIMUM / MINIMUM requantize both operands to the output's scale and zero point
+//! (round half away from zero, saturating) and compare; 8-bit PRELU follows the reference
+//! kernel: the non-negative side is rescaled by input_scale / output_scale, the negative side
+//! is the integer product (x - zp_x)·(alpha - zp_alpha) rescaled by
+//! input_scale·alpha_scale / output_scale, both with gemmlowp fixed-point multipliers.
+
+use super::quant::{mbqm, quantize_multiplier};
+use super::registry::OpDef;
+use super::{KResult, OpCtx, count, q8_range, q8_tensor};
+use crate::check::{ARITH, Ck, F32_Q8, Issue};
+use crate::model::{OperandType, OperationType};
+use crate::tensor::{Data, Tensor};
+
+use OperandType as T;
+
+pub(crate) static DEFS: &[OpDef] = &[
+    OpDef {
+        op: OperationType::Maximum,
+        types: ARITH,
+        check: check_min_max,
+        run: min_max,
+    },
+    OpDef {
+        op: OperationType::Minimum,
+        types: ARITH,
+        check: check_min_max,
+        run: min_max,
+    },
+    OpDef {
+        op: OperationType::Prelu,
+        types: F32_Q8,
+        check: check_prelu,
+        run: prelu,
+    },
+];
+
+fn check_two(c: &Ck<'_>, allowed: &[OperandType], what: &str) -> Result<OperandType, Issue> {
+    c.counts(&[2], 1)?;
+    let t0 = c.ty(0)?;
+    if !allowed.contains(&t0) {
+        return Err(Issue::Invalid(format!(
+            "input type {} is not one the operation is defined for",
+            t0.name()
+        )));
+    }
+    c.is(1, t0, what)?;
+    c.same_out(t0)?;
+    Ok(t0)
+}
+
+/// MAXIMUM / MINIMUM(input0, input1): same types; the quantized output may have its own scale
+/// and zero point.
+fn check_min_max(c: &Ck<'_>) -> Result<(), Issue> {
+    check_two(c, ARITH, "second input").map(|_| ())
+}
+
+/// PRELU(input, alpha).
+fn check_prelu(c: &Ck<'_>) -> Result<(), Issue> {
+    check_two(c, F32_Q8, "alpha").map(|_| ())
+}
+
+/// The numpy-style broadcast of `ad` and `bd`.
+fn broadcast_shape(ad: &[u32], bd: &[u32]) -> Option<Vec<u32>> {
+    let r = ad.len().max(bd.len());
+    let at = |d: &[u32], i: usize| {
+        if i + d.len() >= r {
+            d[i + d.len() - r]
+        } else {
+            1
+        }
+    };
+    (0..r)
+        .map(|i| {
+            let (x, y) = (at(ad, i), at(bd, i));
+            if x == y || y == 1 {
+                Some(x)
+            } else if x == 1 {
+                Some(y)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// `f(a, b)` over the broadcast of `a` (dims `ad`) and `b` (dims `bd`).
+fn broadcast<A: Copy, B: Copy, R>(
+    ctx: &OpCtx<'_>,
+    (ad, a): (&[u32], &[A]),
+    (bd, b): (&[u32], &[B]),
+    mut f: impl FnMut(A, B) -> R,
+) -> KResult<(Vec<u32>, Vec<R>)> {
+    if count(ctx, ad)? != a.len() || count(ctx, bd)? != b.len() {
+        return Err(ctx.err("operand data does not match its dimensions"));
+    }
+    let od = broadcast_shape(ad, bd)
+        .ok_or_else(|| ctx.err(format!("shapes {ad:?} and {bd:?} cannot be broadcast")))?;
+    let n = count(ctx, &od)?;
+    let r = od.len();
+    // Per output dimension, the stride into each operand (0 where it is broadcast).
+    let strides = |d: &[u32]| {
+        let mut s = vec![0usize; r];
+        let mut acc = 1usize;
+        for i in (0..d.len()).rev() {
+            let oi = i + r - d.len();
+            s[oi] = if d[i] == 1 { 0 } else { acc };
+            acc *= d[i] as usize;
+        }
+        s
+    };
+    let (sa, sb) = (strides(ad), strides(bd));
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0u32; r];
+    let (mut ia, mut ib) = (0usize, 0usize);
+    for _ in 0..n {
+        out.push(f(a[ia], b[ib]));
+        let mut k = r;
+        while k > 0 {
+            k -= 1;
+            idx[k] += 1;
+            ia += sa[k];
+            ib += sb[k];
+            if idx[k] < od[k] {
+                break;
+            }
+            ia -= sa[k] * od[k] as usize;
+            ib -= sb[k] * od[k] as usize;
+            idx[k] = 0;
+        }
+    }
+    Ok((od, out))
+}
+
+/// 8-bit input `i` widened to i32.
+fn q8(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<i32>)> {
+    let t = ctx.t(i)?;
+    let v = match &t.data {
+        Data::U8(v) => v.iter().map(|&x| i32::from(x)).collect(),
+        Data::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
+        _ => return Err(ctx.err(format!("input {i} is not 8-bit"))),
+    };
+    Ok((t.dims.clone(), v))
+}
+
+fn min_max(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
+    let is_max = ctx.op.op == OperationType::Maximum;
+    let ty = ctx.ty(0)?;
+    let t = match ty {
+        T::TensorFloat32 | T::TensorFloat16 => {
+            let f: fn(f32, f32) -> f32 = if is_max { f32::max } else { f32::min };
+            let (od, v) = broadcast(ctx, ctx.f32s(0)?, ctx.f32s(1)?, f)?;
+            Tensor::new(od, Data::F32(v))
+        }
+        T::TensorInt32 => {
+            let f: fn(i32, i32) -> i32 = if is_max { i32::max } else { i32::min };
+            let (od, v) = broadcast(ctx, ctx.i32s(0)?, ctx.i32s(1)?, f)?;
+            Tensor::new(od, Data::I32(v))
+        }
+        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => {
+            let (ad, a) = q8(ctx, 0)?;
+            let (bd, b) = q8(ctx, 1)?;
+            let (ia, ib, o) = (ctx.operand(0)?, ctx.operand(1)?, ctx.out(0)?);
+            let (lo, hi) = q8_range(o.ty);
+            // As the reference: the real value as a float product, the rescale in double.
+            let requant = |v: i32, scale: f32, zp: i32| -> i32 {
+                let real = f64::from((v - zp) as f32 * scale);
+                let q = real / f64::from(o.scale) + f64::from(o.zero_point);
+                q.clamp(f64::from(lo), f64::from(hi)).round() as i32
+            };
+            let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
+                let x = requant(x, ia.scale, ia.zero_point);
+                let y = requant(y, ib.scale, ib.zero_point);
+                if is_max { x.max(y) } else { x.min(y) }
+            })?;
+            q8_tensor(o.ty, od, v)
+        }
+        t => return Err(ctx.err(format!("unsupported type {}", t.name()))),
+    };
+    Ok(vec![t])
+}
+
+fn prelu(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
+    let ty = ctx.ty(0)?;
+    let t = match ty {
+        T::TensorFloat32 | T::TensorFloat16 => {
+            let (od, v) = broadcast(ctx, ctx.f32s(0)?, ctx.f32s(1)?, |x: f32, a: f32| {
+                if x < 0.0 { a * x } else { x }
+            })?;
+            Tensor::new(od, Data::F32(v))
+        }
+        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => {
+            let (ad, a) = q8(ctx, 0)?;
+            let (bd, b) = q8(ctx, 1)?;
+            let (ix, ia, o) = (ctx.operand(0)?, ctx.operand(1)?, ctx.out(0)?);
+            let (lo, hi) = q8_range(o.ty);
+            let (mp, sp) = quantize_multiplier(f64::from(ix.scale) / f64::from(o.scale));
+            let (mn, sn) =
+                quantize_multiplier(f64::from(ix.scale) * f64::from(ia.scale) / f64::from(o.scale));
+            let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, al| {
+                let x = x - ix.zero_point;
+                let r = if x >= 0 {
+                    mbqm(x, mp, sp)
+                } else {
+                    mbqm(x * (al - ia.zero_point), mn, sn)
+                };
+                r.saturating_add(o.zero_point).clamp(lo, hi)
+            })?;
+            q8_tensor(o.ty, od, v)
+        }
+        t => return Err(ctx.err(format!("unsupported type {}", t.name()))),
+    };
+    Ok(vec![t])
+}
+
+#[cfg(test)]
+#[path = "minmax_tests.rs"]
+mod tests;

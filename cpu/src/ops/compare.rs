@@ -4,9 +4,10 @@
 //! The comparisons broadcast their operands numpy-style and write TENSOR_BOOL8 (0 or 1);
 //! quantized operands are compared by real value, so their scales and zero points may differ.
 
+use super::broadcast::{broadcast, check_broadcastable};
 use super::reduce::{known_rank, out_fits, value};
 use super::registry::OpDef;
-use super::{KResult, OpCtx, count};
+use super::{KResult, OpCtx};
 use crate::check::{Ck, Issue};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
@@ -158,117 +159,6 @@ fn out_is(c: &Ck<'_>, k: usize, want: OperandType) -> Result<(), Issue> {
         )));
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------- broadcasting
-
-/// numpy-style broadcast of two shapes.
-fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
-    let r = a.len().max(b.len());
-    let ext = |d: &[u32], i: usize| {
-        if i + d.len() >= r {
-            d[i + d.len() - r]
-        } else {
-            1
-        }
-    };
-    (0..r)
-        .map(|i| {
-            let (x, y) = (ext(a, i), ext(b, i));
-            if x == y || y == 1 {
-                Some(x)
-            } else if x == 1 {
-                Some(y)
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
-/// When both inputs' shapes are fully declared, they must broadcast together.
-fn check_broadcastable(c: &Ck<'_>) -> Result<(), Issue> {
-    let (a, b) = (&c.inp(0)?.dimensions, &c.inp(1)?.dimensions);
-    if a.is_empty() || b.is_empty() {
-        return Ok(());
-    }
-    // The broadcast extents as far as the model tells them (0: unknown until execution).
-    let r = a.len().max(b.len());
-    let ext = |d: &[u32], i: usize| {
-        if i + d.len() >= r {
-            d[i + d.len() - r]
-        } else {
-            1
-        }
-    };
-    let mut want = Vec::with_capacity(r);
-    for i in 0..r {
-        let (x, y) = (ext(a, i), ext(b, i));
-        want.push(match (x, y) {
-            _ if x == y => x,
-            (0, 1) | (1, 0) => 0,
-            (0, e) | (e, 0) | (1, e) | (e, 1) => e,
-            _ => {
-                return Err(invalid(format!(
-                    "input shapes {a:?} and {b:?} cannot be broadcast together"
-                )));
-            }
-        });
-    }
-    out_fits(c, 0, &want)
-}
-
-/// `f` over the broadcast of `a` (shaped `ad`) and `b` (shaped `bd`).
-fn broadcast<A: Copy, B: Copy, R>(
-    ctx: &OpCtx<'_>,
-    (ad, a): (&[u32], &[A]),
-    (bd, b): (&[u32], &[B]),
-    f: impl Fn(A, B) -> R,
-) -> KResult<(Vec<u32>, Vec<R>)> {
-    if count(ctx, ad)? != a.len() || count(ctx, bd)? != b.len() {
-        return Err(ctx.err("operand data does not match its dimensions"));
-    }
-    let od = broadcast_shape(ad, bd)
-        .ok_or_else(|| ctx.err(format!("shapes {ad:?} and {bd:?} cannot be broadcast")))?;
-    let n = count(ctx, &od)?;
-    if ad == bd {
-        return Ok((od, a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()));
-    }
-    let r = od.len();
-    // Per-output-dimension strides into each operand (0 where it is broadcast).
-    let stride_of = |d: &[u32]| {
-        let mut s = vec![0usize; r];
-        let mut acc = 1usize;
-        for i in (0..d.len()).rev() {
-            s[i + r - d.len()] = if d[i] == 1 { 0 } else { acc };
-            acc = acc.saturating_mul(d[i] as usize);
-        }
-        s
-    };
-    let (sa, sb) = (stride_of(ad), stride_of(bd));
-    let mut out = Vec::with_capacity(n);
-    let mut pos = vec![0u32; r];
-    let (mut ia, mut ib) = (0usize, 0usize);
-    for _ in 0..n {
-        let (Some(&x), Some(&y)) = (a.get(ia), b.get(ib)) else {
-            return Err(ctx.err("broadcast index out of range"));
-        };
-        out.push(f(x, y));
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            pos[k] += 1;
-            ia += sa[k];
-            ib += sb[k];
-            if pos[k] < od[k] {
-                break;
-            }
-            ia -= sa[k] * od[k] as usize;
-            ib -= sb[k] * od[k] as usize;
-            pos[k] = 0;
-        }
-    }
-    Ok((od, out))
 }
 
 // ---------------------------------------------------------------- comparisons

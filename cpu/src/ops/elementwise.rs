@@ -1,100 +1,10 @@
 //! Elementwise kernels: broadcast arithmetic, activations, (de)quantization, softmax, L2 norm.
 
+use super::broadcast::broadcast;
 use super::quant::{act_range_q, mbqm, quantize_multiplier, quantize_val};
 use super::{KResult, OpCtx, count, q8_range, q8_tensor, resolve_axis};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
-
-/// numpy-style broadcast of two shapes.
-fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
-    let r = a.len().max(b.len());
-    let mut out = vec![0u32; r];
-    for i in 0..r {
-        let da = if i + a.len() >= r {
-            a[i + a.len() - r]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= r {
-            b[i + b.len() - r]
-        } else {
-            1
-        };
-        out[i] = if da == db {
-            da
-        } else if da == 1 {
-            db
-        } else if db == 1 {
-            da
-        } else {
-            return None;
-        };
-    }
-    Some(out)
-}
-
-/// Applies `f` elementwise over the broadcast of `a` and `b`.
-fn broadcast<A: Copy, B: Copy, R>(
-    ctx: &OpCtx<'_>,
-    ad: &[u32],
-    a: &[A],
-    bd: &[u32],
-    b: &[B],
-    mut f: impl FnMut(A, B) -> R,
-) -> KResult<(Vec<u32>, Vec<R>)> {
-    if count(ctx, ad)? != a.len() || count(ctx, bd)? != b.len() {
-        return Err(ctx.err("operand data does not match its dimensions"));
-    }
-    let od = broadcast_shape(ad, bd)
-        .ok_or_else(|| ctx.err(format!("shapes {ad:?} and {bd:?} cannot be broadcast")))?;
-    let n = count(ctx, &od)?;
-    if ad == bd {
-        return Ok((od, a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()));
-    }
-    if b.len() == 1 && a.len() == n {
-        let y = b[0];
-        return Ok((od, a.iter().map(|&x| f(x, y)).collect()));
-    }
-    if a.len() == 1 && b.len() == n {
-        let x = a[0];
-        return Ok((od, b.iter().map(|&y| f(x, y)).collect()));
-    }
-    let r = od.len();
-    // Per-output-dimension strides into a and b (0 where broadcast).
-    let stride_of = |d: &[u32]| -> Vec<usize> {
-        let mut s = vec![0usize; r];
-        let mut acc = 1usize;
-        for i in (0..d.len()).rev() {
-            let oi = i + r - d.len();
-            s[oi] = if d[i] == 1 { 0 } else { acc };
-            acc *= d[i] as usize;
-        }
-        s
-    };
-    let sa = stride_of(ad);
-    let sb = stride_of(bd);
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0u32; r];
-    let (mut ia, mut ib) = (0usize, 0usize);
-    for _ in 0..n {
-        out.push(f(a[ia], b[ib]));
-        // increment the multi-index
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            idx[k] += 1;
-            ia += sa[k];
-            ib += sb[k];
-            if idx[k] < od[k] {
-                break;
-            }
-            ia -= sa[k] * od[k] as usize;
-            ib -= sb[k] * od[k] as usize;
-            idx[k] = 0;
-        }
-    }
-    Ok((od, out))
-}
 
 fn floor_div(ctx: &OpCtx<'_>, a: i32, b: i32) -> KResult<i32> {
     if b == 0 {
@@ -123,7 +33,7 @@ pub(crate) fn binary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                 OperationType::Mul => |x, y| x * y,
                 _ => |x, y| x / y,
             };
-            let (od, v) = broadcast(ctx, ad, a, bd, b, |x, y| f(x, y).max(lo).min(hi))?;
+            let (od, v) = broadcast(ctx, (ad, a), (bd, b), |x, y| f(x, y).max(lo).min(hi))?;
             Ok(Tensor::new(od, Data::F32(v)))
         }
         OperandType::TensorInt32 => {
@@ -133,7 +43,7 @@ pub(crate) fn binary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                 return Err(ctx.err("fused activation must be NONE for TENSOR_INT32"));
             }
             let mut div_err = None;
-            let (od, v) = broadcast(ctx, ad, a, bd, b, |x: i32, y: i32| match op {
+            let (od, v) = broadcast(ctx, (ad, a), (bd, b), |x: i32, y: i32| match op {
                 OperationType::Add => x.wrapping_add(y),
                 OperationType::Sub => x.wrapping_sub(y),
                 OperationType::Mul => x.wrapping_mul(y),
@@ -188,7 +98,7 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
             if ctx.op.op == OperationType::Sub {
                 m2 = -m2;
             }
-            let (od, v) = broadcast(ctx, &ad, &a, &bd, &b, |x, y| {
+            let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
                 let x = (x + off1) * (1 << left_shift);
                 let y = (y + off2) * (1 << left_shift);
                 let sx = mbqm(x, m1, s1);
@@ -201,7 +111,7 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
         OperationType::Mul => {
             let real = f64::from(o1.scale) * f64::from(o2.scale) / f64::from(out.scale);
             let (m, s) = quantize_multiplier(real);
-            let (od, v) = broadcast(ctx, &ad, &a, &bd, &b, |x, y| {
+            let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
                 let p = (x + off1) * (y + off2);
                 mbqm(p, m, s).saturating_add(out_off).clamp(lo, hi)
             })?;
@@ -209,7 +119,7 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
         }
         _ => {
             // DIV on quantized tensors: through float.
-            let (od, v) = broadcast(ctx, &ad, &a, &bd, &b, |x, y| {
+            let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
                 let fx = (x - o1.zero_point) as f32 * o1.scale;
                 let fy = (y - o2.zero_point) as f32 * o2.scale;
                 quantize_val(fx / fy, out.scale, out.zero_point, lo, hi)

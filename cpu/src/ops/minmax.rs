@@ -7,9 +7,10 @@
 //! is the integer product (x - zp_x)·(alpha - zp_alpha) rescaled by
 //! input_scale·alpha_scale / output_scale, both with gemmlowp fixed-point multipliers.
 
+use super::broadcast::broadcast;
 use super::quant::{mbqm, quantize_multiplier};
 use super::registry::OpDef;
-use super::{KResult, OpCtx, count, q8_range, q8_tensor};
+use super::{KResult, OpCtx, q8_range, q8_tensor};
 use crate::check::{ARITH, Ck, F32_Q8, Issue};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
@@ -60,78 +61,6 @@ fn check_min_max(c: &Ck<'_>) -> Result<(), Issue> {
 /// PRELU(input, alpha).
 fn check_prelu(c: &Ck<'_>) -> Result<(), Issue> {
     check_two(c, F32_Q8, "alpha").map(|_| ())
-}
-
-/// The numpy-style broadcast of `ad` and `bd`.
-fn broadcast_shape(ad: &[u32], bd: &[u32]) -> Option<Vec<u32>> {
-    let r = ad.len().max(bd.len());
-    let at = |d: &[u32], i: usize| {
-        if i + d.len() >= r {
-            d[i + d.len() - r]
-        } else {
-            1
-        }
-    };
-    (0..r)
-        .map(|i| {
-            let (x, y) = (at(ad, i), at(bd, i));
-            if x == y || y == 1 {
-                Some(x)
-            } else if x == 1 {
-                Some(y)
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
-/// `f(a, b)` over the broadcast of `a` (dims `ad`) and `b` (dims `bd`).
-fn broadcast<A: Copy, B: Copy, R>(
-    ctx: &OpCtx<'_>,
-    (ad, a): (&[u32], &[A]),
-    (bd, b): (&[u32], &[B]),
-    mut f: impl FnMut(A, B) -> R,
-) -> KResult<(Vec<u32>, Vec<R>)> {
-    if count(ctx, ad)? != a.len() || count(ctx, bd)? != b.len() {
-        return Err(ctx.err("operand data does not match its dimensions"));
-    }
-    let od = broadcast_shape(ad, bd)
-        .ok_or_else(|| ctx.err(format!("shapes {ad:?} and {bd:?} cannot be broadcast")))?;
-    let n = count(ctx, &od)?;
-    let r = od.len();
-    // Per output dimension, the stride into each operand (0 where it is broadcast).
-    let strides = |d: &[u32]| {
-        let mut s = vec![0usize; r];
-        let mut acc = 1usize;
-        for i in (0..d.len()).rev() {
-            let oi = i + r - d.len();
-            s[oi] = if d[i] == 1 { 0 } else { acc };
-            acc *= d[i] as usize;
-        }
-        s
-    };
-    let (sa, sb) = (strides(ad), strides(bd));
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0u32; r];
-    let (mut ia, mut ib) = (0usize, 0usize);
-    for _ in 0..n {
-        out.push(f(a[ia], b[ib]));
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            idx[k] += 1;
-            ia += sa[k];
-            ib += sb[k];
-            if idx[k] < od[k] {
-                break;
-            }
-            ia -= sa[k] * od[k] as usize;
-            ib -= sb[k] * od[k] as usize;
-            idx[k] = 0;
-        }
-    }
-    Ok((od, out))
 }
 
 /// 8-bit input `i` widened to i32.

@@ -6,13 +6,14 @@ use crate::error::ExecError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 use crate::tensor::{Data, Tensor};
 
+mod broadcast;
 mod compare;
 mod conv;
 mod conv_variants;
 mod elementwise;
 mod gemm;
-mod movement;
 mod minmax;
+mod movement;
 mod normalization;
 mod pool;
 mod quant;

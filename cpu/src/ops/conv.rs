@@ -141,14 +141,15 @@ impl Geometry {
 
     /// Input row for output row `oy` and filter row `ky`, if inside the input.
     #[inline]
-    fn in_y(&self, oy: usize, ky: usize, h: usize) -> Option<usize> {
+    pub(crate) fn in_y(&self, oy: usize, ky: usize, h: usize) -> Option<usize> {
         (oy * self.stride_h + ky * self.dil_h)
             .checked_sub(self.pad_t)
             .filter(|&y| y < h)
     }
 
+    /// Input column for output column `ox` and filter column `kx`, if inside the input.
     #[inline]
-    fn in_x(&self, ox: usize, kx: usize, w: usize) -> Option<usize> {
+    pub(crate) fn in_x(&self, ox: usize, kx: usize, w: usize) -> Option<usize> {
         (ox * self.stride_w + kx * self.dil_w)
             .checked_sub(self.pad_l)
             .filter(|&x| x < w)
@@ -202,12 +203,15 @@ fn parse_conv_args(ctx: &OpCtx<'_>, depthwise: bool) -> KResult<ConvArgs> {
 }
 
 /// Quantization of the filter: zero point and per-output-channel scales.
-fn filter_quant(ctx: &OpCtx<'_>, out_c: usize) -> KResult<(i32, Vec<f32>)> {
+pub(crate) fn filter_quant(ctx: &OpCtx<'_>, out_c: usize) -> KResult<(i32, Vec<f32>)> {
     let f = ctx.operand(1)?;
     match &f.channel_quant {
         Some(cq) => {
             if cq.scales.len() != out_c {
-                return Err(ctx.err("per-channel filter scales do not match the output depth"));
+                return Err(ctx.err(format!(
+                    "{} per-channel filter scales for an output depth of {out_c}",
+                    cq.scales.len()
+                )));
             }
             Ok((0, cq.scales.clone()))
         }
@@ -215,29 +219,40 @@ fn filter_quant(ctx: &OpCtx<'_>, out_c: usize) -> KResult<(i32, Vec<f32>)> {
     }
 }
 
-/// 8-bit values minus their zero point.
-fn centered(ctx: &OpCtx<'_>, i: usize, zp: i32) -> KResult<(Vec<u32>, Vec<i32>)> {
+/// 8-bit values of input `i` minus their zero point, widened to `V` (i32 or i64) before the
+/// subtraction.
+pub(crate) fn centered<V>(ctx: &OpCtx<'_>, i: usize, zp: i32) -> KResult<(Vec<u32>, Vec<V>)>
+where
+    V: From<u8> + From<i8> + From<i32> + std::ops::Sub<Output = V>,
+{
     let t = ctx.t(i)?;
     let v = match &t.data {
-        Data::U8(v) => v.iter().map(|&x| i32::from(x) - zp).collect(),
-        Data::I8(v) => v.iter().map(|&x| i32::from(x) - zp).collect(),
+        Data::U8(v) => v.iter().map(|&x| V::from(x) - V::from(zp)).collect(),
+        Data::I8(v) => v.iter().map(|&x| V::from(x) - V::from(zp)).collect(),
         _ => return Err(ctx.err(format!("input {i} is not 8-bit"))),
     };
     Ok((t.dims.clone(), v))
 }
 
 /// Requantization of an integer accumulator per output channel.
-struct Requant {
+pub(crate) struct Requant {
     mult: Vec<(i32, i32)>,
     out_zp: i32,
     lo: i32,
     hi: i32,
     /// The output type (8-bit, signed or not).
-    ty: OperandType,
+    pub(crate) ty: OperandType,
 }
 
 impl Requant {
-    fn new(ctx: &OpCtx<'_>, in_scale: f32, f_scales: &[f32], act: usize) -> KResult<Requant> {
+    /// For output 0, an input of scale `in_scale`, filter scales `f_scales` (one per output
+    /// channel) and the fused activation at input `act`.
+    pub(crate) fn new(
+        ctx: &OpCtx<'_>,
+        in_scale: f32,
+        f_scales: &[f32],
+        act: usize,
+    ) -> KResult<Requant> {
         let out = ctx.out(0)?;
         let (qmin, qmax) = q8_range(out.ty);
         let (lo, hi) = ctx.act_q(act, qmin, qmax)?;
@@ -256,8 +271,9 @@ impl Requant {
         })
     }
 
+    /// `acc` (clamped to i32) requantized for output channel `oc`.
     #[inline]
-    fn apply(&self, acc: i64, oc: usize) -> i32 {
+    pub(crate) fn apply(&self, acc: i64, oc: usize) -> i32 {
         let acc = acc.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
         let (m, s) = self.mult[oc];
         mbqm(acc, m, s)

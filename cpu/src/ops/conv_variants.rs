@@ -3,13 +3,12 @@
 //! NCHW. Quantized results use the integer accumulation and gemmlowp requantization of the
 //! reference kernels.
 
-use super::conv::{Geometry, Padding};
+use super::conv::{Geometry, Padding, Requant, centered, filter_quant};
 use super::normalization::const_i32;
-use super::quant::{mbqm, quantize_multiplier};
 use super::registry::OpDef;
 use super::{
-    KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor,
-    to_layout, to_u32,
+    KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_tensor, to_layout,
+    to_u32,
 };
 use crate::check::{Ck, F32_Q8, FLOAT, Issue};
 use crate::model::{OperandType, OperationType};
@@ -113,34 +112,6 @@ enum Operands {
     },
 }
 
-/// Requantization of an accumulator per output channel.
-struct Requant {
-    mult: Vec<(i32, i32)>,
-    out_zp: i32,
-    lo: i32,
-    hi: i32,
-    ty: OperandType,
-}
-
-impl Requant {
-    fn apply(&self, acc: i64, oc: usize) -> i32 {
-        let acc = acc.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
-        let (m, s) = self.mult[oc];
-        mbqm(acc, m, s)
-            .saturating_add(self.out_zp)
-            .clamp(self.lo, self.hi)
-    }
-}
-
-fn centered(ctx: &OpCtx<'_>, i: usize, zp: i32) -> KResult<Vec<i64>> {
-    let zp = i64::from(zp);
-    Ok(match &ctx.t(i)?.data {
-        Data::U8(v) => v.iter().map(|&q| i64::from(q) - zp).collect(),
-        Data::I8(v) => v.iter().map(|&q| i64::from(q) - zp).collect(),
-        _ => return Err(ctx.err(format!("input {i} is not 8-bit"))),
-    })
-}
-
 impl Operands {
     /// Reads input, filter and bias for `oc` output channels with the fused activation at
     /// input `act`; an NCHW input is reordered to NHWC.
@@ -174,45 +145,19 @@ impl Operands {
             return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
         }
         let inp = ctx.operand(0)?;
-        let mut x = centered(ctx, 0, inp.zero_point)?;
+        let (_, mut x) = centered(ctx, 0, inp.zero_point)?;
         if nchw {
             x = nchw_to_nhwc(&x, &it.dims).1;
         }
-        let fo = ctx.operand(1)?;
-        let (fzp, scales) = match &fo.channel_quant {
-            Some(cq) => {
-                if cq.scales.len() != oc {
-                    return Err(ctx.err(format!(
-                        "{} per-channel filter scales for an output depth of {oc}",
-                        cq.scales.len()
-                    )));
-                }
-                (0, cq.scales.clone())
-            }
-            None => (fo.zero_point, vec![fo.scale; oc]),
-        };
-        let f = centered(ctx, 1, fzp)?;
+        let (fzp, scales) = filter_quant(ctx, oc)?;
+        let (_, f) = centered(ctx, 1, fzp)?;
         let (_, bias) = ctx.i32s(2)?;
-        let out = ctx.out(0)?;
-        let (qmin, qmax) = q8_range(out.ty);
-        let (lo, hi) = ctx.act_q(act, qmin, qmax)?;
-        let mult = scales
-            .iter()
-            .map(|&s| {
-                quantize_multiplier(f64::from(inp.scale) * f64::from(s) / f64::from(out.scale))
-            })
-            .collect();
+        let rq = Requant::new(ctx, inp.scale, &scales, act)?;
         Ok(Operands::Quant {
             x,
             f,
             bias: bias.iter().map(|&b| i64::from(b)).collect(),
-            rq: Requant {
-                mult,
-                out_zp: out.zero_point,
-                lo,
-                hi,
-                ty: out.ty,
-            },
+            rq,
         })
     }
 
@@ -567,17 +512,11 @@ fn grouped_conv(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                         let c0 = (ko / og) * cg;
                         let mut acc = V::default();
                         for ky in 0..fh {
-                            let Some(iy) = (oy * geo.stride_h + ky)
-                                .checked_sub(geo.pad_t)
-                                .filter(|&y| y < h)
-                            else {
+                            let Some(iy) = geo.in_y(oy, ky, h) else {
                                 continue;
                             };
                             for kx in 0..fw {
-                                let Some(ix) = (ox * geo.stride_w + kx)
-                                    .checked_sub(geo.pad_l)
-                                    .filter(|&v| v < w)
-                                else {
+                                let Some(ix) = geo.in_x(ox, kx, w) else {
                                     continue;
                                 };
                                 let xp = &x[((b * h + iy) * w + ix) * c + c0..][..cg];

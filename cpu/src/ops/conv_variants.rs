@@ -3,8 +3,9 @@
 //! NCHW. Quantized results use the integer accumulation and gemmlowp requantization of the
 //! reference kernels.
 
-use super::conv::{Geometry, Padding, Requant, centered, filter_quant};
+use super::conv::{Geometry, Padding, filter_quant};
 use super::normalization::const_i32;
+use super::quant::{Requant, centered};
 use super::registry::OpDef;
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_tensor, to_layout,

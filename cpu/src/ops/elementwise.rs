@@ -1,7 +1,7 @@
 //! Elementwise kernels: broadcast arithmetic, activations, (de)quantization, softmax, L2 norm.
 
 use super::broadcast::broadcast;
-use super::quant::{act_range_q, mbqm, quantize_multiplier, quantize_val};
+use super::quant::{act_range_q, mbqm, q8_values, quantize_multiplier, quantize_val};
 use super::{KResult, OpCtx, count, q8_range, q8_tensor, resolve_axis};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
@@ -65,16 +65,6 @@ pub(crate) fn binary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         }
         _ => Err(ctx.err(format!("unsupported type {}", ty.name()))),
     }
-}
-
-fn q8_values(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<i32>)> {
-    let t = ctx.t(i)?;
-    let v: Vec<i32> = match &t.data {
-        Data::U8(v) => v.iter().map(|&x| i32::from(x)).collect(),
-        Data::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
-        _ => return Err(ctx.err(format!("input {i} is not 8-bit quantized"))),
-    };
-    Ok((t.dims.clone(), v))
 }
 
 fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {

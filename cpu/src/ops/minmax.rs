@@ -8,7 +8,7 @@
 //! input_scale·alpha_scale / output_scale, both with gemmlowp fixed-point multipliers.
 
 use super::broadcast::broadcast;
-use super::quant::{mbqm, quantize_multiplier};
+use super::quant::{mbqm, q8_values, quantize_multiplier};
 use super::registry::OpDef;
 use super::{KResult, OpCtx, q8_range, q8_tensor};
 use crate::check::{ARITH, Ck, F32_Q8, Issue};
@@ -63,17 +63,6 @@ fn check_prelu(c: &Ck<'_>) -> Result<(), Issue> {
     check_two(c, F32_Q8, "alpha").map(|_| ())
 }
 
-/// 8-bit input `i` widened to i32.
-fn q8(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<i32>)> {
-    let t = ctx.t(i)?;
-    let v = match &t.data {
-        Data::U8(v) => v.iter().map(|&x| i32::from(x)).collect(),
-        Data::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
-        _ => return Err(ctx.err(format!("input {i} is not 8-bit"))),
-    };
-    Ok((t.dims.clone(), v))
-}
-
 fn min_max(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let is_max = ctx.op.op == OperationType::Maximum;
     let ty = ctx.ty(0)?;
@@ -89,8 +78,8 @@ fn min_max(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             Tensor::new(od, Data::I32(v))
         }
         T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => {
-            let (ad, a) = q8(ctx, 0)?;
-            let (bd, b) = q8(ctx, 1)?;
+            let (ad, a) = q8_values(ctx, 0)?;
+            let (bd, b) = q8_values(ctx, 1)?;
             let (ia, ib, o) = (ctx.operand(0)?, ctx.operand(1)?, ctx.out(0)?);
             let (lo, hi) = q8_range(o.ty);
             // As the reference: the real value as a float product, the rescale in double.
@@ -121,8 +110,8 @@ fn prelu(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             Tensor::new(od, Data::F32(v))
         }
         T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => {
-            let (ad, a) = q8(ctx, 0)?;
-            let (bd, b) = q8(ctx, 1)?;
+            let (ad, a) = q8_values(ctx, 0)?;
+            let (bd, b) = q8_values(ctx, 1)?;
             let (ix, ia, o) = (ctx.operand(0)?, ctx.operand(1)?, ctx.out(0)?);
             let (lo, hi) = q8_range(o.ty);
             let (mp, sp) = quantize_multiplier(f64::from(ix.scale) / f64::from(o.scale));

@@ -1,4 +1,9 @@
-//! Fixed-point helpers with the NN HAL (TFLite gemmlowp) rounding behaviour.
+//! Quantization math with the NN HAL (TFLite gemmlowp) rounding behaviour: fixed-point
+//! multipliers, requantization and 8-bit operand reading.
+
+use super::{KResult, OpCtx, q8_range};
+use crate::model::OperandType;
+use crate::tensor::Data;
 
 /// gemmlowp SaturatingRoundingDoublingHighMul.
 fn srdhm(a: i32, b: i32) -> i32 {
@@ -91,6 +96,74 @@ pub(crate) fn quantize_val(x: f32, scale: f32, zp: i32, lo: i32, hi: i32) -> i32
     let v = (x / scale).round();
     let v = if v.is_nan() { 0 } else { v as i32 };
     v.saturating_add(zp).clamp(lo, hi)
+}
+
+/// 8-bit values of input `i` minus their zero point, widened to `V` (i32 or i64) before the
+/// subtraction.
+pub(crate) fn centered<V>(ctx: &OpCtx<'_>, i: usize, zp: i32) -> KResult<(Vec<u32>, Vec<V>)>
+where
+    V: From<u8> + From<i8> + From<i32> + std::ops::Sub<Output = V>,
+{
+    let t = ctx.t(i)?;
+    let v = match &t.data {
+        Data::U8(v) => v.iter().map(|&x| V::from(x) - V::from(zp)).collect(),
+        Data::I8(v) => v.iter().map(|&x| V::from(x) - V::from(zp)).collect(),
+        _ => return Err(ctx.err(format!("input {i} is not 8-bit"))),
+    };
+    Ok((t.dims.clone(), v))
+}
+
+/// Requantization of an integer accumulator per output channel.
+pub(crate) struct Requant {
+    mult: Vec<(i32, i32)>,
+    out_zp: i32,
+    lo: i32,
+    hi: i32,
+    /// The output type (8-bit, signed or not).
+    pub(crate) ty: OperandType,
+}
+
+impl Requant {
+    /// For output 0, an input of scale `in_scale`, filter scales `f_scales` (one per output
+    /// channel) and the fused activation at input `act`.
+    pub(crate) fn new(
+        ctx: &OpCtx<'_>,
+        in_scale: f32,
+        f_scales: &[f32],
+        act: usize,
+    ) -> KResult<Requant> {
+        let out = ctx.out(0)?;
+        let (qmin, qmax) = q8_range(out.ty);
+        let (lo, hi) = ctx.act_q(act, qmin, qmax)?;
+        let mult = f_scales
+            .iter()
+            .map(|&fs| {
+                quantize_multiplier(f64::from(in_scale) * f64::from(fs) / f64::from(out.scale))
+            })
+            .collect();
+        Ok(Requant {
+            mult,
+            out_zp: out.zero_point,
+            lo,
+            hi,
+            ty: out.ty,
+        })
+    }
+
+    /// `acc` (clamped to i32) requantized for output channel `oc`.
+    #[inline]
+    pub(crate) fn apply(&self, acc: i64, oc: usize) -> i32 {
+        let acc = acc.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+        let (m, s) = self.mult[oc];
+        mbqm(acc, m, s)
+            .saturating_add(self.out_zp)
+            .clamp(self.lo, self.hi)
+    }
+}
+
+/// 8-bit input `i` widened to i32 (its stored values, zero point not removed).
+pub(crate) fn q8_values(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<i32>)> {
+    centered(ctx, i, 0)
 }
 
 #[cfg(test)]

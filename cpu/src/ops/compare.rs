@@ -5,7 +5,7 @@
 //! quantized operands are compared by real value, so their scales and zero points may differ.
 
 use super::broadcast::{broadcast, check_broadcastable};
-use super::reduce::{known_rank, out_fits, value};
+use super::reduce::{invalid, known_rank, out_fits, type_in, value};
 use super::registry::OpDef;
 use super::{KResult, OpCtx};
 use crate::check::{Ck, Issue};
@@ -128,26 +128,6 @@ const CAST_TYPES: &[OperandType] = &[
     T::TensorQuant8AsymmSigned,
     T::TensorQuant8Symm,
 ];
-
-fn invalid(msg: impl Into<String>) -> Issue {
-    Issue::Invalid(msg.into())
-}
-
-fn type_in(c: &Ck<'_>, i: usize, allowed: &[OperandType]) -> Result<OperandType, Issue> {
-    let t = c.ty(i)?;
-    if !allowed.contains(&t) {
-        return Err(invalid(format!(
-            "input {i} type {} is not one of {}",
-            t.name(),
-            allowed
-                .iter()
-                .map(|t| t.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    Ok(t)
-}
 
 fn out_is(c: &Ck<'_>, k: usize, want: OperandType) -> Result<(), Issue> {
     let o = c.out(k)?;

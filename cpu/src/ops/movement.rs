@@ -6,10 +6,11 @@
 //! each kernel computes, for every output element, the index of its source element (or
 //! [`PAD`] for a padding element) and [`pick`] copies them.
 
+use super::reduce::const_i32s;
 use super::registry::OpDef;
 use super::{KResult, OpCtx, count, resolve_axis, strides, to_u32};
 use crate::check::{Ck, Issue, MOVE_TENSOR, float_scalar};
-use crate::model::{Lifetime, OperandType, OperationType};
+use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 use OperandType as T;
@@ -119,29 +120,9 @@ fn invalid<T>(msg: impl Into<String>) -> Result<T, Issue> {
     Err(Issue::Invalid(msg.into()))
 }
 
-/// The value of INT32 / TENSOR_INT32 input `i` when it is a CONSTANT_COPY (None otherwise).
-fn konst(c: &Ck<'_>, i: usize) -> Option<Vec<i32>> {
-    let o = c.inp(i).ok()?;
-    if !matches!(o.ty, T::Int32 | T::TensorInt32) {
-        return None;
-    }
-    let Lifetime::ConstantCopy { offset, length } = o.lifetime else {
-        return None;
-    };
-    let bytes =
-        c.g.operand_values
-            .get(offset..offset.checked_add(length)?)?;
-    Some(
-        bytes
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    )
-}
-
 /// The constant INT32 scalar at input `i`, if constant.
 fn konst1(c: &Ck<'_>, i: usize) -> Option<i32> {
-    konst(c, i).and_then(|v| v.first().copied())
+    const_i32s(c, i).and_then(|v| v.first().copied())
 }
 
 /// The declared rank of input `i`, when known (dimensions given).
@@ -216,7 +197,7 @@ fn check_strided_slice(c: &Ck<'_>) -> Result<(), Issue> {
     for (i, what) in [(1, "begin"), (2, "end"), (3, "strides")] {
         list_len(c, i, r, what)?;
     }
-    if konst(c, 3).is_some_and(|s| s.contains(&0)) {
+    if const_i32s(c, 3).is_some_and(|s| s.contains(&0)) {
         return invalid("strides must be non-zero");
     }
     for (i, what) in [(4, "begin_mask"), (5, "end_mask"), (6, "shrink_axis_mask")] {
@@ -243,10 +224,10 @@ fn check_slice(c: &Ck<'_>) -> Result<(), Issue> {
     let r = rank_of(c, 0);
     list_len(c, 1, r, "begin")?;
     list_len(c, 2, r, "size")?;
-    if konst(c, 1).is_some_and(|b| b.iter().any(|&x| x < 0)) {
+    if const_i32s(c, 1).is_some_and(|b| b.iter().any(|&x| x < 0)) {
         return invalid("begin must be >= 0");
     }
-    if konst(c, 2).is_some_and(|s| s.iter().any(|&x| x < -1)) {
+    if const_i32s(c, 2).is_some_and(|s| s.iter().any(|&x| x < -1)) {
         return invalid("size must be >= 0 or -1");
     }
     Ok(())
@@ -264,7 +245,7 @@ fn check_block(c: &Ck<'_>) -> Result<(), Issue> {
             b.dimensions
         ));
     }
-    if konst(c, 1).is_some_and(|b| b.iter().any(|&x| x < 1)) {
+    if const_i32s(c, 1).is_some_and(|b| b.iter().any(|&x| x < 1)) {
         return invalid("block_shape entries must be >= 1");
     }
     Ok(())
@@ -282,7 +263,7 @@ fn check_space_to_batch(c: &Ck<'_>) -> Result<(), Issue> {
             p.dimensions
         ));
     }
-    if konst(c, 2).is_some_and(|p| p.iter().any(|&x| x < 0)) {
+    if const_i32s(c, 2).is_some_and(|p| p.iter().any(|&x| x < 0)) {
         return invalid("paddings must be >= 0");
     }
     Ok(())
@@ -300,7 +281,7 @@ fn check_gather(c: &Ck<'_>) -> Result<(), Issue> {
     c.is(2, T::TensorInt32, "indices")?;
     same_as_input(c, 0)?;
     axis_in_range(c, 1, rank_of(c, 0))?;
-    if konst(c, 2).is_some_and(|v| v.iter().any(|&x| x < 0)) {
+    if const_i32s(c, 2).is_some_and(|v| v.iter().any(|&x| x < 0)) {
         return invalid("indices must be >= 0");
     }
     Ok(())
@@ -361,7 +342,7 @@ fn check_pad_v2(c: &Ck<'_>) -> Result<(), Issue> {
             p.dimensions
         ));
     }
-    if konst(c, 1).is_some_and(|p| p.iter().any(|&x| x < 0)) {
+    if const_i32s(c, 1).is_some_and(|p| p.iter().any(|&x| x < 0)) {
         return invalid("paddings must be >= 0");
     }
     if let Some(v) = konst1(c, 2).filter(|_| pad_ty == T::Int32) {
@@ -381,7 +362,7 @@ fn check_tile(c: &Ck<'_>) -> Result<(), Issue> {
     c.is(1, T::TensorInt32, "multiples")?;
     same_as_input(c, 0)?;
     list_len(c, 1, rank_of(c, 0), "multiples")?;
-    if konst(c, 1).is_some_and(|m| m.iter().any(|&x| x < 0)) {
+    if const_i32s(c, 1).is_some_and(|m| m.iter().any(|&x| x < 0)) {
         return invalid("multiples must be >= 0");
     }
     Ok(())
@@ -418,7 +399,7 @@ fn check_fill(c: &Ck<'_>) -> Result<(), Issue> {
         }
     };
     c.is(1, value_ty, "value")?;
-    if konst(c, 0).is_some_and(|d| d.iter().any(|&x| x < 0)) {
+    if const_i32s(c, 0).is_some_and(|d| d.iter().any(|&x| x < 0)) {
         return invalid("dims must be >= 0");
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! decode, and quantized REDUCE_MAX / REDUCE_MIN work on the stored values (the output carries
 //! the input's scale and zero point, so the order of stored values is the order of real ones).
 
+use super::normalization::const_bool;
 use super::registry::OpDef;
 use super::{KResult, OpCtx, count, resolve_axis, to_u32};
 use crate::check::{Ck, Issue, float_scalar};
@@ -94,8 +95,25 @@ const SEARCH_TYPES: &[OperandType] = &[
 
 // ---------------------------------------------------------------- shared helpers
 
-fn invalid(msg: impl Into<String>) -> Issue {
+pub(super) fn invalid(msg: impl Into<String>) -> Issue {
     Issue::Invalid(msg.into())
+}
+
+/// The type of input `i`, which must be one of `allowed`.
+pub(super) fn type_in(c: &Ck<'_>, i: usize, allowed: &[OperandType]) -> Result<OperandType, Issue> {
+    let t = c.ty(i)?;
+    if !allowed.contains(&t) {
+        return Err(invalid(format!(
+            "input {i} type {} is not one of {}",
+            t.name(),
+            allowed
+                .iter()
+                .map(|t| t.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(t)
 }
 
 /// The value of input `i` when it is a CONSTANT_COPY INT32 / TENSOR_INT32 operand.
@@ -178,18 +196,7 @@ fn check_any_all(c: &Ck<'_>) -> Result<(), Issue> {
 /// REDUCE_*(input, axes, keep_dims): one output of the input's type and quantization.
 fn check_reduce(c: &Ck<'_>, allowed: &[OperandType]) -> Result<(), Issue> {
     c.counts(&[3], 1)?;
-    let t0 = c.ty(0)?;
-    if !allowed.contains(&t0) {
-        return Err(invalid(format!(
-            "input 0 type {} is not one of {}",
-            t0.name(),
-            allowed
-                .iter()
-                .map(|t| t.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
+    let t0 = type_in(c, 0, allowed)?;
     c.is(1, T::TensorInt32, "axes")?;
     c.is(2, T::Bool, "keep_dims")?;
     c.same_out(t0)?;
@@ -232,15 +239,6 @@ fn check_reduce(c: &Ck<'_>, allowed: &[OperandType]) -> Result<(), Issue> {
         }
     }
     Ok(())
-}
-
-/// The value of input `i` when it is a CONSTANT_COPY BOOL scalar.
-fn const_bool(c: &Ck<'_>, i: usize) -> Option<bool> {
-    let o = c.inp(i).ok()?;
-    let Lifetime::ConstantCopy { offset, length: 1 } = o.lifetime else {
-        return None;
-    };
-    (o.ty == T::Bool).then(|| c.g.operand_values.get(offset).map(|&b| b != 0))?
 }
 
 /// The reduction plan of REDUCE_*: which dimensions are reduced and the output shape.

@@ -120,3 +120,132 @@ pub(crate) fn close(a: &[f32], b: &[f32]) {
         assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{a:?} vs {b:?}");
     }
 }
+
+/// Little-endian FLOAT16 bytes of `v`.
+pub(crate) fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
+        .collect()
+}
+
+/// FLOAT16 elements of `b`, as f32.
+pub(crate) fn f16_vals(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2)
+        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+        .collect()
+}
+
+/// Little-endian INT32 bytes of `v`.
+pub(crate) fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// INT32 elements of `b`.
+pub(crate) fn i32_vals(b: &[u8]) -> Vec<i32> {
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Bytes of signed 8-bit values.
+pub(crate) fn i8_bytes(v: &[i8]) -> Vec<u8> {
+    v.iter().map(|&x| x as u8).collect()
+}
+
+/// Signed 8-bit elements of `b`.
+pub(crate) fn i8_vals(b: &[u8]) -> Vec<i8> {
+    b.iter().map(|&x| x as i8).collect()
+}
+
+/// A constant FLOAT16 scalar operand of value `v`.
+pub(crate) fn half(b: &mut B, v: f32) -> u32 {
+    b.konst(T::Float16, &[], f32_to_f16(v).to_le_bytes().to_vec())
+}
+
+/// Asserts that operation 0 of `g` is refused as invalid.
+pub(crate) fn invalid(g: Graph) {
+    let r = PreparedGraph::new(g);
+    assert!(
+        matches!(r, Err(GraphError::InvalidOperation { index: 0, .. })),
+        "{r:?}"
+    );
+}
+
+/// The reason operation 0 of `g` is refused as an invalid operation.
+pub(crate) fn refused(g: Graph) -> String {
+    match PreparedGraph::new(g) {
+        Err(GraphError::InvalidOperation {
+            index: 0, reason, ..
+        }) => reason,
+        other => panic!("expected InvalidOperation, got {other:?}"),
+    }
+}
+
+/// The execution error of `g` on byte inputs with their dimensions (one output).
+pub(crate) fn exec_err(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> ExecError {
+    let p = PreparedGraph::new(g).unwrap();
+    let args: Vec<InputArg<'_>> = inputs
+        .iter()
+        .map(|(d, dims)| InputArg::Value {
+            data: d,
+            dimensions: dims.clone(),
+        })
+        .collect();
+    let mut out = vec![0u8; 4096];
+    let mut outs: Vec<&mut [u8]> = vec![&mut out[..]];
+    p.execute(&[], &args, &mut outs).unwrap_err()
+}
+
+/// Every output's bytes and shape.
+pub(crate) type Outs = Vec<(Vec<u8>, Vec<u32>)>;
+
+/// Runs `g` on byte inputs (model dims); every output's bytes and shape, or the error.
+pub(crate) fn run_outputs(g: Graph, inputs: &[Vec<u8>]) -> Result<Outs, ExecError> {
+    let p = PreparedGraph::new(g).expect("graph prepares");
+    let args: Vec<InputArg<'_>> = inputs
+        .iter()
+        .map(|d| InputArg::Value {
+            data: d,
+            dimensions: vec![],
+        })
+        .collect();
+    let n_out = p.graph().output_indexes.len();
+    let mut bufs = vec![vec![0u8; 1 << 12]; n_out];
+    let shapes = {
+        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        p.execute(&[], &args, &mut outs)?
+    };
+    Ok(shapes
+        .into_iter()
+        .zip(bufs)
+        .enumerate()
+        .map(|(k, (s, mut b))| {
+            let oi = p.graph().output_indexes[k] as usize;
+            let sz = p.graph().operands[oi].ty.element_size();
+            let n: usize = s.dimensions.iter().map(|&d| d as usize).product();
+            b.truncate(n * sz);
+            (b, s.dimensions)
+        })
+        .collect())
+}
+
+/// Runs `g` on byte inputs (model dims): output 0's bytes and shape.
+pub(crate) fn run1(g: Graph, inputs: &[Vec<u8>]) -> (Vec<u8>, Vec<u32>) {
+    run_outputs(g, inputs).expect("executes").swap_remove(0)
+}
+
+/// The message of the InvalidArgument execution error of `g` on byte inputs (model dims).
+pub(crate) fn exec_error(g: Graph, inputs: &[Vec<u8>]) -> String {
+    match run_outputs(g, inputs) {
+        Err(ExecError::InvalidArgument(m)) => m,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// A constant 8-bit operand of type `ty` holding `v` (stored as bytes), quantized with
+/// `scale` and `zp`.
+pub(crate) fn q8c(b: &mut B, ty: OperandType, dims: &[u32], v: &[i32], scale: f32, zp: i32) -> u32 {
+    let bytes = v.iter().map(|&x| x as u8).collect();
+    let i = b.konst(ty, dims, bytes);
+    b.q(i, scale, zp)
+}

@@ -9,70 +9,6 @@ use OperationType as O;
 
 // ---------------------------------------------------------------- helpers
 
-fn hb(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-        .collect()
-}
-
-fn bh(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-        .collect()
-}
-
-fn ib(v: &[i32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn bi(b: &[u8]) -> Vec<i32> {
-    b.chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn sb(v: &[i8]) -> Vec<u8> {
-    v.iter().map(|&x| x as u8).collect()
-}
-
-fn bs(b: &[u8]) -> Vec<i8> {
-    b.iter().map(|&x| x as i8).collect()
-}
-
-/// Runs `g` on byte inputs (model dims): output 0's bytes and shape, or the error.
-fn try_run(g: Graph, inputs: &[Vec<u8>]) -> Result<(Vec<u8>, Vec<u32>), ExecError> {
-    let p = PreparedGraph::new(g).expect("graph prepares");
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|d| InputArg::Value {
-            data: d,
-            dimensions: vec![],
-        })
-        .collect();
-    let mut buf = vec![0u8; 1 << 12];
-    let shapes = p.execute(&[], &args, &mut [&mut buf[..]])?;
-    let oi = p.graph().output_indexes[0] as usize;
-    let sz = p.graph().operands[oi].ty.element_size();
-    let dims = shapes[0].dimensions.clone();
-    let n: usize = dims.iter().map(|&d| d as usize).product();
-    buf.truncate(n * sz);
-    Ok((buf, dims))
-}
-
-fn run1(g: Graph, inputs: &[Vec<u8>]) -> (Vec<u8>, Vec<u32>) {
-    try_run(g, inputs).expect("executes")
-}
-
-/// The reason `g` is refused as an invalid operation.
-fn refused(g: Graph) -> String {
-    match PreparedGraph::new(g) {
-        Err(GraphError::InvalidOperation {
-            index: 0, reason, ..
-        }) => reason,
-        other => panic!("expected InvalidOperation, got {other:?}"),
-    }
-}
-
 /// `op(a, b)` over inputs of types `ta`, `tb` with shapes `ad`, `bd`, output `to`.
 fn binary(
     op: OperationType,
@@ -123,7 +59,10 @@ fn every_comparison_on_float32() {
 fn every_comparison_on_float16() {
     for (op, want) in ALL_CMP {
         let g = cmp(op, T::TensorFloat16, &[3], &[3]);
-        let (o, _) = run1(g, &[hb(&[1.0, 2.0, 3.0]), hb(&[2.0, 2.0, 2.0])]);
+        let (o, _) = run1(
+            g,
+            &[f16_bytes(&[1.0, 2.0, 3.0]), f16_bytes(&[2.0, 2.0, 2.0])],
+        );
         assert_eq!(o, want, "{op}");
     }
 }
@@ -132,7 +71,7 @@ fn every_comparison_on_float16() {
 fn every_comparison_on_int32_broadcasting_a_scalar_like_operand() {
     for (op, want) in ALL_CMP {
         let g = cmp(op, T::TensorInt32, &[3], &[1]);
-        let (o, d) = run1(g, &[ib(&[1, 2, 3]), ib(&[2])]);
+        let (o, d) = run1(g, &[i32_bytes(&[1, 2, 3]), i32_bytes(&[2])]);
         assert_eq!(d, vec![3]);
         assert_eq!(o, want, "{op}");
     }
@@ -169,7 +108,7 @@ fn every_comparison_on_quant8_signed_by_real_value() {
         // b: scale 2, zero point 5: [6, 6, 6] = [2, 2, 2]
         set_q(&mut g, x, 0.25, -10);
         set_q(&mut g, y, 2.0, 5);
-        let (o, _) = run1(g, &[sb(&[-6, -2, 2]), sb(&[6, 6, 6])]);
+        let (o, _) = run1(g, &[i8_bytes(&[-6, -2, 2]), i8_bytes(&[6, 6, 6])]);
         assert_eq!(o, want, "{op}");
     }
 }
@@ -199,7 +138,10 @@ fn greater_broadcasts_a_row_against_a_column() {
 #[test]
 fn less_broadcasts_across_ranks() {
     let g = cmp(O::Less, T::TensorInt32, &[2, 2, 2], &[2, 1]);
-    let (o, d) = run1(g, &[ib(&[0, 1, 2, 3, 4, 5, 6, 7]), ib(&[2, 5])]);
+    let (o, d) = run1(
+        g,
+        &[i32_bytes(&[0, 1, 2, 3, 4, 5, 6, 7]), i32_bytes(&[2, 5])],
+    );
     assert_eq!(d, vec![2, 2, 2]);
     assert_eq!(o, vec![1, 1, 1, 1, 0, 0, 0, 0]);
 }
@@ -421,15 +363,23 @@ fn select_float16_and_int32() {
     let (g, _) = select_graph(T::TensorFloat16, &[3]);
     let (o, _) = run1(
         g,
-        &[vec![0, 1, 0], hb(&[0.5, 1.5, 2.5]), hb(&[9.0, 8.0, 7.0])],
+        &[
+            vec![0, 1, 0],
+            f16_bytes(&[0.5, 1.5, 2.5]),
+            f16_bytes(&[9.0, 8.0, 7.0]),
+        ],
     );
-    assert_eq!(bh(&o), vec![9.0, 1.5, 7.0]);
+    assert_eq!(f16_vals(&o), vec![9.0, 1.5, 7.0]);
     let (g, _) = select_graph(T::TensorInt32, &[3]);
     let (o, _) = run1(
         g,
-        &[vec![1, 1, 0], ib(&[1, i32::MAX, 3]), ib(&[4, 5, i32::MIN])],
+        &[
+            vec![1, 1, 0],
+            i32_bytes(&[1, i32::MAX, 3]),
+            i32_bytes(&[4, 5, i32::MIN]),
+        ],
     );
-    assert_eq!(bi(&o), vec![1, i32::MAX, i32::MIN]);
+    assert_eq!(i32_vals(&o), vec![1, i32::MAX, i32::MIN]);
 }
 
 #[test]
@@ -473,9 +423,16 @@ fn select_quant8_signed_requantizes() {
     set_q(&mut g, x, 0.5, -10); // [-8, 100, -128] = [1, 55, -59]
     set_q(&mut g, y, 1.0, 0); // [1, 2, 3]
     set_q(&mut g, o, 0.25, 0);
-    let (out, _) = run1(g, &[vec![1, 1, 1], sb(&[-8, 100, -128]), sb(&[1, 2, 3])]);
+    let (out, _) = run1(
+        g,
+        &[
+            vec![1, 1, 1],
+            i8_bytes(&[-8, 100, -128]),
+            i8_bytes(&[1, 2, 3]),
+        ],
+    );
     // [4, 220 -> 127, -236 -> -128]
-    assert_eq!(bs(&out), vec![4, 127, -128]);
+    assert_eq!(i8_vals(&out), vec![4, 127, -128]);
 }
 
 #[test]
@@ -575,7 +532,7 @@ fn cast_graph(from: OperandType, to: OperandType, dims: &[u32]) -> Graph {
 fn cast_float32_to_int32_truncates_toward_zero() {
     let g = cast_graph(T::TensorFloat32, T::TensorInt32, &[4]);
     let (o, _) = run1(g, &[fb(&[2.7, -2.7, 0.5, 1e10])]);
-    assert_eq!(bi(&o), vec![2, -2, 0, i32::MAX]);
+    assert_eq!(i32_vals(&o), vec![2, -2, 0, i32::MAX]);
 }
 
 #[test]
@@ -588,7 +545,7 @@ fn cast_float32_to_quant8_saturates_then_truncates() {
 #[test]
 fn cast_int32_to_quant8_saturates() {
     let g = cast_graph(T::TensorInt32, T::TensorQuant8Asymm, &[4]);
-    let (o, _) = run1(g, &[ib(&[-5, 256, 17, i32::MAX])]);
+    let (o, _) = run1(g, &[i32_bytes(&[-5, 256, 17, i32::MAX])]);
     assert_eq!(o, vec![0, 255, 17, 255]);
 }
 
@@ -604,27 +561,30 @@ fn cast_quant8_to_float_uses_the_stored_value() {
 #[test]
 fn cast_int32_to_float16_and_float16_to_float32() {
     let g = cast_graph(T::TensorInt32, T::TensorFloat16, &[3]);
-    let (o, _) = run1(g, &[ib(&[-3, 2048, 100_000])]);
-    assert_eq!(bh(&o), vec![-3.0, 2048.0, f32::INFINITY]);
+    let (o, _) = run1(g, &[i32_bytes(&[-3, 2048, 100_000])]);
+    assert_eq!(f16_vals(&o), vec![-3.0, 2048.0, f32::INFINITY]);
     let g = cast_graph(T::TensorFloat16, T::TensorFloat32, &[2]);
-    let (o, _) = run1(g, &[hb(&[0.333_251_95, -65504.0])]);
+    let (o, _) = run1(g, &[f16_bytes(&[0.333_251_95, -65504.0])]);
     assert_eq!(bf(&o), vec![0.333_251_95, -65504.0]);
 }
 
 #[test]
 fn cast_float16_to_int32_and_quant8() {
     let g = cast_graph(T::TensorFloat16, T::TensorInt32, &[2]);
-    assert_eq!(bi(&run1(g, &[hb(&[-7.5, 3.25])]).0), vec![-7, 3]);
+    assert_eq!(
+        i32_vals(&run1(g, &[f16_bytes(&[-7.5, 3.25])]).0),
+        vec![-7, 3]
+    );
     let g = cast_graph(T::TensorFloat16, T::TensorQuant8Asymm, &[2]);
-    assert_eq!(run1(g, &[hb(&[-7.5, 1000.0])]).0, vec![0, 255]);
+    assert_eq!(run1(g, &[f16_bytes(&[-7.5, 1000.0])]).0, vec![0, 255]);
 }
 
 #[test]
 fn cast_quant8_to_int32_and_float16() {
     let g = cast_graph(T::TensorQuant8Asymm, T::TensorInt32, &[2]);
-    assert_eq!(bi(&run1(g, &[vec![0, 255]]).0), vec![0, 255]);
+    assert_eq!(i32_vals(&run1(g, &[vec![0, 255]]).0), vec![0, 255]);
     let g = cast_graph(T::TensorQuant8Asymm, T::TensorFloat16, &[2]);
-    assert_eq!(bh(&run1(g, &[vec![7, 255]]).0), vec![7.0, 255.0]);
+    assert_eq!(f16_vals(&run1(g, &[vec![7, 255]]).0), vec![7.0, 255.0]);
 }
 
 #[test]
@@ -632,14 +592,17 @@ fn cast_float32_to_float32_and_int32_to_int32_copy() {
     let g = cast_graph(T::TensorFloat32, T::TensorFloat32, &[2]);
     assert_eq!(bf(&run1(g, &[fb(&[1.5, -0.0])]).0), vec![1.5, -0.0]);
     let g = cast_graph(T::TensorInt32, T::TensorInt32, &[2]);
-    assert_eq!(bi(&run1(g, &[ib(&[i32::MIN, 9])]).0), vec![i32::MIN, 9]);
+    assert_eq!(
+        i32_vals(&run1(g, &[i32_bytes(&[i32::MIN, 9])]).0),
+        vec![i32::MIN, 9]
+    );
 }
 
 #[test]
 fn cast_float32_to_float16_rounds_and_overflows_to_infinity() {
     let g = cast_graph(T::TensorFloat32, T::TensorFloat16, &[2]);
     let (o, _) = run1(g, &[fb(&[1.0 / 3.0, 1e6])]);
-    assert_eq!(bh(&o), vec![0.333_251_95, f32::INFINITY]);
+    assert_eq!(f16_vals(&o), vec![0.333_251_95, f32::INFINITY]);
 }
 
 #[test]
@@ -647,9 +610,12 @@ fn cast_identity_of_the_copy_only_types() {
     let g = cast_graph(T::TensorBool8, T::TensorBool8, &[3]);
     assert_eq!(run1(g, &[vec![1, 0, 1]]).0, vec![1, 0, 1]);
     let g = cast_graph(T::TensorQuant8AsymmSigned, T::TensorQuant8AsymmSigned, &[2]);
-    assert_eq!(bs(&run1(g, &[sb(&[-128, 127])]).0), vec![-128, 127]);
+    assert_eq!(
+        i8_vals(&run1(g, &[i8_bytes(&[-128, 127])]).0),
+        vec![-128, 127]
+    );
     let g = cast_graph(T::TensorQuant8Symm, T::TensorQuant8Symm, &[2]);
-    assert_eq!(bs(&run1(g, &[sb(&[-5, 6])]).0), vec![-5, 6]);
+    assert_eq!(i8_vals(&run1(g, &[i8_bytes(&[-5, 6])]).0), vec![-5, 6]);
     let g = cast_graph(T::TensorQuant16Symm, T::TensorQuant16Symm, &[2]);
     let v: Vec<u8> = [-300i16, 301]
         .iter()
@@ -680,7 +646,7 @@ fn cast_identity_copies_stored_values_whatever_the_output_quantization() {
     let mut g = cast_graph(T::TensorQuant8AsymmSigned, T::TensorQuant8AsymmSigned, &[2]);
     let o = g.output_indexes[0];
     set_q(&mut g, o, 0.5, 3);
-    assert_eq!(bs(&run1(g, &[sb(&[-7, 8])]).0), vec![-7, 8]);
+    assert_eq!(i8_vals(&run1(g, &[i8_bytes(&[-7, 8])]).0), vec![-7, 8]);
     let mut g = cast_graph(T::TensorQuant8Asymm, T::TensorQuant8Asymm, &[2]);
     let o = g.output_indexes[0];
     set_q(&mut g, o, 0.5, 3);
@@ -746,8 +712,8 @@ fn pow_float16() {
         (T::TensorFloat16, &[1]),
         T::TensorFloat16,
     );
-    let (o, _) = run1(g, &[hb(&[1.5, -3.0, 10.0]), hb(&[2.0])]);
-    assert_eq!(bh(&o), vec![2.25, 9.0, 100.0]);
+    let (o, _) = run1(g, &[f16_bytes(&[1.5, -3.0, 10.0]), f16_bytes(&[2.0])]);
+    assert_eq!(f16_vals(&o), vec![2.25, 9.0, 100.0]);
 }
 
 #[test]

@@ -6,46 +6,6 @@ use crate::*;
 use OperandType as T;
 use OperationType as O;
 
-fn f16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-        .collect()
-}
-
-fn f16_vals(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-        .collect()
-}
-
-fn invalid(g: Graph) {
-    let r = PreparedGraph::new(g);
-    assert!(
-        matches!(r, Err(GraphError::InvalidOperation { index: 0, .. })),
-        "{r:?}"
-    );
-}
-
-fn exec_err(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> ExecError {
-    let p = PreparedGraph::new(g).unwrap();
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|(d, dims)| InputArg::Value {
-            data: d,
-            dimensions: dims.clone(),
-        })
-        .collect();
-    let mut out = vec![0u8; 4096];
-    let mut outs: Vec<&mut [u8]> = vec![&mut out[..]];
-    p.execute(&[], &args, &mut outs).unwrap_err()
-}
-
-fn u8c(b: &mut B, ty: OperandType, dims: &[u32], v: &[i32], scale: f32, zp: i32) -> u32 {
-    let bytes = v.iter().map(|&x| x as u8).collect();
-    let i = b.konst(ty, dims, bytes);
-    b.q(i, scale, zp)
-}
-
 fn per_channel(b: &mut B, dims: &[u32], v: &[i8], scales: &[f32]) -> u32 {
     let i = b.konst(
         T::TensorQuant8SymmPerChannel,
@@ -300,7 +260,7 @@ fn tconv_q(ty: OperandType, in_zp: i32, f_zp: i32, bias: i32, out_zp: i32) -> Gr
     let mut b = B::new();
     let x = b.input(ty, &[1, 1, 2, 1]);
     b.q(x, 0.5, in_zp);
-    let f = u8c(&mut b, ty, &[1, 1, 2, 1], &[4 + f_zp, 4 + f_zp], 0.25, f_zp);
+    let f = q8c(&mut b, ty, &[1, 1, 2, 1], &[4 + f_zp, 4 + f_zp], 0.25, f_zp);
     let bi = b.i32c(&[1], &[bias]);
     b.q(bi, 0.125, 0);
     let mut ins = vec![x, f, bi];
@@ -414,8 +374,8 @@ fn transpose_conv_refuses_quantized_bias_that_is_not_int32() {
     let mut b = B::new();
     let x = b.input(T::TensorQuant8Asymm, &[1, 1, 2, 1]);
     b.q(x, 0.5, 0);
-    let f = u8c(&mut b, T::TensorQuant8Asymm, &[1, 1, 1, 1], &[1], 0.5, 0);
-    let bi = u8c(&mut b, T::TensorQuant8Asymm, &[1], &[1], 0.25, 0);
+    let f = q8c(&mut b, T::TensorQuant8Asymm, &[1, 1, 1, 1], &[1], 0.5, 0);
+    let bi = q8c(&mut b, T::TensorQuant8Asymm, &[1], &[1], 0.25, 0);
     let mut ins = vec![x, f, bi];
     ins.extend(ints(&mut b, &[0, 0, 0, 0, 1, 1, 0]));
     ins.push(b.boolean(false));
@@ -715,7 +675,7 @@ fn grouped_q(ty: OperandType, in_zp: i32, f_zp: i32, out_zp: i32, pc: bool) -> (
         (f, [0, 800])
     } else {
         let v = [2, 2, 2, -2].map(|v| v + f_zp);
-        (u8c(&mut b, ty, &[2, 1, 1, 2], &v, 0.5, f_zp), [0, 400])
+        (q8c(&mut b, ty, &[2, 1, 1, 2], &v, 0.5, f_zp), [0, 400])
     };
     let bi = b.i32c(&[2], &bias);
     let mut ins = vec![x, f, bi];
@@ -941,7 +901,7 @@ fn spec_transpose_conv_quant8_with_multiplier_above_one_saturates() {
     let x = b.input(T::TensorQuant8Asymm, &[1, 2, 2, 1]);
     b.q(x, 0.5, 100);
     let wq: Vec<i32> = TC1_W.iter().map(|&w| 128 + (w * 2.0) as i32).collect();
-    let f = u8c(&mut b, T::TensorQuant8Asymm, &[2, 3, 3, 1], &wq, 0.5, 128);
+    let f = q8c(&mut b, T::TensorQuant8Asymm, &[2, 3, 3, 1], &wq, 0.5, 128);
     let bi = b.i32c(&[2], &[-6, -8]);
     b.q(bi, 0.25, 0);
     let s = b.i32c(&[4], &[1, 5, 5, 2]);
@@ -969,7 +929,7 @@ fn spec_tc2(ty: OperandType) -> Graph {
     } else {
         b.q(x, 2.0, 0);
         let wq: Vec<i32> = w.iter().map(|&v: &f32| 128 + (v * 4.0) as i32).collect();
-        let f = u8c(&mut b, ty, &[1, 3, 3, 1], &wq, 0.25, 128);
+        let f = q8c(&mut b, ty, &[1, 3, 3, 1], &wq, 0.25, 128);
         let bi = b.i32c(&[1], &[-2000]);
         (f, b.q(bi, 0.5, 0))
     };
@@ -1110,7 +1070,7 @@ fn spec_gc2(ty: OperandType, nchw: bool) -> Graph {
     } else {
         b.q(x, 0.25, 128);
         let wq: Vec<i32> = GC2_W.iter().map(|&v| v as i32).collect();
-        let f = u8c(&mut b, ty, &[2, 2, 3, 1], &wq, 1.0, 0);
+        let f = q8c(&mut b, ty, &[2, 2, 3, 1], &wq, 1.0, 0);
         let bi = b.i32c(&[2], &[2000, -4000]);
         (f, b.q(bi, 0.25, 0))
     };

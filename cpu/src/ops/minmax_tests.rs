@@ -5,26 +5,6 @@ use crate::*;
 use OperandType as T;
 use OperationType as O;
 
-fn f16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-        .collect()
-}
-
-fn f16_vals(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-        .collect()
-}
-
-fn invalid(g: Graph) {
-    let r = PreparedGraph::new(g);
-    assert!(
-        matches!(r, Err(GraphError::InvalidOperation { index: 0, .. })),
-        "{r:?}"
-    );
-}
-
 /// `op(a, b)` with both inputs as graph inputs; quantization (scale, zp) of a, b, output.
 fn two(
     op: OperationType,
@@ -45,10 +25,6 @@ fn two(
     }
     b.op(op, &[x, y], &[o]);
     b.g
-}
-
-fn i8s(v: &[i8]) -> Vec<u8> {
-    v.iter().map(|&x| x as u8).collect()
 }
 
 fn run2(g: Graph, a: Vec<u8>, b: Vec<u8>) -> Vec<u8> {
@@ -141,9 +117,15 @@ fn min_max_quant8_signed() {
     // 0.25 zp -128: a → [-124, -108], b → [-116, -124].
     let q = Some([(0.5, -10), (1.0, 0), (0.25, -128)]);
     let g = two(O::Maximum, T::TensorQuant8AsymmSigned, &[2], &[2], &[2], q);
-    assert_eq!(run2(g, i8s(&[-8, 0]), i8s(&[3, 1])), i8s(&[-116, -108]));
+    assert_eq!(
+        run2(g, i8_bytes(&[-8, 0]), i8_bytes(&[3, 1])),
+        i8_bytes(&[-116, -108])
+    );
     let g = two(O::Minimum, T::TensorQuant8AsymmSigned, &[2], &[2], &[2], q);
-    assert_eq!(run2(g, i8s(&[-8, 0]), i8s(&[3, 1])), i8s(&[-124, -124]));
+    assert_eq!(
+        run2(g, i8_bytes(&[-8, 0]), i8_bytes(&[3, 1])),
+        i8_bytes(&[-124, -124])
+    );
 }
 
 #[test]
@@ -264,8 +246,8 @@ fn prelu_quant8_signed() {
         q,
     );
     assert_eq!(
-        run2(g, i8s(&[-2, 4, -6, -8]), i8s(&[2, 8])),
-        i8s(&[-2, 8, -6, -32])
+        run2(g, i8_bytes(&[-2, 4, -6, -8]), i8_bytes(&[2, 8])),
+        i8_bytes(&[-2, 8, -6, -32])
     );
 }
 

@@ -9,91 +9,6 @@ use OperationType as O;
 
 // ---------------------------------------------------------------- helpers
 
-fn hb(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-        .collect()
-}
-
-fn bh(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-        .collect()
-}
-
-fn ib(v: &[i32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn bi(b: &[u8]) -> Vec<i32> {
-    b.chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn sb(v: &[i8]) -> Vec<u8> {
-    v.iter().map(|&x| x as u8).collect()
-}
-
-fn bs(b: &[u8]) -> Vec<i8> {
-    b.iter().map(|&x| x as i8).collect()
-}
-
-/// Runs `g` on byte inputs (model dims); every output's bytes and shape, or the error.
-/// Every output's bytes and shape.
-type Outs = Vec<(Vec<u8>, Vec<u32>)>;
-
-fn run_all(g: Graph, inputs: &[Vec<u8>]) -> Result<Outs, ExecError> {
-    let p = PreparedGraph::new(g).expect("graph prepares");
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|d| InputArg::Value {
-            data: d,
-            dimensions: vec![],
-        })
-        .collect();
-    let n_out = p.graph().output_indexes.len();
-    let mut bufs = vec![vec![0u8; 1 << 12]; n_out];
-    let shapes = {
-        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        p.execute(&[], &args, &mut outs)?
-    };
-    Ok(shapes
-        .into_iter()
-        .zip(bufs)
-        .enumerate()
-        .map(|(k, (s, mut b))| {
-            let oi = p.graph().output_indexes[k] as usize;
-            let sz = p.graph().operands[oi].ty.element_size();
-            let n: usize = s.dimensions.iter().map(|&d| d as usize).product();
-            b.truncate(n * sz);
-            (b, s.dimensions)
-        })
-        .collect())
-}
-
-fn run1(g: Graph, inputs: &[Vec<u8>]) -> (Vec<u8>, Vec<u32>) {
-    run_all(g, inputs).expect("executes").swap_remove(0)
-}
-
-/// The reason `g` is refused as an invalid operation.
-fn refused(g: Graph) -> String {
-    match PreparedGraph::new(g) {
-        Err(GraphError::InvalidOperation {
-            index: 0, reason, ..
-        }) => reason,
-        other => panic!("expected InvalidOperation, got {other:?}"),
-    }
-}
-
-/// The message of the execution error of `g` on `inputs`.
-fn exec_error(g: Graph, inputs: &[Vec<u8>]) -> String {
-    match run_all(g, inputs) {
-        Err(ExecError::InvalidArgument(m)) => m,
-        other => panic!("expected InvalidArgument, got {other:?}"),
-    }
-}
-
 /// REDUCE_`op` of an input `ty` `dims` over constant `axes`.
 fn reduce_graph(
     op: OperationType,
@@ -179,9 +94,9 @@ fn reduce_sum_4d_over_inner_and_outer_axes() {
 #[test]
 fn reduce_sum_float16() {
     let g = reduce_graph(O::ReduceSum, T::TensorFloat16, &[2, 3], &[1], false, &[2]);
-    let (o, d) = run1(g, &[hb(&[0.5, 0.25, 0.125, 1.0, 2.0, 4.0])]);
+    let (o, d) = run1(g, &[f16_bytes(&[0.5, 0.25, 0.125, 1.0, 2.0, 4.0])]);
     assert_eq!(d, vec![2]);
-    assert_eq!(bh(&o), vec![0.875, 7.0]);
+    assert_eq!(f16_vals(&o), vec![0.875, 7.0]);
 }
 
 #[test]
@@ -192,7 +107,7 @@ fn reduce_sum_axes_given_at_execution() {
     let k = b.boolean(false);
     let o = b.output(T::TensorFloat32, &[]);
     b.op(O::ReduceSum, &[x, a, k], &[o]);
-    let (o, d) = run1(b.g, &[fb(&M23), ib(&[-2])]);
+    let (o, d) = run1(b.g, &[fb(&M23), i32_bytes(&[-2])]);
     assert_eq!(d, vec![3]);
     close(&bf(&o), &[5.0, 7.0, 9.0]);
 }
@@ -228,9 +143,9 @@ fn reduce_max_and_min_float16() {
         true,
         &[2, 1],
     );
-    let (o, d) = run1(g, &[hb(&x)]);
+    let (o, d) = run1(g, &[f16_bytes(&x)]);
     assert_eq!(d, vec![2, 1]);
-    assert_eq!(bh(&o), vec![3.0, 2.0]);
+    assert_eq!(f16_vals(&o), vec![3.0, 2.0]);
     let g = reduce_graph(
         O::ReduceMin,
         T::TensorFloat16,
@@ -239,8 +154,8 @@ fn reduce_max_and_min_float16() {
         true,
         &[2, 1],
     );
-    let (o, _) = run1(g, &[hb(&x)]);
-    assert_eq!(bh(&o), vec![-5.0, -7.0]);
+    let (o, _) = run1(g, &[f16_bytes(&x)]);
+    assert_eq!(f16_vals(&o), vec![-5.0, -7.0]);
 }
 
 fn q(mut g: Graph, scale: f32, zp: i32) -> Graph {
@@ -288,7 +203,7 @@ fn reduce_max_and_min_quant8_asymm_keep_the_quantization() {
 
 #[test]
 fn reduce_max_and_min_quant8_asymm_signed() {
-    let x = sb(&[-128, 5, -3, 127, -100, 0]);
+    let x = i8_bytes(&[-128, 5, -3, 127, -100, 0]);
     let g = q(
         reduce_graph(
             O::ReduceMax,
@@ -302,7 +217,7 @@ fn reduce_max_and_min_quant8_asymm_signed() {
         -5,
     );
     let (o, _) = run1(g, std::slice::from_ref(&x));
-    assert_eq!(bs(&o), vec![-3, 127]);
+    assert_eq!(i8_vals(&o), vec![-3, 127]);
     let g = q(
         reduce_graph(
             O::ReduceMin,
@@ -316,7 +231,7 @@ fn reduce_max_and_min_quant8_asymm_signed() {
         -5,
     );
     let (o, _) = run1(g, &[x]);
-    assert_eq!(bs(&o), vec![-128, 0]);
+    assert_eq!(i8_vals(&o), vec![-128, 0]);
 }
 
 // ---------------------------------------------------------------- REDUCE_PROD
@@ -337,8 +252,8 @@ fn reduce_prod_zero_times_infinity_is_zero() {
 #[test]
 fn reduce_prod_float16() {
     let g = reduce_graph(O::ReduceProd, T::TensorFloat16, &[2, 2], &[0], false, &[2]);
-    let (o, _) = run1(g, &[hb(&[0.5, -3.0, 6.0, 2.0])]);
-    assert_eq!(bh(&o), vec![3.0, -6.0]);
+    let (o, _) = run1(g, &[f16_bytes(&[0.5, -3.0, 6.0, 2.0])]);
+    assert_eq!(f16_vals(&o), vec![3.0, -6.0]);
 }
 
 // ---------------------------------------------------------------- REDUCE_ANY / ALL
@@ -483,7 +398,7 @@ fn reduce_axis_out_of_range_at_execution_fails() {
     let k = b.boolean(false);
     let o = b.output(T::TensorFloat32, &[]);
     b.op(O::ReduceSum, &[x, a, k], &[o]);
-    let m = exec_error(b.g, &[fb(&M23), ib(&[5])]);
+    let m = exec_error(b.g, &[fb(&M23), i32_bytes(&[5])]);
     assert!(m.contains("axis 5 out of range for rank 2"), "{m}");
 }
 
@@ -530,30 +445,30 @@ fn argmax_and_argmin_float32_along_each_axis() {
         std::slice::from_ref(&x),
     );
     assert_eq!(d, vec![2]);
-    assert_eq!(bi(&o), vec![1, 2]);
+    assert_eq!(i32_vals(&o), vec![1, 2]);
     let (o, d) = run1(
         arg_graph(O::Argmax, T::TensorFloat32, &[2, 3], 0),
         std::slice::from_ref(&x),
     );
     assert_eq!(d, vec![3]);
-    assert_eq!(bi(&o), vec![1, 0, 1]);
+    assert_eq!(i32_vals(&o), vec![1, 0, 1]);
     let (o, _) = run1(
         arg_graph(O::Argmin, T::TensorFloat32, &[2, 3], -1),
         std::slice::from_ref(&x),
     );
-    assert_eq!(bi(&o), vec![0, 1]);
+    assert_eq!(i32_vals(&o), vec![0, 1]);
     let (o, _) = run1(arg_graph(O::Argmin, T::TensorFloat32, &[2, 3], -2), &[x]);
-    assert_eq!(bi(&o), vec![0, 1, 0]);
+    assert_eq!(i32_vals(&o), vec![0, 1, 0]);
 }
 
 #[test]
 fn argmax_ties_pick_the_first_index() {
     let x = fb(&[4.0, 1.0, 4.0, 4.0]);
     let (o, _) = run1(arg_graph(O::Argmax, T::TensorFloat32, &[4], 0), &[x]);
-    assert_eq!(bi(&o), vec![0]);
+    assert_eq!(i32_vals(&o), vec![0]);
     let x = fb(&[3.0, 1.0, 1.0, 5.0]);
     let (o, _) = run1(arg_graph(O::Argmin, T::TensorFloat32, &[4], 0), &[x]);
-    assert_eq!(bi(&o), vec![1]);
+    assert_eq!(i32_vals(&o), vec![1]);
 }
 
 #[test]
@@ -563,21 +478,21 @@ fn argmax_of_a_vector_has_shape_one() {
         &[fb(&[0.0, 2.0, 1.0])],
     );
     assert_eq!(d, vec![1]);
-    assert_eq!(bi(&o), vec![1]);
+    assert_eq!(i32_vals(&o), vec![1]);
 }
 
 #[test]
 fn argmax_argmin_float16_and_int32() {
     let (o, _) = run1(
         arg_graph(O::Argmax, T::TensorFloat16, &[2, 2], 1),
-        &[hb(&[0.5, -0.5, -2.0, 3.0])],
+        &[f16_bytes(&[0.5, -0.5, -2.0, 3.0])],
     );
-    assert_eq!(bi(&o), vec![0, 1]);
+    assert_eq!(i32_vals(&o), vec![0, 1]);
     let (o, _) = run1(
         arg_graph(O::Argmin, T::TensorInt32, &[2, 2], 1),
-        &[ib(&[i32::MIN, i32::MAX, 5, -5])],
+        &[i32_bytes(&[i32::MIN, i32::MAX, 5, -5])],
     );
-    assert_eq!(bi(&o), vec![0, 1]);
+    assert_eq!(i32_vals(&o), vec![0, 1]);
 }
 
 #[test]
@@ -587,13 +502,16 @@ fn argmax_argmin_quant8_compare_stored_values() {
         0.5,
         128,
     );
-    assert_eq!(bi(&run1(g, &[vec![0, 255, 129, 128]]).0), vec![1]);
+    assert_eq!(i32_vals(&run1(g, &[vec![0, 255, 129, 128]]).0), vec![1]);
     let g = q(
         arg_graph(O::Argmin, T::TensorQuant8AsymmSigned, &[1, 4], 1),
         0.5,
         0,
     );
-    assert_eq!(bi(&run1(g, &[sb(&[3, -128, 127, -128])]).0), vec![1]);
+    assert_eq!(
+        i32_vals(&run1(g, &[i8_bytes(&[3, -128, 127, -128])]).0),
+        vec![1]
+    );
 }
 
 #[test]
@@ -602,7 +520,7 @@ fn argmax_3d_middle_axis() {
     let x = fb(&[0.0, 5.0, 1.0, 4.0, 2.0, 3.0, 9.0, 0.0, 8.0, 1.0, 7.0, 2.0]);
     let (o, d) = run1(arg_graph(O::Argmax, T::TensorFloat32, &[2, 3, 2], 1), &[x]);
     assert_eq!(d, vec![2, 2]);
-    assert_eq!(bi(&o), vec![2, 0, 0, 2]);
+    assert_eq!(i32_vals(&o), vec![2, 0, 0, 2]);
 }
 
 #[test]
@@ -618,7 +536,7 @@ fn argmax_axis_out_of_range_at_execution_fails() {
     let a = b.input(T::Int32, &[]);
     let o = b.output(T::TensorInt32, &[]);
     b.op(O::Argmax, &[x, a], &[o]);
-    let m = exec_error(b.g, &[fb(&M23), ib(&[7])]);
+    let m = exec_error(b.g, &[fb(&M23), i32_bytes(&[7])]);
     assert!(m.contains("axis 7 out of range"), "{m}");
 }
 
@@ -660,51 +578,51 @@ fn topk_graph(ty: OperandType, dims: &[u32], k: i32) -> Graph {
 #[test]
 fn topk_float32_rows_sorted_descending_with_indices() {
     let x = fb(&[1.0, 4.0, 3.0, 2.0, -1.0, -4.0, 0.5, 9.0]);
-    let outs = run_all(topk_graph(T::TensorFloat32, &[2, 4], 2), &[x]).unwrap();
+    let outs = run_outputs(topk_graph(T::TensorFloat32, &[2, 4], 2), &[x]).unwrap();
     assert_eq!(outs[0].1, vec![2, 2]);
     assert_eq!(outs[1].1, vec![2, 2]);
     close(&bf(&outs[0].0), &[4.0, 3.0, 9.0, 0.5]);
-    assert_eq!(bi(&outs[1].0), vec![1, 2, 3, 2]);
+    assert_eq!(i32_vals(&outs[1].0), vec![1, 2, 3, 2]);
 }
 
 #[test]
 fn topk_equal_values_put_the_larger_index_first() {
     let x = fb(&[5.0, 7.0, 5.0, 7.0, 5.0]);
-    let outs = run_all(topk_graph(T::TensorFloat32, &[5], 4), &[x]).unwrap();
+    let outs = run_outputs(topk_graph(T::TensorFloat32, &[5], 4), &[x]).unwrap();
     close(&bf(&outs[0].0), &[7.0, 7.0, 5.0, 5.0]);
-    assert_eq!(bi(&outs[1].0), vec![3, 1, 4, 2]);
+    assert_eq!(i32_vals(&outs[1].0), vec![3, 1, 4, 2]);
 }
 
 #[test]
 fn topk_with_k_equal_to_the_row_sorts_it() {
-    let x = ib(&[3, -2, 10]);
-    let outs = run_all(topk_graph(T::TensorInt32, &[3], 3), &[x]).unwrap();
-    assert_eq!(bi(&outs[0].0), vec![10, 3, -2]);
-    assert_eq!(bi(&outs[1].0), vec![2, 0, 1]);
+    let x = i32_bytes(&[3, -2, 10]);
+    let outs = run_outputs(topk_graph(T::TensorInt32, &[3], 3), &[x]).unwrap();
+    assert_eq!(i32_vals(&outs[0].0), vec![10, 3, -2]);
+    assert_eq!(i32_vals(&outs[1].0), vec![2, 0, 1]);
 }
 
 #[test]
 fn topk_float16() {
-    let outs = run_all(
+    let outs = run_outputs(
         topk_graph(T::TensorFloat16, &[1, 3], 1),
-        &[hb(&[0.25, -8.0, 0.5])],
+        &[f16_bytes(&[0.25, -8.0, 0.5])],
     )
     .unwrap();
     assert_eq!(outs[0].1, vec![1, 1]);
-    assert_eq!(bh(&outs[0].0), vec![0.5]);
-    assert_eq!(bi(&outs[1].0), vec![2]);
+    assert_eq!(f16_vals(&outs[0].0), vec![0.5]);
+    assert_eq!(i32_vals(&outs[1].0), vec![2]);
 }
 
 #[test]
 fn topk_quant8_values_keep_the_input_quantization() {
     let g = q(topk_graph(T::TensorQuant8Asymm, &[4], 2), 0.5, 10);
-    let outs = run_all(g, &[vec![3, 200, 17, 200]]).unwrap();
+    let outs = run_outputs(g, &[vec![3, 200, 17, 200]]).unwrap();
     assert_eq!(outs[0].0, vec![200, 200]);
-    assert_eq!(bi(&outs[1].0), vec![3, 1]);
+    assert_eq!(i32_vals(&outs[1].0), vec![3, 1]);
     let g = q(topk_graph(T::TensorQuant8AsymmSigned, &[4], 3), 0.5, -10);
-    let outs = run_all(g, &[sb(&[-128, 127, 0, -5])]).unwrap();
-    assert_eq!(bs(&outs[0].0), vec![127, 0, -5]);
-    assert_eq!(bi(&outs[1].0), vec![1, 2, 3]);
+    let outs = run_outputs(g, &[i8_bytes(&[-128, 127, 0, -5])]).unwrap();
+    assert_eq!(i8_vals(&outs[0].0), vec![127, 0, -5]);
+    assert_eq!(i32_vals(&outs[1].0), vec![1, 2, 3]);
 }
 
 #[test]
@@ -728,7 +646,7 @@ fn topk_k_above_last_dimension_at_execution_fails() {
     let v = b.output(T::TensorFloat32, &[]);
     let i = b.output(T::TensorInt32, &[]);
     b.op(O::TopkV2, &[x, k], &[v, i]);
-    let m = exec_error(b.g, &[fb(&M23), ib(&[4])]);
+    let m = exec_error(b.g, &[fb(&M23), i32_bytes(&[4])]);
     assert!(m.contains("k 4 is larger than the last dimension 3"), "{m}");
 }
 
@@ -740,7 +658,7 @@ fn topk_negative_k_at_execution_fails() {
     let v = b.output(T::TensorFloat32, &[]);
     let i = b.output(T::TensorInt32, &[]);
     b.op(O::TopkV2, &[x, k], &[v, i]);
-    let m = exec_error(b.g, &[fb(&[1.0, 2.0, 3.0]), ib(&[-1])]);
+    let m = exec_error(b.g, &[fb(&[1.0, 2.0, 3.0]), i32_bytes(&[-1])]);
     assert!(m.contains("k must be > 0"), "{m}");
 }
 
@@ -819,8 +737,8 @@ fn log_softmax_negative_beta_and_large_values_stay_finite() {
 #[test]
 fn log_softmax_float16_takes_a_float16_beta() {
     let g = log_softmax_graph(T::TensorFloat16, &[2], 1.0, 0);
-    let (o, _) = run1(g, &[hb(&[1.0, 1.0])]);
-    let got = bh(&o);
+    let (o, _) = run1(g, &[f16_bytes(&[1.0, 1.0])]);
+    let got = f16_vals(&o);
     assert!(
         got.iter()
             .all(|&v| (v + std::f32::consts::LN_2).abs() < 1e-3),
@@ -863,7 +781,7 @@ fn log_softmax_axis_out_of_range_at_execution_fails() {
     let a = b.input(T::Int32, &[]);
     let o = b.output(T::TensorFloat32, &[2]);
     b.op(O::LogSoftmax, &[x, be, a], &[o]);
-    let m = exec_error(b.g, &[fb(&[1.0, 2.0]), ib(&[-2])]);
+    let m = exec_error(b.g, &[fb(&[1.0, 2.0]), i32_bytes(&[-2])]);
     assert!(m.contains("axis -2 out of range"), "{m}");
 }
 
@@ -911,11 +829,11 @@ fn log_softmax_declared_output_shape_must_be_the_input_shape() {
 #[test]
 fn topk_rank3_rows_are_the_last_dimension() {
     // [2, 1, 3]: rows [3, 1, 2] and [0, 0, -1]
-    let x = ib(&[3, 1, 2, 0, 0, -1]);
-    let outs = run_all(topk_graph(T::TensorInt32, &[2, 1, 3], 2), &[x]).unwrap();
+    let x = i32_bytes(&[3, 1, 2, 0, 0, -1]);
+    let outs = run_outputs(topk_graph(T::TensorInt32, &[2, 1, 3], 2), &[x]).unwrap();
     assert_eq!(outs[0].1, vec![2, 1, 2]);
-    assert_eq!(bi(&outs[0].0), vec![3, 2, 0, 0]);
-    assert_eq!(bi(&outs[1].0), vec![0, 2, 1, 0]);
+    assert_eq!(i32_vals(&outs[0].0), vec![3, 2, 0, 0]);
+    assert_eq!(i32_vals(&outs[1].0), vec![0, 2, 1, 0]);
 }
 
 // ---------------------------------------------------------------- hostile arguments
@@ -946,9 +864,9 @@ fn extreme_k_at_execution_fails_cleanly() {
     let v = b.output(T::TensorFloat32, &[]);
     let i = b.output(T::TensorInt32, &[]);
     b.op(O::TopkV2, &[x, k], &[v, i]);
-    let m = exec_error(b.g.clone(), &[fb(&[1.0, 2.0, 3.0]), ib(&[i32::MAX])]);
+    let m = exec_error(b.g.clone(), &[fb(&[1.0, 2.0, 3.0]), i32_bytes(&[i32::MAX])]);
     assert!(m.contains("larger than the last dimension"), "{m}");
-    let m = exec_error(b.g, &[fb(&[1.0, 2.0, 3.0]), ib(&[i32::MIN])]);
+    let m = exec_error(b.g, &[fb(&[1.0, 2.0, 3.0]), i32_bytes(&[i32::MIN])]);
     assert!(m.contains("k must be > 0"), "{m}");
 }
 
@@ -960,6 +878,6 @@ fn extreme_axes_at_execution_fail_cleanly() {
     let k = b.boolean(true);
     let o = b.output(T::TensorFloat32, &[]);
     b.op(O::ReduceProd, &[x, a, k], &[o]);
-    let m = exec_error(b.g, &[fb(&M23), ib(&[0, i32::MIN])]);
+    let m = exec_error(b.g, &[fb(&M23), i32_bytes(&[0, i32::MIN])]);
     assert!(m.contains("out of range for rank 2"), "{m}");
 }

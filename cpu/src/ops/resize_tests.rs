@@ -6,44 +6,6 @@ use crate::*;
 use OperandType as T;
 use OperationType as O;
 
-fn f16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-        .collect()
-}
-
-fn f16_vals(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-        .collect()
-}
-
-fn half(b: &mut B, v: f32) -> u32 {
-    b.konst(T::Float16, &[], f32_to_f16(v).to_le_bytes().to_vec())
-}
-
-fn invalid(g: Graph) {
-    let r = PreparedGraph::new(g);
-    assert!(
-        matches!(r, Err(GraphError::InvalidOperation { index: 0, .. })),
-        "{r:?}"
-    );
-}
-
-fn exec_err(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> ExecError {
-    let p = PreparedGraph::new(g).unwrap();
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|(d, dims)| InputArg::Value {
-            data: d,
-            dimensions: dims.clone(),
-        })
-        .collect();
-    let mut out = vec![0u8; 4096];
-    let mut outs: Vec<&mut [u8]> = vec![&mut out[..]];
-    p.execute(&[], &args, &mut outs).unwrap_err()
-}
-
 /// Size argument: INT32 extent or scale.
 #[derive(Clone, Copy)]
 enum Sz {

@@ -27,10 +27,7 @@ const FQI: [T; 5] = [
 fn enc(ty: T, v: &[f32]) -> Vec<u8> {
     match ty {
         T::TensorFloat32 | T::Float32 => fb(v),
-        T::TensorFloat16 | T::Float16 => v
-            .iter()
-            .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-            .collect(),
+        T::TensorFloat16 | T::Float16 => f16_bytes(v),
         T::TensorInt32 | T::Int32 => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
         T::TensorQuant8Asymm | T::TensorBool8 => v.iter().map(|&x| x as u8).collect(),
         T::TensorQuant8AsymmSigned | T::TensorQuant8Symm => {
@@ -44,18 +41,21 @@ fn enc(ty: T, v: &[f32]) -> Vec<u8> {
 fn dec(ty: T, b: &[u8]) -> Vec<f32> {
     match ty {
         T::TensorFloat32 => bf(b),
-        T::TensorFloat16 => b
-            .chunks_exact(2)
-            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-            .collect(),
-        T::TensorInt32 | T::Int32 => b
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
-            .collect(),
+        T::TensorFloat16 => f16_vals(b),
+        T::TensorInt32 | T::Int32 => i32_vals(b).into_iter().map(|x| x as f32).collect(),
         T::TensorQuant8Asymm => b.iter().map(|&x| f32::from(x)).collect(),
-        T::TensorQuant8AsymmSigned => b.iter().map(|&x| f32::from(x as i8)).collect(),
+        T::TensorQuant8AsymmSigned => i8_vals(b).into_iter().map(f32::from).collect(),
         t => panic!("no decoder for {t:?}"),
     }
+}
+
+/// `inputs` encoded in the types of `g`'s inputs.
+fn encode_inputs(g: &Graph, inputs: &[&[f32]]) -> Vec<Vec<u8>> {
+    inputs
+        .iter()
+        .zip(&g.input_indexes)
+        .map(|(v, &i)| enc(g.operands[i as usize].ty, v))
+        .collect()
 }
 
 /// A graph of one `op` whose input 0 has type `ty` and `dims` (quantized: scale 0.5 and zero
@@ -77,16 +77,10 @@ fn graph(op: O, ty: T, dims: &[u32], zp: i32, args: impl FnOnce(&mut B) -> Vec<u
 
 /// Runs `g` with `inputs` (each in its graph input's type); output 0 as f32 and its shape.
 fn run(g: Graph, inputs: &[&[f32]]) -> (Vec<f32>, Vec<u32>) {
-    let tys: Vec<T> = g
-        .input_indexes
-        .iter()
-        .map(|&i| g.operands[i as usize].ty)
-        .collect();
     let oty = g.operands[g.output_indexes[0] as usize].ty;
-    let ins: Vec<(Vec<u8>, Vec<u32>)> = inputs
-        .iter()
-        .zip(&tys)
-        .map(|(v, &t)| (enc(t, v), vec![]))
+    let ins: Vec<(Vec<u8>, Vec<u32>)> = encode_inputs(&g, inputs)
+        .into_iter()
+        .map(|b| (b, vec![]))
         .collect();
     let (o, d) = run_bytes(g, &ins);
     (dec(oty, &o), d)
@@ -94,71 +88,24 @@ fn run(g: Graph, inputs: &[&[f32]]) -> (Vec<f32>, Vec<u32>) {
 
 /// Runs `g` with `inputs`; every output as f32 with its shape.
 fn run_all(g: Graph, inputs: &[&[f32]]) -> Vec<(Vec<f32>, Vec<u32>)> {
-    let tys: Vec<T> = g
-        .input_indexes
-        .iter()
-        .map(|&i| g.operands[i as usize].ty)
-        .collect();
     let otys: Vec<T> = g
         .output_indexes
         .iter()
         .map(|&i| g.operands[i as usize].ty)
         .collect();
-    let bytes: Vec<Vec<u8>> = inputs.iter().zip(&tys).map(|(v, &t)| enc(t, v)).collect();
-    let args: Vec<InputArg<'_>> = bytes
-        .iter()
-        .map(|d| InputArg::Value {
-            data: d,
-            dimensions: vec![],
-        })
-        .collect();
-    let p = PreparedGraph::new(g).unwrap();
-    let mut bufs = vec![vec![0u8; 4096]; otys.len()];
-    let shapes = {
-        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        p.execute(&[], &args, &mut outs).unwrap()
-    };
-    shapes
-        .iter()
-        .zip(&bufs)
+    let bytes = encode_inputs(&g, inputs);
+    run_outputs(g, &bytes)
+        .unwrap()
+        .into_iter()
         .zip(&otys)
-        .map(|((s, b), &t)| {
-            let n: usize = s.dimensions.iter().map(|&d| d as usize).product();
-            (dec(t, &b[..n * t.element_size()]), s.dimensions.clone())
-        })
+        .map(|((b, d), &t)| (dec(t, &b), d))
         .collect()
 }
 
 /// The execution error of `g` on `inputs`.
 fn exec_err(g: Graph, inputs: &[&[f32]]) -> String {
-    let tys: Vec<T> = g
-        .input_indexes
-        .iter()
-        .map(|&i| g.operands[i as usize].ty)
-        .collect();
-    let bytes: Vec<Vec<u8>> = inputs.iter().zip(&tys).map(|(v, &t)| enc(t, v)).collect();
-    let args: Vec<InputArg<'_>> = bytes
-        .iter()
-        .map(|d| InputArg::Value {
-            data: d,
-            dimensions: vec![],
-        })
-        .collect();
-    let p = PreparedGraph::new(g).unwrap();
-    let mut bufs = vec![vec![0u8; 4096]; p.graph().output_indexes.len()];
-    let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-    match p.execute(&[], &args, &mut outs) {
-        Err(ExecError::InvalidArgument(m)) => m,
-        other => panic!("expected an InvalidArgument execution error, got {other:?}"),
-    }
-}
-
-/// The reason `g` is refused as an invalid operation.
-fn refused(g: Graph) -> String {
-    match PreparedGraph::new(g) {
-        Err(GraphError::InvalidOperation { reason, .. }) => reason,
-        other => panic!("expected InvalidOperation, got {other:?}"),
-    }
+    let bytes = encode_inputs(&g, inputs);
+    exec_error(g, &bytes)
 }
 
 fn assert_has(msg: &str, part: &str) {

@@ -125,16 +125,14 @@ fn int32_div_floors_toward_negative_infinity() {
     let a = b.int(0);
     let o = b.output(T::TensorInt32, &[4]);
     b.op(O::Div, &[x, y, a], &[o]);
-    let i = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let (out, _) = run_bytes(
         b.g,
-        &[(i(&[7, -7, 7, -8]), vec![]), (i(&[2, 2, -2, 2]), vec![])],
+        &[
+            (i32_bytes(&[7, -7, 7, -8]), vec![]),
+            (i32_bytes(&[2, 2, -2, 2]), vec![]),
+        ],
     );
-    let r: Vec<i32> = out
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(r, vec![3, -4, -4, -4]);
+    assert_eq!(i32_vals(&out), vec![3, -4, -4, -4]);
 }
 
 fn unary(op: OperationType, x: &[f32]) -> Vec<f32> {
@@ -1605,11 +1603,6 @@ fn omitted_optional_input_uses_default() {
 
 #[test]
 fn float16_add_and_conv_compute_in_half_precision_io() {
-    let h = |v: &[f32]| -> Vec<u8> {
-        v.iter()
-            .flat_map(|&x| crate::tensor::f32_to_f16(x).to_le_bytes())
-            .collect()
-    };
     let mut b = B::new();
     let x = b.input(T::TensorFloat16, &[3]);
     let y = b.input(T::TensorFloat16, &[3]);
@@ -1619,24 +1612,28 @@ fn float16_add_and_conv_compute_in_half_precision_io() {
     let (out, _) = run_bytes(
         b.g,
         &[
-            (h(&[1.0, 2.5, -3.0]), vec![]),
-            (h(&[0.5, 0.5, 1.0]), vec![]),
+            (f16_bytes(&[1.0, 2.5, -3.0]), vec![]),
+            (f16_bytes(&[0.5, 0.5, 1.0]), vec![]),
         ],
     );
-    assert_eq!(out, h(&[1.5, 3.0, -2.0]));
+    assert_eq!(out, f16_bytes(&[1.5, 3.0, -2.0]));
 
     let mut b = B::new();
     let x = b.input(T::TensorFloat16, &[1, 2, 2, 1]);
-    let f = b.konst(T::TensorFloat16, &[1, 2, 2, 1], h(&[1.0, 2.0, 3.0, 4.0]));
-    let bias = b.konst(T::TensorFloat16, &[1], h(&[0.5]));
+    let f = b.konst(
+        T::TensorFloat16,
+        &[1, 2, 2, 1],
+        f16_bytes(&[1.0, 2.0, 3.0, 4.0]),
+    );
+    let bias = b.konst(T::TensorFloat16, &[1], f16_bytes(&[0.5]));
     let mut ins = vec![x, f, bias];
     for v in [2, 1, 1, 0] {
         ins.push(b.int(v));
     }
     let o = b.output(T::TensorFloat16, &[1, 1, 1, 1]);
     b.op(O::Conv2d, &ins, &[o]);
-    let (out, _) = run_bytes(b.g, &[(h(&[1.0, 1.0, 1.0, 1.0]), vec![])]);
-    assert_eq!(out, h(&[10.5]));
+    let (out, _) = run_bytes(b.g, &[(f16_bytes(&[1.0, 1.0, 1.0, 1.0]), vec![])]);
+    assert_eq!(out, f16_bytes(&[10.5]));
 }
 
 /// Naive NHWC depthwise convolution (filter [1, fh, fw, c*mult]).

@@ -843,18 +843,7 @@ fn grouped_conv_stride_two_over_two_batches() {
 
 /// NHWC `[n, h, w, c]` data to NCHW.
 fn to_nchw(v: &[f32], d: [usize; 4]) -> Vec<f32> {
-    let [n, h, w, c] = d;
-    let mut out = Vec::with_capacity(v.len());
-    for b in 0..n {
-        for ch in 0..c {
-            for y in 0..h {
-                for x in 0..w {
-                    out.push(v[((b * h + y) * w + x) * c + ch]);
-                }
-            }
-        }
-    }
-    out
+    crate::ops::nhwc_to_nchw(v, &d.map(|x| x as u32)).1
 }
 
 const TC1_W: [f32; 18] = [

@@ -314,7 +314,7 @@ pub(crate) fn nchw_to_nhwc<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
 }
 
 /// NHWC → NCHW permutation of a 4-D tensor's elements.
-fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
+pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
     let (n, h, w, c) = (d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize);
     let mut out = Vec::with_capacity(v.len());
     for b in 0..n {

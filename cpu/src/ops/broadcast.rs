@@ -1,7 +1,7 @@
 //! numpy-style broadcasting, shared by the elementwise, comparison and min/max families.
 
 use super::reduce::out_fits;
-use super::{KResult, OpCtx, count};
+use super::{KResult, OpCtx, advance, count};
 use crate::check::{Ck, Issue};
 
 /// Extent of `d` at output dimension `i` of a rank-`r` broadcast (1 where `d` has no such
@@ -96,25 +96,13 @@ pub(crate) fn broadcast<A: Copy, B: Copy, R>(
     let (sa, sb) = (stride_of(ad), stride_of(bd));
     let mut out = Vec::with_capacity(n);
     let mut pos = vec![0u32; r];
-    let (mut ia, mut ib) = (0usize, 0usize);
+    let mut at = [0usize; 2];
     for _ in 0..n {
-        let (Some(&x), Some(&y)) = (a.get(ia), b.get(ib)) else {
+        let (Some(&x), Some(&y)) = (a.get(at[0]), b.get(at[1])) else {
             return Err(ctx.err("broadcast index out of range"));
         };
         out.push(f(x, y));
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            pos[k] += 1;
-            ia = ia.saturating_add(sa[k]);
-            ib = ib.saturating_add(sb[k]);
-            if pos[k] < od[k] {
-                break;
-            }
-            ia = ia.saturating_sub(sa[k].saturating_mul(od[k] as usize));
-            ib = ib.saturating_sub(sb[k].saturating_mul(od[k] as usize));
-            pos[k] = 0;
-        }
+        advance(&mut pos, &od, [&sa, &sb], &mut at);
     }
     Ok((od, out))
 }

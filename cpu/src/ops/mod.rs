@@ -313,6 +313,33 @@ pub(crate) fn nchw_to_nhwc<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
     (vec![d[0], d[2], d[3], d[1]], out)
 }
 
+/// Steps the row-major multi-index `pos` over `dims` to the next element, moving each offset
+/// `offs[j]` along its per-dimension strides `strides[j]` (a dimension that wraps takes back
+/// its whole extent). Offset arithmetic saturates instead of overflowing.
+#[inline]
+pub(crate) fn advance<const N: usize>(
+    pos: &mut [u32],
+    dims: &[u32],
+    strides: [&[usize]; N],
+    offs: &mut [usize; N],
+) {
+    let mut k = pos.len();
+    while k > 0 {
+        k -= 1;
+        pos[k] += 1;
+        for (o, s) in offs.iter_mut().zip(&strides) {
+            *o = o.saturating_add(s[k]);
+        }
+        if pos[k] < dims[k] {
+            return;
+        }
+        for (o, s) in offs.iter_mut().zip(&strides) {
+            *o = o.saturating_sub(s[k].saturating_mul(dims[k] as usize));
+        }
+        pos[k] = 0;
+    }
+}
+
 /// NHWC → NCHW permutation of a 4-D tensor's elements.
 pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
     let (n, h, w, c) = (d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize);

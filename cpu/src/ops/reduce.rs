@@ -7,7 +7,7 @@
 
 use super::normalization::const_bool;
 use super::registry::OpDef;
-use super::{KResult, OpCtx, count, resolve_axis, to_u32};
+use super::{KResult, OpCtx, advance, count, resolve_axis, to_u32};
 use crate::check::{Ck, Issue, float_scalar};
 use crate::model::{Lifetime, OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
@@ -303,22 +303,12 @@ fn fold<A: Copy>(dims: &[u32], x: &[A], p: &Plan, init: A, f: impl Fn(A, A) -> A
     }
     let mut out = vec![init; p.out_len];
     let mut pos = vec![0u32; r];
-    let mut o = 0usize;
+    let mut o = [0usize];
     for &v in x {
-        if let Some(slot) = out.get_mut(o) {
+        if let Some(slot) = out.get_mut(o[0]) {
             *slot = f(*slot, v);
         }
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            pos[k] += 1;
-            o += ost[k];
-            if pos[k] < dims[k] {
-                break;
-            }
-            o -= ost[k] * dims[k] as usize;
-            pos[k] = 0;
-        }
+        advance(&mut pos, dims, [&ost], &mut o);
     }
     out
 }

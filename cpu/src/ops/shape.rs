@@ -2,7 +2,7 @@
 //! DEPTH_TO_SPACE, MEAN.
 
 use super::elementwise::{float_result, float_view, split_axis};
-use super::{KResult, OpCtx, count, resolve_axis, strides, to_u32};
+use super::{KResult, OpCtx, advance, count, resolve_axis, strides, to_u32};
 use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
 
@@ -23,20 +23,10 @@ fn permute_indices(dims: &[u32], perm: &[usize]) -> (Vec<u32>, Vec<usize>) {
     let mut idx = Vec::with_capacity(n);
     let r = od.len();
     let mut pos = vec![0u32; r];
-    let mut src = 0usize;
+    let mut src = [0usize];
     for _ in 0..n {
-        idx.push(src);
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            pos[k] += 1;
-            src += ost[k];
-            if pos[k] < od[k] {
-                break;
-            }
-            src -= ost[k] * od[k] as usize;
-            pos[k] = 0;
-        }
+        idx.push(src[0]);
+        advance(&mut pos, &od, [&ost], &mut src);
     }
     (od, idx)
 }
@@ -183,15 +173,7 @@ pub(crate) fn pad(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             s = s.map(|v| v + (x - lo) as usize * ist[k]);
         }
         src.push(s);
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            pos[k] += 1;
-            if pos[k] < od[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        advance(&mut pos, &od, [], &mut []);
     }
     let zp = ctx.out(0)?.zero_point;
     fn fill<T: Copy>(v: &[T], src: &[Option<usize>], z: T) -> Vec<T> {
@@ -416,15 +398,7 @@ pub(crate) fn mean(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         }
         sum[o] += v;
         cnt[o] += 1;
-        let mut k = r;
-        while k > 0 {
-            k -= 1;
-            pos[k] += 1;
-            if pos[k] < t.dims[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        advance(&mut pos, &t.dims, [], &mut []);
     }
     let means: Vec<f32> = sum
         .iter()

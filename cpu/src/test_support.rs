@@ -61,8 +61,7 @@ impl B {
         self.konst(T::Bool, &[], vec![u8::from(v)])
     }
     pub(crate) fn q(&mut self, i: u32, scale: f32, zp: i32) -> u32 {
-        self.g.operands[i as usize].scale = scale;
-        self.g.operands[i as usize].zero_point = zp;
+        set_q(&mut self.g, i, scale, zp);
         i
     }
     pub(crate) fn op(&mut self, op: OperationType, ins: &[u32], outs: &[u32]) {
@@ -72,6 +71,23 @@ impl B {
             outputs: outs.to_vec(),
         });
     }
+}
+
+/// Sets the scale and zero point of operand `i` of `g`.
+pub(crate) fn set_q(g: &mut Graph, i: u32, scale: f32, zp: i32) {
+    g.operands[i as usize].scale = scale;
+    g.operands[i as usize].zero_point = zp;
+}
+
+/// Execution arguments for byte inputs with their dimensions.
+fn value_args(inputs: &[(Vec<u8>, Vec<u32>)]) -> Vec<InputArg<'_>> {
+    inputs
+        .iter()
+        .map(|(d, dims)| InputArg::Value {
+            data: d,
+            dimensions: dims.clone(),
+        })
+        .collect()
 }
 
 pub(crate) fn fb(v: &[f32]) -> Vec<u8> {
@@ -87,13 +103,7 @@ pub(crate) fn bf(b: &[u8]) -> Vec<f32> {
 /// Runs a graph with byte inputs (model dims) and one output; returns bytes and shape.
 pub(crate) fn run_bytes(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> (Vec<u8>, Vec<u32>) {
     let p = PreparedGraph::new(g).unwrap();
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|(d, dims)| InputArg::Value {
-            data: d,
-            dimensions: dims.clone(),
-        })
-        .collect();
+    let args = value_args(inputs);
     let mut out = vec![0u8; 1 << 20];
     let shapes = {
         let mut outs: Vec<&mut [u8]> = vec![&mut out[..]];
@@ -184,13 +194,7 @@ pub(crate) fn refused(g: Graph) -> String {
 /// The execution error of `g` on byte inputs with their dimensions (one output).
 pub(crate) fn exec_err(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> ExecError {
     let p = PreparedGraph::new(g).unwrap();
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|(d, dims)| InputArg::Value {
-            data: d,
-            dimensions: dims.clone(),
-        })
-        .collect();
+    let args = value_args(inputs);
     let mut out = vec![0u8; 4096];
     let mut outs: Vec<&mut [u8]> = vec![&mut out[..]];
     p.execute(&[], &args, &mut outs).unwrap_err()

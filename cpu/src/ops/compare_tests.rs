@@ -28,11 +28,6 @@ fn cmp(op: OperationType, ty: OperandType, ad: &[u32], bd: &[u32]) -> Graph {
     binary(op, (ty, ad), (ty, bd), T::TensorBool8).0
 }
 
-fn set_q(g: &mut Graph, i: u32, scale: f32, zp: i32) {
-    g.operands[i as usize].scale = scale;
-    g.operands[i as usize].zero_point = zp;
-}
-
 const ALL_CMP: [(OperationType, [u8; 3]); 6] = [
     // a = [1, 2, 3] against b = [2, 2, 2]
     (O::Equal, [0, 1, 0]),

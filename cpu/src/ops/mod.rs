@@ -9,6 +9,7 @@ use crate::tensor::{Data, Tensor};
 mod conv;
 mod elementwise;
 mod gemm;
+mod lstm;
 mod pool;
 mod quant;
 pub(crate) mod registry;

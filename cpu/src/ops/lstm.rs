@@ -1,6 +1,7 @@
 //! The LSTM family on float tensors (TENSOR_FLOAT32, and TENSOR_FLOAT16 widened to f32):
 //! LSTM (one time step, the 23-input form of NNAPI 1.0/1.1 and the 27-input form with layer
-//! normalization of 1.2), UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM.
+//! normalization of 1.2), UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM;
+//! QUANTIZED_16BIT_LSTM is in `lstm_q16.rs`.
 //!
 //! One cell serves all three: optional CIFG (coupled input and forget gates, when the
 //! input-to-input and recurrent-to-input weights are omitted), peephole connections,
@@ -37,7 +38,16 @@ pub(crate) static DEFS: &[OpDef] = &[
         check: check_bidirectional,
         run: run_bidirectional,
     },
+    OpDef {
+        op: OperationType::Quantized16bitLstm,
+        types: &[T::TensorQuant8Asymm],
+        check: q16::check,
+        run: q16::run,
+    },
 ];
+
+#[path = "lstm_q16.rs"]
+mod q16;
 
 // Offsets of the 17 weight and bias tensors of one cell from its first one.
 const I2I: usize = 0;

@@ -782,6 +782,234 @@ fn bidirectional_fails_on_backward_weights_of_wrong_shape() {
     );
 }
 
+// ---- QUANTIZED_16BIT_LSTM ----
+
+// The NNAPI conformance example for QUANTIZED_16BIT_LSTM (2 batches, 2 inputs, 4 cells), given
+// there as one weight matrix [16, 6] (gate rows input, cell, forget, output; columns input then
+// previous output) and one bias [16]; split here into the operation's 15 inputs.
+const Q16_INPUT: [u8; 4] = [166, 179, 50, 150];
+const Q16_PREV_OUTPUT: [u8; 8] = [136, 150, 140, 115, 135, 152, 138, 112];
+#[rustfmt::skip]
+const Q16_WEIGHTS: [u8; 96] = [
+    254, 206, 77, 168, 146, 250, 71, 20, 215, 6, 235, 171, 223, 7, 118, 225, 10, 218,
+    59, 130, 174, 26, 171, 108, 172, 60, 205, 65, 133, 34, 14, 0, 140, 168, 29, 49,
+    240, 223, 133, 56, 206, 109, 142, 64, 246, 216, 54, 183, 137, 240, 103, 52, 24, 50,
+    68, 51, 237, 112, 132, 179, 0, 220, 89, 23, 158, 110, 69, 4, 207, 253, 3, 169,
+    106, 214, 67, 23, 195, 187, 59, 158, 45, 3, 11, 99, 119, 132, 49, 205, 109, 10,
+    129, 218, 11, 98, 218, 48,
+];
+#[rustfmt::skip]
+const Q16_BIAS: [i32; 16] = [
+    -7876, 13488, -726, 32839, 39481, 48624, 48976, -21419, 9206, -46884, -11693, -38724,
+    -58999, -17050, -41852, -40538,
+];
+const Q16_PREV_CELL: [i16; 8] = [876, 1034, 955, -909, 761, 1029, 796, -1036];
+const Q16_CELL_OUT: [i16; 8] = [1485, 1177, 1373, -1023, 1019, 1355, 1097, -1235];
+const Q16_OUTPUT: [u8; 8] = [140, 151, 146, 112, 136, 156, 142, 112];
+const Q16_W_SCALE: f32 = 0.004_080_21;
+
+/// The 15-input QUANTIZED_16BIT_LSTM graph of the conformance example; input 0 is the graph
+/// input.
+struct Q16 {
+    b: B,
+    ins: Vec<u32>,
+    outs: Vec<u32>,
+}
+
+impl Q16 {
+    fn new() -> Self {
+        let mut b = B::new();
+        let x = b.input(T::TensorQuant8Asymm, &[2, 2]);
+        b.q(x, 1.0 / 128.0, 128);
+        let mut ins = vec![x];
+        // Gate blocks in the example's rows: input 0, cell 1, forget 2, output 3; NNAPI's
+        // operand order is input, forget, cell, output.
+        let block = [0usize, 2, 1, 3];
+        for (cols, n) in [(0..2, 2u32), (2..6, 4)] {
+            for &blk in &block {
+                let mut v = Vec::new();
+                for r in blk * 4..blk * 4 + 4 {
+                    v.extend_from_slice(&Q16_WEIGHTS[r * 6 + cols.start..r * 6 + cols.end]);
+                }
+                let w = b.konst(T::TensorQuant8Asymm, &[4, n], v);
+                b.q(w, Q16_W_SCALE, 100);
+                ins.push(w);
+            }
+        }
+        for &blk in &block {
+            let v: Vec<u8> = Q16_BIAS[blk * 4..blk * 4 + 4]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            let bi = b.konst(T::TensorInt32, &[4], v);
+            b.q(bi, Q16_W_SCALE / 128.0, 0);
+            ins.push(bi);
+        }
+        let cs = b.konst(
+            T::TensorQuant16Symm,
+            &[2, 4],
+            Q16_PREV_CELL.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        );
+        b.q(cs, 1.0 / 2048.0, 0);
+        ins.push(cs);
+        let po = b.konst(T::TensorQuant8Asymm, &[2, 4], Q16_PREV_OUTPUT.to_vec());
+        b.q(po, 1.0 / 128.0, 128);
+        ins.push(po);
+        let c_out = b.output(T::TensorQuant16Symm, &[2, 4]);
+        b.q(c_out, 1.0 / 2048.0, 0);
+        let out = b.output(T::TensorQuant8Asymm, &[2, 4]);
+        b.q(out, 1.0 / 128.0, 128);
+        Q16 {
+            b,
+            ins,
+            outs: vec![c_out, out],
+        }
+    }
+
+    fn graph(mut self) -> Graph {
+        self.b.op(O::Quantized16bitLstm, &self.ins, &self.outs);
+        self.b.g
+    }
+
+    /// Runs with the example's input; returns (cell state out, output) raw.
+    fn run(self) -> Result<(Vec<i16>, Vec<u8>), ExecError> {
+        let p = PreparedGraph::new(self.graph()).expect("prepares");
+        let mut c = [0u8; 16];
+        let mut o = [0u8; 8];
+        {
+            let mut outs: Vec<&mut [u8]> = vec![&mut c[..], &mut o[..]];
+            let args = [InputArg::Value {
+                data: &Q16_INPUT,
+                dimensions: vec![],
+            }];
+            p.execute(&[], &args, &mut outs)?;
+        }
+        let c = c
+            .chunks_exact(2)
+            .map(|x| i16::from_le_bytes([x[0], x[1]]))
+            .collect();
+        Ok((c, o.to_vec()))
+    }
+
+    fn invalid(self, needle: &str) {
+        match PreparedGraph::new(self.graph()) {
+            Err(GraphError::InvalidOperation { reason, .. }) => {
+                assert!(reason.contains(needle), "{reason:?} lacks {needle:?}")
+            }
+            other => panic!("expected InvalidOperation with {needle:?}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn quantized_16bit_lstm_matches_conformance_example() {
+    let (c, o) = Q16::new().run().unwrap();
+    assert_eq!(c, Q16_CELL_OUT);
+    assert_eq!(o, Q16_OUTPUT);
+}
+
+#[test]
+fn quantized_16bit_fixed_point_logistic_and_tanh_track_float() {
+    // Q3.12 inputs; results Q0.15. The 16-bit fixed-point forms stay within 16 units (2^-11) of
+    // the float values over the whole range (their exp chain loses a few bits).
+    for raw in (-32768i32..=32767).step_by(97) {
+        let x = raw as f64 / 4096.0;
+        let l = super::q16::logistic_q3(raw as i16) as f64;
+        let t = super::q16::tanh_q3(raw as i16) as f64;
+        let lf = (1.0 / (1.0 + (-x).exp())) * 32768.0;
+        let tf = x.tanh() * 32768.0;
+        assert!((l - lf).abs() <= 16.0, "logistic({x}) = {l}, float {lf}");
+        assert!((t - tf).abs() <= 16.0, "tanh({x}) = {t}, float {tf}");
+    }
+    assert_eq!(super::q16::logistic_q3(0), 16384);
+    assert_eq!(super::q16::tanh_q3(0), 0);
+    // Saturated ends.
+    assert!(super::q16::logistic_q3(i16::MAX) >= 32740);
+    assert!(super::q16::tanh_q3(i16::MIN) <= -32760);
+}
+
+#[test]
+fn quantized_16bit_lstm_rejects_14_inputs() {
+    let mut q = Q16::new();
+    q.ins.pop();
+    q.invalid("14 inputs given");
+}
+
+#[test]
+fn quantized_16bit_lstm_rejects_input_not_scaled_1_over_128() {
+    let mut q = Q16::new();
+    q.b.g.operands[q.ins[0] as usize].scale = 0.01;
+    q.invalid("input 0 (input) must have scale 1/128 and zero point 128");
+}
+
+#[test]
+fn quantized_16bit_lstm_rejects_weights_with_other_zero_point() {
+    let mut q = Q16::new();
+    q.b.g.operands[q.ins[6] as usize].zero_point = 99;
+    q.invalid("input 6 (weights) must have the scale and zero point of input 1");
+}
+
+#[test]
+fn quantized_16bit_lstm_rejects_bias_of_wrong_scale() {
+    let mut q = Q16::new();
+    q.b.g.operands[q.ins[10] as usize].scale = 0.5;
+    q.invalid("input 10 (gate bias) must have scale weights scale / 128");
+}
+
+#[test]
+fn quantized_16bit_lstm_rejects_cell_state_of_wrong_scale() {
+    let mut q = Q16::new();
+    q.b.g.operands[q.ins[13] as usize].scale = 1.0 / 1024.0;
+    q.invalid("input 13 (previous cell state) must have scale 2^-11");
+}
+
+#[test]
+fn quantized_16bit_lstm_rejects_float_weights() {
+    let mut q = Q16::new();
+    q.ins[3] = q.b.f32c(&[4, 2], &[0.0; 8]);
+    q.invalid("input 3 (weights) must be TENSOR_QUANT8_ASYMM");
+}
+
+#[test]
+fn quantized_16bit_lstm_rejects_output_of_other_quantization() {
+    let q = Q16::new();
+    let mut q = q;
+    let o = q.outs[1];
+    q.b.g.operands[o as usize].zero_point = 0;
+    q.invalid("output 1 (output) must be TENSOR_QUANT8_ASYMM with scale 1/128");
+}
+
+#[test]
+fn quantized_16bit_lstm_fails_on_weights_of_wrong_shape() {
+    let mut q = Q16::new();
+    let w = q.b.konst(T::TensorQuant8Asymm, &[4, 3], vec![100; 12]);
+    q.b.q(w, Q16_W_SCALE, 100);
+    q.ins[2] = w;
+    match q.run() {
+        Err(ExecError::InvalidArgument(m)) => {
+            assert!(
+                m.contains("input 2 (input-to-forget weights) must have shape [4, 2]"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn quantized_16bit_lstm_fails_on_previous_output_of_other_batch() {
+    let mut q = Q16::new();
+    let po = q.b.konst(T::TensorQuant8Asymm, &[1, 4], vec![128; 4]);
+    q.b.q(po, 1.0 / 128.0, 128);
+    q.ins[14] = po;
+    match q.run() {
+        Err(ExecError::InvalidArgument(m)) => {
+            assert!(m.contains("input 14 (previous output)"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[rustfmt::skip]
 mod cases {
     use super::Case;

@@ -257,3 +257,5 @@ bi_case("BI_CROSS_LINKED_AUX", 2, 1, 2, 3, 3, 4, 0.0, 0.0, True, False, False,
         aux_mode="cross", n_aux=2)
 bi_case("BI_PARALLEL_LINKED_AUX", 2, 1, 2, 3, 3, 4, 0.0, 0.0, True, True, True,
         aux_mode="parallel", n_aux=3, cifg=True)
+bi_case("BI_LAYER_NORM_PEEPHOLE_CLIPPED", 2, 2, 2, 3, 3, 4, 0.2, 0.0, False, False, False,
+        peephole=True, ln=True)

@@ -1,7 +1,7 @@
 //! The LSTM family on float tensors (TENSOR_FLOAT32, and TENSOR_FLOAT16 widened to f32):
 //! LSTM (one time step, the 23-input form of NNAPI 1.0/1.1 and the 27-input form with layer
 //! normalization of 1.2), UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM;
-//! QUANTIZED_16BIT_LSTM is in `lstm_q16.rs`.
+//! QUANTIZED_16BIT_LSTM is in `lstm_q16.rs`, QUANTIZED_LSTM in `lstm_q8.rs`.
 //!
 //! One cell serves all three: optional CIFG (coupled input and forget gates, when the
 //! input-to-input and recurrent-to-input weights are omitted), peephole connections,
@@ -44,10 +44,18 @@ pub(crate) static DEFS: &[OpDef] = &[
         check: q16::check,
         run: q16::run,
     },
+    OpDef {
+        op: OperationType::QuantizedLstm,
+        types: &[T::TensorQuant8AsymmSigned],
+        check: q8::check,
+        run: q8::run,
+    },
 ];
 
 #[path = "lstm_q16.rs"]
 mod q16;
+#[path = "lstm_q8.rs"]
+mod q8;
 
 // Offsets of the 17 weight and bias tensors of one cell from its first one.
 const I2I: usize = 0;

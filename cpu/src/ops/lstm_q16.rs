@@ -20,7 +20,7 @@ use OperandType as T;
 
 /// Fixed-point helpers on int16 raw values; `ib` arguments are integer bits (Qib.(15-ib)).
 mod fx {
-    pub(super) fn srdhm(a: i16, b: i16) -> i16 {
+    pub(crate) fn srdhm(a: i16, b: i16) -> i16 {
         if a == i16::MIN && b == i16::MIN {
             return i16::MAX;
         }
@@ -30,7 +30,7 @@ mod fx {
     }
 
     /// Rounding (half away from zero) arithmetic right shift.
-    pub(super) fn rdbpot(x: i32, e: u32) -> i32 {
+    pub(crate) fn rdbpot(x: i32, e: u32) -> i32 {
         let mask = (1i32 << e) - 1;
         let rem = x & mask;
         let threshold = (mask >> 1) + i32::from(x < 0);
@@ -38,7 +38,7 @@ mod fx {
     }
 
     /// Multiplies by 2^e, saturating for e > 0 and rounding for e < 0.
-    pub(super) fn mul_pot(x: i16, e: i32) -> i16 {
+    pub(crate) fn mul_pot(x: i16, e: i32) -> i16 {
         if e > 0 {
             let threshold = (1i32 << (15 - e)) - 1;
             let v = i32::from(x);
@@ -91,7 +91,7 @@ mod fx {
     }
 
     /// exp(a) for a <= 0 in Q`ib`, result Q0.15.
-    pub(super) fn exp_neg(a: i16, ib: i32) -> i16 {
+    pub(crate) fn exp_neg(a: i16, ib: i32) -> i16 {
         let frac = 15 - ib;
         let quarter: i16 = 1 << (frac - 2);
         let mask = quarter - 1;
@@ -112,6 +112,13 @@ mod fx {
                 if (i32::from(remainder) & (1 << shift)) != 0 {
                     result = srdhm(result, k(mult));
                 }
+            }
+        }
+        if ib > 5 {
+            // Below -32 the result is 0.
+            let clamp = k(-(1 << (36 - ib)));
+            if a < clamp {
+                result = 0;
             }
         }
         if a == 0 { ONE_F0 } else { result }
@@ -142,7 +149,7 @@ mod fx {
     }
 
     /// tanh of a Q`ib` value, Q0.15.
-    pub(super) fn tanh(a: i16, ib: i32) -> i16 {
+    pub(crate) fn tanh(a: i16, ib: i32) -> i16 {
         if a == 0 {
             return 0;
         }
@@ -153,7 +160,7 @@ mod fx {
     }
 
     /// logistic of a Q`ib` value, Q0.15.
-    pub(super) fn logistic(a: i16, ib: i32) -> i16 {
+    pub(crate) fn logistic(a: i16, ib: i32) -> i16 {
         if a == 0 {
             return k(1 << 30);
         }
@@ -163,10 +170,12 @@ mod fx {
         if pos { rp } else { ONE_F0.wrapping_sub(rp) }
     }
 
-    pub(super) fn sat_add_pub(a: i16, b: i16) -> i16 {
+    pub(crate) fn sat_add_pub(a: i16, b: i16) -> i16 {
         sat_add(a, b)
     }
 }
+
+pub(super) use fx::{logistic as fx_logistic, rdbpot as fx_rdbpot, tanh as fx_tanh};
 
 /// The fixed quantization of the activations (input, previous and new output).
 const ACT_SCALE: f32 = 1.0 / 128.0;

@@ -1030,6 +1030,355 @@ fn quantized_16bit_lstm_fails_on_previous_output_of_other_batch() {
     }
 }
 
+// ---- QUANTIZED_LSTM ----
+
+/// Output state out, cell state out and output of a QUANTIZED_LSTM run.
+type Q8Outs = (Vec<i8>, Vec<i16>, Vec<i8>);
+
+/// NNAPI's conformance example for QUANTIZED_LSTM without projection ("CIFG, Layer Norm"):
+/// 2 batches, 5 inputs, 4 units, zero initial states.
+struct Q8 {
+    b: B,
+    ins: Vec<u32>,
+    outs: Vec<u32>,
+}
+
+#[rustfmt::skip]
+const Q8_I2F: [i8; 20] = [-77, -13, 38, 25, 115, -64, -25, -51, 38, -102, -51, 38, -64, -51, -77, 38, -51, -77, -64, -64];
+#[rustfmt::skip]
+const Q8_I2C: [i8; 20] = [-51, -38, -25, -13, -64, 64, -25, -38, -25, -77, 77, -13, -51, -38, -89, 89, -115, -64, 102, 77];
+#[rustfmt::skip]
+const Q8_I2O: [i8; 20] = [-102, -51, -25, -115, -13, -89, 38, -38, -102, -25, 77, -25, 51, -89, -38, -64, 13, 64, -77, -51];
+#[rustfmt::skip]
+const Q8_R2F: [i8; 16] = [-64, -38, -64, -25, 77, 51, 115, 38, -13, 25, 64, 25, 25, 38, -13, 51];
+#[rustfmt::skip]
+const Q8_R2C: [i8; 16] = [-38, 25, 13, -38, 102, -10, -25, 38, 102, -77, -13, 25, 38, -13, 25, 64];
+#[rustfmt::skip]
+const Q8_R2O: [i8; 16] = [38, -13, 13, -25, -64, -89, -25, -77, -13, -51, -89, -25, 13, 64, 25, -38];
+const Q8_BF: [i32; 4] = [2147484, -6442451, -4294968, 2147484];
+const Q8_BC: [i32; 4] = [-1073742, 15461883, 5368709, 1717987];
+const Q8_BO: [i32; 4] = [1073742, -214748, 4294968, 2147484];
+const Q8_LNF: [i16; 4] = [6553, 6553, 13107, 9830];
+const Q8_LNC: [i16; 4] = [22937, 6553, 9830, 26214];
+const Q8_LNO: [i16; 4] = [19660, 6553, 6553, 16384];
+const Q8_INPUT: [i8; 10] = [90, 102, 13, 26, 38, 102, 13, 26, 51, 64];
+const Q8_OUTPUT: [i8; 8] = [-15, 21, 14, 20, -15, 15, 5, 27];
+const Q8_CELL_OUT: [i16; 8] = [-11692, 9960, 5491, 8861, -9422, 7726, 2056, 13149];
+
+// The projection example's extra operands (output size 3, no CIFG).
+#[rustfmt::skip]
+const Q8_I2I: [i8; 20] = [64, 77, 89, -102, -115, 13, 25, 38, -51, 64, -102, 89, -77, 64, -51, -64, -51, -38, -25, -13];
+const Q8_R2I_P: [i8; 12] = [-25, -38, 51, 13, -64, 115, -25, -38, -89, 6, -25, -77];
+const Q8_BI: [i32; 4] = [644245, 3221226, 4724464, 8160438];
+const Q8_LNI: [i16; 4] = [3277, 6553, 9830, 16384];
+const Q8_PROJ: [i8; 12] = [-25, 51, 3, -51, 25, 127, 77, 20, 18, 51, -102, 51];
+
+impl Q8 {
+    /// The example without projection (CIFG, output size 4).
+    fn new() -> Self {
+        Q8::with(true, false)
+    }
+
+    /// The examples' graph: `cifg` omits the input gate, `proj` uses the projection example's
+    /// output size 3 and projection weights.
+    fn with(cifg: bool, proj: bool) -> Self {
+        let n_out: u32 = if proj { 3 } else { 4 };
+        let mut b = B::new();
+        let i8b = |v: &[i8]| v.iter().map(|&x| x as u8).collect::<Vec<u8>>();
+        let i16b = |v: &[i16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let i32b = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let none = |b: &mut B| b.add(T::TensorInt32, &[], Lifetime::NoValue);
+        let mut ins = Vec::new();
+        let x = b.input(T::TensorQuant8AsymmSigned, &[2, 5]);
+        b.q(x, 0.007_812_5, 0);
+        ins.push(x);
+        let ws = 0.007_843_14;
+        if cifg {
+            ins.push(none(&mut b));
+        } else {
+            let id = b.konst(T::TensorQuant8Symm, &[4, 5], i8b(&Q8_I2I));
+            ins.push(b.q(id, ws, 0));
+        }
+        for w in [&Q8_I2F[..], &Q8_I2C, &Q8_I2O] {
+            let id = b.konst(T::TensorQuant8Symm, &[4, 5], i8b(w));
+            ins.push(b.q(id, ws, 0));
+        }
+        let rk = n_out as usize * 4;
+        if cifg {
+            ins.push(none(&mut b));
+        } else {
+            let id = b.konst(T::TensorQuant8Symm, &[4, n_out], i8b(&Q8_R2I_P));
+            ins.push(b.q(id, ws, 0));
+        }
+        for w in [&Q8_R2F[..], &Q8_R2C, &Q8_R2O] {
+            let id = b.konst(T::TensorQuant8Symm, &[4, n_out], i8b(&w[..rk]));
+            ins.push(b.q(id, ws, 0));
+        }
+        for _ in 0..3 {
+            ins.push(none(&mut b));
+        }
+        let bs = 4.656_61e-8;
+        if cifg {
+            ins.push(none(&mut b));
+        } else {
+            let id = b.konst(T::TensorInt32, &[4], i32b(&Q8_BI));
+            ins.push(b.q(id, bs, 0));
+        }
+        for bias in [&Q8_BF, &Q8_BC, &Q8_BO] {
+            let id = b.konst(T::TensorInt32, &[4], i32b(bias));
+            ins.push(b.q(id, bs, 0));
+        }
+        if proj {
+            let id = b.konst(T::TensorQuant8Symm, &[n_out, 4], i8b(&Q8_PROJ));
+            ins.push(b.q(id, 0.003_921_57, 0));
+            ins.push(b.i32c(&[n_out], &[0; 3]));
+        } else {
+            ins.push(none(&mut b));
+            ins.push(none(&mut b));
+        }
+        let h = b.konst(
+            T::TensorQuant8AsymmSigned,
+            &[2, n_out],
+            vec![0; 2 * n_out as usize],
+        );
+        ins.push(b.q(h, 3.051_76e-5, 0));
+        let c = b.konst(T::TensorQuant16Symm, &[2, 4], vec![0; 16]);
+        ins.push(b.q(c, 3.051_76e-5, 0));
+        let ls = 3.051_82e-5;
+        if cifg {
+            ins.push(none(&mut b));
+        } else {
+            let id = b.konst(T::TensorQuant16Symm, &[4], i16b(&Q8_LNI));
+            ins.push(b.q(id, ls, 0));
+        }
+        for lw in [&Q8_LNF, &Q8_LNC, &Q8_LNO] {
+            let id = b.konst(T::TensorQuant16Symm, &[4], i16b(lw));
+            ins.push(b.q(id, ls, 0));
+        }
+        for v in [0.0, 0.0, 0.007_059, 0.007_812, 0.007_059, 0.007_812] {
+            ins.push(b.float(v));
+        }
+        ins.push(b.int(0));
+        ins.push(b.float(0.007));
+        let mut outs = Vec::new();
+        for (ty, d) in [
+            (T::TensorQuant8AsymmSigned, n_out),
+            (T::TensorQuant16Symm, 4),
+            (T::TensorQuant8AsymmSigned, n_out),
+        ] {
+            let o = b.output(ty, &[2, d]);
+            let scale = 3.051_76e-5;
+            outs.push(b.q(o, scale, 0));
+        }
+        Q8 { b, ins, outs }
+    }
+
+    fn graph(mut self) -> Graph {
+        self.b.op(O::QuantizedLstm, &self.ins, &self.outs);
+        self.b.g
+    }
+
+    /// Runs with the example's input: (output state out, cell state out, output).
+    fn run(self) -> Result<Q8Outs, ExecError> {
+        let n = self.b.g.operands[self.outs[0] as usize]
+            .dimensions
+            .iter()
+            .product::<u32>() as usize;
+        let p = PreparedGraph::new(self.graph()).expect("prepares");
+        let mut h = vec![0u8; n];
+        let mut c = [0u8; 16];
+        let mut o = vec![0u8; n];
+        {
+            let mut outs: Vec<&mut [u8]> = vec![&mut h[..], &mut c[..], &mut o[..]];
+            let x: Vec<u8> = Q8_INPUT.iter().map(|&v| v as u8).collect();
+            let args = [InputArg::Value {
+                data: &x,
+                dimensions: vec![],
+            }];
+            p.execute(&[], &args, &mut outs)?;
+        }
+        Ok((
+            h.iter().map(|&v| v as i8).collect(),
+            c.chunks_exact(2)
+                .map(|v| i16::from_le_bytes([v[0], v[1]]))
+                .collect(),
+            o.iter().map(|&v| v as i8).collect(),
+        ))
+    }
+
+    fn invalid(self, needle: &str) {
+        match PreparedGraph::new(self.graph()) {
+            Err(GraphError::InvalidOperation { reason, .. }) => {
+                assert!(reason.contains(needle), "{reason:?} lacks {needle:?}")
+            }
+            other => panic!("expected InvalidOperation with {needle:?}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn quantized_lstm_layer_norm_projection_matches_conformance_example() {
+    let (h, c, o) = Q8::with(false, true).run().unwrap();
+    assert_eq!(c, [-14650, 8939, 5771, 6715, -11843, 7847, 1508, 12939]);
+    assert_eq!(o, [127, 127, -108, -67, 127, 127]);
+    assert_eq!(h, o);
+}
+
+#[test]
+fn quantized_lstm_cifg_layer_norm_projection_matches_conformance_example() {
+    let (h, c, o) = Q8::with(true, true).run().unwrap();
+    assert_eq!(c, Q8_CELL_OUT);
+    assert_eq!(o, [127, 127, 127, -128, 127, 127]);
+    assert_eq!(h, o);
+}
+
+#[test]
+fn quantized_lstm_cifg_layer_norm_matches_conformance_example() {
+    let (h, c, o) = Q8::new().run().unwrap();
+    assert_eq!(c, Q8_CELL_OUT);
+    assert_eq!(o, Q8_OUTPUT);
+    assert_eq!(h, Q8_OUTPUT);
+}
+
+#[test]
+fn quantized_lstm_without_layer_norm_adds_the_gate_biases() {
+    // Without layer normalization the biases join the gate matmuls: a large forget bias
+    // saturates the forget gate, so the state changes (zero initial state, the cell gate
+    // still contributes) and biases make a difference.
+    let run_with = |bf: i32| {
+        let mut q = Q8::with(true, false);
+        for i in 21..24 {
+            q.ins[i] = q.b.add(T::TensorInt32, &[], Lifetime::NoValue);
+        }
+        // Intermediate scales 2^-12 (no layer norm).
+        for i in 26..30 {
+            q.ins[i] = q.b.float(1.0 / 4096.0);
+        }
+        let id = q.b.i32c(&[4], &[bf; 4]);
+        q.b.q(id, 4.656_61e-8, 0);
+        q.ins[13] = id;
+        q.run().unwrap()
+    };
+    let (_, c0, _) = run_with(0);
+    let (_, c1, _) = run_with(1 << 28);
+    assert_ne!(c0, c1);
+}
+
+#[test]
+fn quantized_lstm_rejects_31_inputs() {
+    let mut q = Q8::new();
+    q.ins.pop();
+    q.invalid("31 inputs given");
+}
+
+#[test]
+fn quantized_lstm_rejects_unsigned_input() {
+    let mut q = Q8::new();
+    let x = q.b.input(T::TensorQuant8Asymm, &[2, 5]);
+    q.b.q(x, 0.007_812_5, 128);
+    q.ins[0] = x;
+    q.invalid("input 0 (input) must be TENSOR_QUANT8_ASYMM_SIGNED");
+}
+
+#[test]
+fn quantized_lstm_rejects_cifg_with_input_layer_norm_weights() {
+    let mut q = Q8::new();
+    let id = q.b.konst(T::TensorQuant16Symm, &[4], vec![0; 8]);
+    q.b.q(id, 3.051_82e-5, 0);
+    q.ins[20] = id;
+    q.invalid("with CIFG the input gate bias, cell-to-input and input layer-norm weights");
+}
+
+#[test]
+fn quantized_lstm_rejects_partial_layer_norm() {
+    let mut q = Q8::new();
+    q.ins[22] = q.b.add(T::TensorInt32, &[], Lifetime::NoValue);
+    q.invalid("layer-norm weights must be all given or all omitted");
+}
+
+#[test]
+fn quantized_lstm_rejects_half_cifg() {
+    let mut q = Q8::with(false, true);
+    q.ins[5] = q.b.add(T::TensorInt32, &[], Lifetime::NoValue);
+    q.invalid("both be given or both omitted (CIFG)");
+}
+
+#[test]
+fn quantized_lstm_rejects_projection_bias_without_weights() {
+    let mut q = Q8::with(false, true);
+    q.ins[16] = q.b.add(T::TensorInt32, &[], Lifetime::NoValue);
+    q.invalid("a projection bias needs projection weights");
+}
+
+#[test]
+fn quantized_lstm_rejects_cell_state_scale_not_power_of_two() {
+    let q = Q8::new();
+    let c = q.ins[19];
+    let mut q = q;
+    q.b.g.operands[c as usize].scale = 3.0e-5;
+    q.invalid("cell state scale");
+}
+
+#[test]
+fn quantized_lstm_rejects_cell_state_scale_above_2_pow_minus_9() {
+    let q = Q8::new();
+    let c = q.ins[19];
+    let mut q = q;
+    q.b.g.operands[c as usize].scale = 1.0 / 256.0;
+    q.invalid("no larger than 2^-9");
+}
+
+#[test]
+fn quantized_lstm_rejects_int32_clip() {
+    let mut q = Q8::new();
+    q.ins[24] = q.b.int(0);
+    q.invalid("input 24 (scale or clip) must be FLOAT32");
+}
+
+#[test]
+fn quantized_lstm_rejects_float_cell_state_output() {
+    let q = Q8::new();
+    let o = q.outs[1];
+    let mut q = q;
+    q.b.g.operands[o as usize].ty = T::TensorQuant16Asymm;
+    q.invalid("output 1 (cell state out) must be TENSOR_QUANT16_SYMM");
+}
+
+#[test]
+fn quantized_lstm_fails_on_weights_of_wrong_shape() {
+    let mut q = Q8::new();
+    let id = q.b.konst(T::TensorQuant8Symm, &[4, 4], vec![0; 16]);
+    q.b.q(id, 0.007_843_14, 0);
+    q.ins[2] = id;
+    match q.run() {
+        Err(ExecError::InvalidArgument(m)) => assert!(
+            m.contains("input 2 (input-to-forget weights) must have shape [4, 5]"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn quantized_lstm_fails_on_negative_cell_clip() {
+    let mut q = Q8::new();
+    q.ins[24] = q.b.float(-1.0);
+    match q.run() {
+        Err(ExecError::InvalidArgument(m)) => assert!(m.contains("cell clip must be >= 0"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn quantized_lstm_cell_clip_bounds_the_state() {
+    // Clip 0.1 with scale 2^-15: |state| <= 3276.
+    let mut q = Q8::new();
+    q.ins[24] = q.b.float(0.1);
+    let (_, c, _) = q.run().unwrap();
+    assert!(c.iter().all(|&v| v.abs() <= 3276), "{c:?}");
+    assert!(c.iter().any(|&v| v.abs() == 3276), "{c:?}");
+}
+
 #[rustfmt::skip]
 mod cases {
     use super::Case;

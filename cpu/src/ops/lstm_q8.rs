@@ -144,6 +144,31 @@ pub(crate) fn check(c: &Ck<'_>) -> Result<(), Issue> {
     }
     c.is(HIDDEN_ZP, T::Int32, "hidden state zero point")?;
     presence(&|i| !omitted(c, i)).map_err(Issue::Invalid)?;
+    for (i, what) in [(CELL_CLIP, "cell clip"), (PROJ_CLIP, "projection clip")] {
+        if let Some(Data::F32(v)) = super::const_scalar(c, i)
+            && (v[0].is_nan() || v[0] < 0.0)
+        {
+            return Err(Issue::Invalid(format!("{what} must be >= 0, is {}", v[0])));
+        }
+    }
+    for i in [INTER, INTER + 1, INTER + 2, INTER + 3, HIDDEN_SCALE] {
+        if let Some(Data::F32(v)) = super::const_scalar(c, i)
+            && !(v[0] > 0.0 && v[0].is_finite())
+        {
+            return Err(Issue::Invalid(format!(
+                "input {i} (intermediate or hidden state scale) must be > 0, is {}",
+                v[0]
+            )));
+        }
+    }
+    if let Some(Data::I32(v)) = super::const_scalar(c, HIDDEN_ZP)
+        && !(-128..=127).contains(&v[0])
+    {
+        return Err(Issue::Invalid(format!(
+            "hidden state zero point {} outside [-128, 127]",
+            v[0]
+        )));
+    }
     let cs = c.inp(C_IN)?.scale;
     match log2_exact(cs) {
         Some(k) if k <= -9 => {}

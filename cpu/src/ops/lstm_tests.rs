@@ -1360,10 +1360,46 @@ fn quantized_lstm_fails_on_weights_of_wrong_shape() {
 }
 
 #[test]
-fn quantized_lstm_fails_on_negative_cell_clip() {
+fn quantized_lstm_rejects_negative_constant_cell_clip() {
     let mut q = Q8::new();
     q.ins[24] = q.b.float(-1.0);
-    match q.run() {
+    q.invalid("cell clip must be >= 0");
+}
+
+#[test]
+fn quantized_lstm_rejects_zero_constant_intermediate_scale() {
+    let mut q = Q8::new();
+    q.ins[27] = q.b.float(0.0);
+    q.invalid("input 27 (intermediate or hidden state scale) must be > 0");
+}
+
+#[test]
+fn quantized_lstm_rejects_hidden_zero_point_out_of_int8() {
+    let mut q = Q8::new();
+    q.ins[30] = q.b.int(200);
+    q.invalid("hidden state zero point 200 outside [-128, 127]");
+}
+
+#[test]
+fn quantized_lstm_fails_on_negative_cell_clip_given_at_execution() {
+    let mut q = Q8::new();
+    q.ins[24] = q.b.input(T::Float32, &[]);
+    let p = PreparedGraph::new(q.graph()).unwrap();
+    let x: Vec<u8> = Q8_INPUT.iter().map(|&v| v as u8).collect();
+    let clip = (-1f32).to_le_bytes();
+    let args = [
+        InputArg::Value {
+            data: &x,
+            dimensions: vec![],
+        },
+        InputArg::Value {
+            data: &clip,
+            dimensions: vec![],
+        },
+    ];
+    let mut bufs = vec![vec![0u8; 64]; 3];
+    let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+    match p.execute(&[], &args, &mut outs) {
         Err(ExecError::InvalidArgument(m)) => assert!(m.contains("cell clip must be >= 0"), "{m}"),
         other => panic!("{other:?}"),
     }

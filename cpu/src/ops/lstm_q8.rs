@@ -331,16 +331,15 @@ fn matmul_acc(
     out: &mut [i16],
     n_out: usize,
 ) {
-    for (xb, ob) in x
-        .chunks_exact(n_in.max(1))
-        .zip(out.chunks_exact_mut(n_out.max(1)))
-    {
+    if n_out == 0 {
+        return;
+    }
+    for (b, ob) in out.chunks_exact_mut(n_out).enumerate() {
+        let xb = &x[b * n_in..(b + 1) * n_in];
         for (r, o) in ob.iter_mut().enumerate() {
             let mut acc = bias[r];
-            if n_in > 0 {
-                for (&a, &b) in xb.iter().zip(&w[r * n_in..(r + 1) * n_in]) {
-                    acc = acc.wrapping_add(i32::from(a) * i32::from(b));
-                }
+            for (&a, &wv) in xb.iter().zip(&w[r * n_in..(r + 1) * n_in]) {
+                acc = acc.wrapping_add(i32::from(a) * i32::from(wv));
             }
             let v = mbqm(acc, m.0, m.1) + i32::from(*o);
             *o = v.clamp(-32768, 32767) as i16;
@@ -609,8 +608,9 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                 0
             };
             let mut o = vec![0i8; bo];
-            if units > 0 && n_out > 0 {
-                for (hb, ob) in hidden.chunks_exact(units).zip(o.chunks_exact_mut(n_out)) {
+            if n_out > 0 {
+                for (bi, ob) in o.chunks_exact_mut(n_out).enumerate() {
+                    let hb = &hidden[bi * units..(bi + 1) * units];
                     for (r, oo) in ob.iter_mut().enumerate() {
                         let mut acc = pb[r];
                         for (&a, &b) in hb.iter().zip(&pw[r * units..(r + 1) * units]) {

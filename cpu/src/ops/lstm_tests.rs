@@ -1265,6 +1265,33 @@ fn quantized_lstm_without_layer_norm_adds_the_gate_biases() {
 }
 
 #[test]
+fn quantized_lstm_peepholes_read_previous_state_for_input_forget_and_new_for_output() {
+    // The example's previous cell state is zero: input and forget peepholes then add nothing,
+    // while the output peephole sees the new state and changes the output.
+    let with_peep = |c2o: i16| {
+        let mut q = Q8::with(false, true);
+        for (i, v) in [(9, 3000i16), (10, -3000), (11, c2o)] {
+            let id = q.b.konst(
+                T::TensorQuant16Symm,
+                &[4],
+                [v; 4].iter().flat_map(|x| x.to_le_bytes()).collect(),
+            );
+            q.b.q(id, 1.0, 0);
+            q.ins[i] = id;
+        }
+        q.run().unwrap()
+    };
+    let base = Q8::with(false, true).run().unwrap();
+    assert_eq!(with_peep(0), base);
+    let changed = with_peep(30000);
+    assert_eq!(
+        changed.1, base.1,
+        "the output peephole does not change the cell state"
+    );
+    assert_ne!(changed.2, base.2);
+}
+
+#[test]
 fn quantized_lstm_rejects_31_inputs() {
     let mut q = Q8::new();
     q.ins.pop();

@@ -15,6 +15,7 @@ mod gemm;
 mod minmax;
 mod movement;
 mod normalization;
+mod lstm;
 mod pool;
 mod quant;
 mod reduce;

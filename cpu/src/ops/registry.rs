@@ -37,6 +37,7 @@ static FAMILIES: &[&[OpDef]] = &[
     super::conv_variants::DEFS,
     super::resize::DEFS,
     super::minmax::DEFS,
+    super::lstm::DEFS,
 ];
 
 /// Every operation in the tables.

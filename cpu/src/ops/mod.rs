@@ -7,6 +7,7 @@ use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationTy
 use crate::tensor::{Data, Tensor};
 
 mod conv;
+mod detection;
 mod elementwise;
 mod gemm;
 mod pool;

@@ -589,3 +589,627 @@ fn roi_pooling_fails_on_inverted_box() {
     let e = s.err(&ramp(), &[0.0, 3.0, 3.0, 1.0], &[0]);
     assert!(e.contains("y2 < y1"), "{e}");
 }
+
+fn b_u16(b: &[u8]) -> Vec<u16> {
+    b.chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
+}
+fn b_i32(b: &[u8]) -> Vec<i32> {
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+// ---------------------------------------------------------------- AXIS_ALIGNED_BBOX_TRANSFORM
+
+/// A transform of `n` boxes by `k` classes of deltas over `images` image sizes.
+struct Bbox {
+    boxes: OperandType,
+    deltas: OperandType,
+    n: u32,
+    k: u32,
+    images: u32,
+    delta_q: (f32, i32),
+    box_q: (f32, i32),
+    out_q: (f32, i32),
+    out_ty: Option<OperandType>,
+}
+
+fn bbox(boxes: OperandType, deltas: OperandType, n: u32, k: u32, images: u32) -> Bbox {
+    let q16 = if boxes == T::TensorQuant16Asymm {
+        (0.125, 0)
+    } else {
+        (0.0, 0)
+    };
+    Bbox {
+        boxes,
+        deltas,
+        n,
+        k,
+        images,
+        delta_q: if is_q8(deltas) { (0.05, 128) } else { (0.0, 0) },
+        box_q: q16,
+        out_q: q16,
+        out_ty: None,
+    }
+}
+
+impl Bbox {
+    fn graph(&self) -> Graph {
+        let mut b = B::new();
+        let r = b.input(self.boxes, &[self.n, 4]);
+        b.q(r, self.box_q.0, self.box_q.1);
+        let d = b.input(self.deltas, &[self.n, 4 * self.k]);
+        b.q(d, self.delta_q.0, self.delta_q.1);
+        let bi = b.input(T::TensorInt32, &[self.n]);
+        let info = b.input(self.boxes, &[self.images, 2]);
+        b.q(info, self.box_q.0, self.box_q.1);
+        let o = b.output(self.out_ty.unwrap_or(self.boxes), &[self.n, 4 * self.k]);
+        b.q(o, self.out_q.0, self.out_q.1);
+        b.op(O::AxisAlignedBboxTransform, &[r, d, bi, info], &[o]);
+        b.g
+    }
+}
+
+/// Box (0,0)-(10,10): centre (5, 5), 10x10. Class 0 deltas 0 keep it; class 1 moves the
+/// centre by (0.1·10, 0.2·10) and doubles the width: (6, 7), 20x10 → (-4, 2)-(16, 12),
+/// clipped to the 15x20 image (width 15, height 20): (0, 2)-(15, 12).
+const LN2: f32 = std::f32::consts::LN_2;
+
+#[test]
+fn bbox_transform_float32_moves_scales_and_clips() {
+    let g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 2, 1).graph();
+    let r = run_all(
+        g,
+        &[
+            fb(&[0.0, 0.0, 10.0, 10.0]),
+            fb(&[0.0, 0.0, 0.0, 0.0, 0.1, 0.2, LN2, 0.0]),
+            i32b(&[0]),
+            fb(&[20.0, 15.0]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(r[0].1, vec![1, 8]);
+    close(&bf(&r[0].0), &[0.0, 0.0, 10.0, 10.0, 0.0, 2.0, 15.0, 12.0]);
+}
+
+#[test]
+fn bbox_transform_float16() {
+    let g = bbox(T::TensorFloat16, T::TensorFloat16, 1, 2, 1).graph();
+    let r = run_all(
+        g,
+        &[
+            hb(&[0.0, 0.0, 10.0, 10.0]),
+            hb(&[0.0, 0.0, 0.0, 0.0, 0.1, 0.2, LN2, 0.0]),
+            i32b(&[0]),
+            hb(&[20.0, 15.0]),
+        ],
+    )
+    .unwrap();
+    close_tol(
+        &bh(&r[0].0),
+        &[0.0, 0.0, 10.0, 10.0, 0.0, 2.0, 15.0, 12.0],
+        2e-2,
+    );
+}
+
+#[test]
+fn bbox_transform_quant16_boxes_with_quant8_deltas() {
+    // Boxes ×8: (0,0)-(80,80) is (0,0)-(10,10); deltas (q - 128)·0.05: 130 → 0.1, 132 → 0.2.
+    // Class 1: centre (6, 7), 10x10 → (1, 2)-(11, 12) → ×8.
+    let g = bbox(T::TensorQuant16Asymm, T::TensorQuant8Asymm, 1, 2, 1).graph();
+    let r = run_all(
+        g,
+        &[
+            u16b(&[0, 0, 80, 80]),
+            u8b(&[128, 128, 128, 128, 130, 132, 128, 128]),
+            i32b(&[0]),
+            u16b(&[160, 120]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(b_u16(&r[0].0), vec![0, 0, 80, 80, 8, 16, 88, 96]);
+}
+
+#[test]
+fn bbox_transform_quant16_boxes_with_signed_deltas() {
+    let mut s = bbox(T::TensorQuant16Asymm, T::TensorQuant8AsymmSigned, 1, 2, 1);
+    s.delta_q = (0.05, 0);
+    let r = run_all(
+        s.graph(),
+        &[
+            u16b(&[0, 0, 80, 80]),
+            i8b(&[0, 0, 0, 0, 2, 4, 0, 0]),
+            i32b(&[0]),
+            u16b(&[160, 120]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(b_u16(&r[0].0), vec![0, 0, 80, 80, 8, 16, 88, 96]);
+}
+
+#[test]
+fn bbox_transform_clips_each_box_to_its_own_image() {
+    // Deltas (1, 0, ln 2, 0): centre x 5 + 10 = 15, width 20 → (5, 0)-(25, 10); image 0 is
+    // 100 wide, image 1 only 15.
+    let g = bbox(T::TensorFloat32, T::TensorFloat32, 2, 1, 2).graph();
+    let r = run_all(
+        g,
+        &[
+            fb(&[0.0, 0.0, 10.0, 10.0, 0.0, 0.0, 10.0, 10.0]),
+            fb(&[1.0, 0.0, LN2, 0.0, 1.0, 0.0, LN2, 0.0]),
+            i32b(&[0, 1]),
+            fb(&[100.0, 100.0, 20.0, 15.0]),
+        ],
+    )
+    .unwrap();
+    close(&bf(&r[0].0), &[5.0, 0.0, 25.0, 10.0, 5.0, 0.0, 15.0, 10.0]);
+}
+
+#[test]
+fn bbox_transform_refuses_float_deltas_with_quantized_boxes() {
+    let g = bbox(T::TensorQuant16Asymm, T::TensorFloat32, 1, 1, 1).graph();
+    assert!(refused(g).contains("bounding box deltas"));
+}
+
+#[test]
+fn bbox_transform_refuses_boxes_without_scale_one_eighth() {
+    let mut s = bbox(T::TensorQuant16Asymm, T::TensorQuant8Asymm, 1, 1, 1);
+    s.box_q = (0.25, 0);
+    assert!(refused(s.graph()).contains("scale 0.125"));
+}
+
+#[test]
+fn bbox_transform_refuses_output_quantization_other_than_one_eighth() {
+    let mut s = bbox(T::TensorQuant16Asymm, T::TensorQuant8Asymm, 1, 1, 1);
+    s.out_q = (0.5, 0);
+    assert!(refused(s.graph()).contains("output 0 (boxes)"));
+}
+
+#[test]
+fn bbox_transform_refuses_output_of_another_type() {
+    let mut s = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1);
+    s.out_ty = Some(T::TensorFloat16);
+    assert!(refused(s.graph()).contains("must be TENSOR_FLOAT32"));
+}
+
+#[test]
+fn bbox_transform_refuses_quant8_boxes() {
+    let s = bbox(T::TensorQuant8Asymm, T::TensorQuant8Asymm, 1, 1, 1);
+    let mut g = s.graph();
+    for i in [0, 3, 4] {
+        g.operands[i].scale = 1.0;
+    }
+    assert!(refused(g).contains("input 0 (boxes) must be"));
+}
+
+#[test]
+fn bbox_transform_refuses_wrong_argument_count() {
+    let mut g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1).graph();
+    g.operations[0].inputs.pop();
+    assert!(refused(g).contains("inputs given"));
+}
+
+#[test]
+fn bbox_transform_fails_on_batch_index_out_of_range() {
+    let g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1).graph();
+    let e = exec_err(
+        g,
+        &[
+            fb(&[0.0, 0.0, 1.0, 1.0]),
+            fb(&[0.0; 4]),
+            i32b(&[1]),
+            fb(&[10.0, 10.0]),
+        ],
+    );
+    assert!(e.contains("batch index 1 outside [0, 1)"), "{e}");
+}
+
+#[test]
+fn bbox_transform_fails_on_inverted_box() {
+    let g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1).graph();
+    let e = exec_err(
+        g,
+        &[
+            fb(&[0.0, 2.0, 1.0, 1.0]),
+            fb(&[0.0; 4]),
+            i32b(&[0]),
+            fb(&[10.0, 10.0]),
+        ],
+    );
+    assert!(e.contains("x2 < x1 or y2 < y1"), "{e}");
+}
+
+#[test]
+fn bbox_transform_fails_on_deltas_not_four_per_class() {
+    let mut g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1).graph();
+    g.operands[1].dimensions = vec![1, 6];
+    g.operands[4].dimensions = vec![1, 0];
+    let e = exec_err(
+        g,
+        &[
+            fb(&[0.0, 0.0, 1.0, 1.0]),
+            fb(&[0.0; 6]),
+            i32b(&[0]),
+            fb(&[10.0, 10.0]),
+        ],
+    );
+    assert!(e.contains("4 * num_classes"), "{e}");
+}
+
+// ---------------------------------------------------------------- BOX_WITH_NMS_LIMIT
+
+/// BOX_WITH_NMS_LIMIT of `n` regions by `k` classes; every output of unknown extent.
+struct Nms {
+    ty: OperandType,
+    n: u32,
+    k: u32,
+    score_thr: f32,
+    max_det: i32,
+    kernel: i32,
+    iou: f32,
+    sigma: f32,
+    keep: f32,
+    score_q: (f32, i32),
+    out_score_q: (f32, i32),
+    class_ty: OperandType,
+}
+
+fn nms(ty: OperandType, kernel: i32) -> Nms {
+    let q = match ty {
+        T::TensorQuant8Asymm => (0.01, 0),
+        T::TensorQuant8AsymmSigned => (0.01, -128),
+        _ => (0.0, 0),
+    };
+    Nms {
+        ty,
+        n: 4,
+        k: 3,
+        score_thr: 0.15,
+        max_det: -1,
+        kernel,
+        iou: 0.5,
+        sigma: 0.5,
+        keep: 0.1,
+        score_q: q,
+        out_score_q: q,
+        class_ty: T::TensorInt32,
+    }
+}
+
+impl Nms {
+    fn roi_ty(&self) -> OperandType {
+        if is_q8(self.ty) {
+            T::TensorQuant16Asymm
+        } else {
+            self.ty
+        }
+    }
+
+    /// Adds the operation to `b` and returns its four outputs (created with `mk`).
+    fn add(&self, b: &mut B, outputs: bool) -> [u32; 4] {
+        let s = b.input(self.ty, &[self.n, self.k]);
+        b.q(s, self.score_q.0, self.score_q.1);
+        let rt = self.roi_ty();
+        let r = b.input(rt, &[self.n, 4 * self.k]);
+        if rt == T::TensorQuant16Asymm {
+            b.q(r, 0.125, 0);
+        }
+        let bi = b.input(T::TensorInt32, &[self.n]);
+        let st = if self.ty == T::TensorFloat16 {
+            T::TensorFloat16
+        } else {
+            T::TensorFloat32
+        };
+        let thr = fscalar(b, st, self.score_thr);
+        let md = b.int(self.max_det);
+        let kr = b.int(self.kernel);
+        let iou = fscalar(b, st, self.iou);
+        let sg = fscalar(b, st, self.sigma);
+        let keep = fscalar(b, st, self.keep);
+        let mut mk = |ty: OperandType, dims: &[u32]| {
+            if outputs {
+                b.output(ty, dims)
+            } else {
+                b.temp(ty, dims)
+            }
+        };
+        let os = mk(self.ty, &[0]);
+        let ob = mk(rt, &[0, 4]);
+        let oc = mk(self.class_ty, &[0]);
+        let obt = mk(T::TensorInt32, &[0]);
+        b.q(os, self.out_score_q.0, self.out_score_q.1);
+        if rt == T::TensorQuant16Asymm {
+            b.q(ob, 0.125, 0);
+        }
+        b.op(
+            O::BoxWithNmsLimit,
+            &[s, r, bi, thr, md, kr, iou, sg, keep],
+            &[os, ob, oc, obt],
+        );
+        [os, ob, oc, obt]
+    }
+
+    fn graph(&self) -> Graph {
+        let mut b = B::new();
+        self.add(&mut b, true);
+        b.g
+    }
+}
+
+/// Four regions, the same box for every class: r1 overlaps r0 with IoU 81/119 ≈ 0.68, r2 is
+/// apart, r3 equals r0.
+const NMS_BOXES: [[f32; 4]; 4] = [
+    [0.0, 0.0, 10.0, 10.0],
+    [1.0, 1.0, 11.0, 11.0],
+    [20.0, 20.0, 30.0, 30.0],
+    [0.0, 0.0, 10.0, 10.0],
+];
+const NMS_SCORES: [f32; 12] = [
+    0.9, 0.9, 0.1, //
+    0.1, 0.8, 0.7, //
+    0.1, 0.7, 0.2, //
+    0.1, 0.05, 0.6,
+];
+
+fn nms_boxes() -> Vec<f32> {
+    NMS_BOXES
+        .iter()
+        .flat_map(|b| b.iter().copied().cycle().take(12))
+        .collect()
+}
+
+fn boxes_of(regions: &[usize]) -> Vec<f32> {
+    regions.iter().flat_map(|&r| NMS_BOXES[r]).collect()
+}
+
+/// A float32 run's outputs: scores, boxes, classes, batch indices, and the score shape.
+type NmsOut = (Vec<f32>, Vec<f32>, Vec<i32>, Vec<i32>, Vec<u32>);
+
+fn nms_f32(s: &Nms, batch: &[i32]) -> NmsOut {
+    let r = run_all(s.graph(), &[fb(&NMS_SCORES), fb(&nms_boxes()), i32b(batch)]).unwrap();
+    (
+        bf(&r[0].0),
+        bf(&r[1].0),
+        b_i32(&r[2].0),
+        b_i32(&r[3].0),
+        r[0].1.clone(),
+    )
+}
+
+#[test]
+fn box_nms_hard_suppresses_overlaps_per_class() {
+    // Class 1 candidates (> 0.15): r0 .9, r1 .8, r2 .7; r1 overlaps r0 (0.68 >= 0.5) and
+    // goes. Class 2: r1 .7, r2 .2, r3 .6; r3 overlaps r1 and goes. Grouped by class.
+    let (s, b, c, bt, d) = nms_f32(&nms(T::TensorFloat32, 0), &[0; 4]);
+    assert_eq!(d, vec![4]);
+    close(&s, &[0.9, 0.7, 0.7, 0.2]);
+    close(&b, &boxes_of(&[0, 2, 1, 2]));
+    assert_eq!(c, vec![1, 1, 2, 2]);
+    assert_eq!(bt, vec![0; 4]);
+}
+
+#[test]
+fn box_nms_linear_kernel_decays_overlapping_scores() {
+    // Overlapping scores × (1 - 81/119): r1 class 1 0.8 → 0.255462, r3 class 2 0.6 → 0.191597.
+    let (s, b, c, _, _) = nms_f32(&nms(T::TensorFloat32, 1), &[0; 4]);
+    close(&s, &[0.9, 0.7, 0.255_462, 0.7, 0.2, 0.191_597]);
+    close(&b, &boxes_of(&[0, 2, 1, 1, 2, 3]));
+    assert_eq!(c, vec![1, 1, 1, 2, 2, 2]);
+}
+
+#[test]
+fn box_nms_gaussian_kernel_decays_overlapping_scores() {
+    // × exp(-iou² / 0.5) = 0.395886: r1 class 1 → 0.316709, r3 class 2 → 0.237531 (now above
+    // r2's 0.2).
+    let (s, b, c, _, _) = nms_f32(&nms(T::TensorFloat32, 2), &[0; 4]);
+    close(&s, &[0.9, 0.7, 0.316_709, 0.7, 0.237_531, 0.2]);
+    close(&b, &boxes_of(&[0, 2, 1, 1, 3, 2]));
+    assert_eq!(c, vec![1, 1, 1, 2, 2, 2]);
+}
+
+#[test]
+fn box_nms_keeps_the_best_max_detections() {
+    let mut s = nms(T::TensorFloat32, 0);
+    s.max_det = 3;
+    let (sc, b, c, _, _) = nms_f32(&s, &[0; 4]);
+    close(&sc, &[0.9, 0.7, 0.7]);
+    close(&b, &boxes_of(&[0, 2, 1]));
+    assert_eq!(c, vec![1, 1, 2]);
+}
+
+#[test]
+fn box_nms_max_detections_also_limits_each_class() {
+    let mut s = nms(T::TensorFloat32, 0);
+    s.max_det = 1;
+    let (sc, b, c, _, _) = nms_f32(&s, &[0; 4]);
+    close(&sc, &[0.9]);
+    close(&b, &boxes_of(&[0]));
+    assert_eq!(c, vec![1]);
+}
+
+#[test]
+fn box_nms_runs_each_batch_separately() {
+    // Batch 0 = r0, r1: class 1 keeps r0, class 2 r1. Batch 1 = r2, r3: class 1 r2 (r3 is
+    // under the threshold), class 2 r3 .6 then r2 .2.
+    let (s, b, c, bt, _) = nms_f32(&nms(T::TensorFloat32, 0), &[0, 0, 1, 1]);
+    close(&s, &[0.9, 0.7, 0.7, 0.6, 0.2]);
+    close(&b, &boxes_of(&[0, 1, 2, 3, 2]));
+    assert_eq!(c, vec![1, 2, 1, 2, 2]);
+    assert_eq!(bt, vec![0, 0, 1, 1, 1]);
+}
+
+#[test]
+fn box_nms_float16() {
+    let s = nms(T::TensorFloat16, 0);
+    let r = run_all(
+        s.graph(),
+        &[hb(&NMS_SCORES), hb(&nms_boxes()), i32b(&[0; 4])],
+    )
+    .unwrap();
+    close_tol(&bh(&r[0].0), &[0.9, 0.7, 0.7, 0.2], 1e-3);
+    close(&bh(&r[1].0), &boxes_of(&[0, 2, 1, 2]));
+    assert_eq!(b_i32(&r[2].0), vec![1, 1, 2, 2]);
+}
+
+fn quant_boxes() -> Vec<u16> {
+    nms_boxes().iter().map(|&v| (v * 8.0) as u16).collect()
+}
+
+#[test]
+fn box_nms_quant8_scores_and_quant16_boxes() {
+    let s = nms(T::TensorQuant8Asymm, 0);
+    let q: Vec<i32> = NMS_SCORES
+        .iter()
+        .map(|&v| (v * 100.0).round() as i32)
+        .collect();
+    let r = run_all(s.graph(), &[u8b(&q), u16b(&quant_boxes()), i32b(&[0; 4])]).unwrap();
+    assert_eq!(r[0].0, vec![90, 70, 70, 20]);
+    let want: Vec<u16> = boxes_of(&[0, 2, 1, 2])
+        .iter()
+        .map(|&v| (v * 8.0) as u16)
+        .collect();
+    assert_eq!(b_u16(&r[1].0), want);
+    assert_eq!(b_i32(&r[2].0), vec![1, 1, 2, 2]);
+}
+
+#[test]
+fn box_nms_quant8_signed_scores() {
+    let s = nms(T::TensorQuant8AsymmSigned, 0);
+    let q: Vec<i32> = NMS_SCORES
+        .iter()
+        .map(|&v| (v * 100.0).round() as i32 - 128)
+        .collect();
+    let r = run_all(s.graph(), &[i8b(&q), u16b(&quant_boxes()), i32b(&[0; 4])]).unwrap();
+    let got: Vec<i32> = r[0].0.iter().map(|&b| i32::from(b as i8)).collect();
+    assert_eq!(got, vec![-38, -58, -58, -108]);
+    assert_eq!(b_i32(&r[2].0), vec![1, 1, 2, 2]);
+}
+
+#[test]
+fn box_nms_with_nothing_above_threshold_gives_empty_outputs() {
+    let mut s = nms(T::TensorFloat32, 0);
+    s.score_thr = 0.95;
+    let r = run_all(
+        s.graph(),
+        &[fb(&NMS_SCORES), fb(&nms_boxes()), i32b(&[0; 4])],
+    )
+    .unwrap();
+    let shapes: Vec<Vec<u32>> = r.iter().map(|(_, d)| d.clone()).collect();
+    assert_eq!(shapes, vec![vec![0], vec![0, 4], vec![0], vec![0]]);
+}
+
+#[test]
+fn roi_align_of_no_regions_gives_an_empty_output() {
+    // BOX_WITH_NMS_LIMIT selects nothing; ROI_ALIGN of its (empty) boxes gives [0, 2, 2, 1].
+    let mut s = nms(T::TensorFloat32, 0);
+    s.score_thr = 0.95;
+    let mut b = B::new();
+    let [_, ob, _, obt] = s.add(&mut b, false);
+    let x = b.input(T::TensorFloat32, &[1, 4, 4, 1]);
+    let oh = b.int(2);
+    let ow = b.int(2);
+    let hr = b.float(1.0);
+    let wr = b.float(1.0);
+    let sr = b.int(2);
+    let layout = b.boolean(false);
+    let o = b.output(T::TensorFloat32, &[0, 2, 2, 1]);
+    b.op(
+        O::RoiAlign,
+        &[x, ob, obt, oh, ow, hr, wr, sr, sr, layout],
+        &[o],
+    );
+    let r = run_all(
+        b.g,
+        &[
+            fb(&NMS_SCORES),
+            fb(&nms_boxes()),
+            i32b(&[0; 4]),
+            fb(&ramp()),
+        ],
+    )
+    .unwrap();
+    assert_eq!(r[0].1, vec![0, 2, 2, 1]);
+    assert!(r[0].0.is_empty());
+}
+
+#[test]
+fn box_nms_refuses_unknown_constant_kernel() {
+    assert!(refused(nms(T::TensorFloat32, 3).graph()).contains("NMS kernel must be"));
+}
+
+#[test]
+fn box_nms_refuses_three_outputs() {
+    let mut g = nms(T::TensorFloat32, 0).graph();
+    g.operations[0].outputs.pop();
+    g.operands.pop();
+    g.output_indexes.pop();
+    assert!(refused(g).contains("outputs given"));
+}
+
+#[test]
+fn box_nms_refuses_score_output_quantization_differing_from_input() {
+    let mut s = nms(T::TensorQuant8Asymm, 0);
+    s.out_score_q = (0.02, 0);
+    assert!(refused(s.graph()).contains("scale and zero point must equal"));
+}
+
+#[test]
+fn box_nms_refuses_float_classes_output() {
+    let mut s = nms(T::TensorFloat32, 0);
+    s.class_ty = T::TensorFloat32;
+    assert!(refused(s.graph()).contains("output 2 (classes)"));
+}
+
+#[test]
+fn box_nms_refuses_float_boxes_with_quantized_scores() {
+    let s = nms(T::TensorQuant8Asymm, 0);
+    let mut g = s.graph();
+    g.operands[1].ty = T::TensorFloat32;
+    g.operands[1].scale = 0.0;
+    assert!(refused(g).contains("input 1 (boxes)"));
+}
+
+#[test]
+fn box_nms_fails_on_unknown_kernel_given_at_execution() {
+    let s = nms(T::TensorFloat32, 0);
+    let mut g = s.graph();
+    let kernel = g.operations[0].inputs[5] as usize;
+    g.operands[kernel].lifetime = Lifetime::SubgraphInput;
+    g.input_indexes.push(kernel as u32);
+    let e = exec_err(
+        g,
+        &[fb(&NMS_SCORES), fb(&nms_boxes()), i32b(&[0; 4]), i32b(&[7])],
+    );
+    assert!(e.contains("NMS kernel must be"), "{e}");
+}
+
+#[test]
+fn box_nms_fails_with_a_single_class() {
+    let mut s = nms(T::TensorFloat32, 0);
+    s.k = 1;
+    let e = exec_err(
+        s.graph(),
+        &[fb(&[0.5; 4]), fb(&boxes_of(&[0, 1, 2, 3])), i32b(&[0; 4])],
+    );
+    assert!(e.contains("at least 2 classes"), "{e}");
+}
+
+#[test]
+fn box_nms_fails_on_boxes_of_the_wrong_width() {
+    let s = nms(T::TensorFloat32, 0);
+    let mut g = s.graph();
+    g.operands[1].dimensions = vec![4, 8];
+    let e = exec_err(g, &[fb(&NMS_SCORES), fb(&[1.0; 32]), i32b(&[0; 4])]);
+    assert!(e.contains("one box per class"), "{e}");
+}
+
+#[test]
+fn box_nms_fails_on_inverted_box() {
+    let s = nms(T::TensorFloat32, 0);
+    let mut bx = nms_boxes();
+    bx[4] = 50.0;
+    let e = exec_err(s.graph(), &[fb(&NMS_SCORES), fb(&bx), i32b(&[0; 4])]);
+    assert!(e.contains("x2 < x1"), "{e}");
+}

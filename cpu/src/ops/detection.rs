@@ -1,5 +1,5 @@
-//! Detection and regions of interest: ROI_ALIGN, ROI_POOLING, AXIS_ALIGNED_BBOX_TRANSFORM and
-//! BOX_WITH_NMS_LIMIT.
+//! Detection and regions of interest: ROI_ALIGN, ROI_POOLING, AXIS_ALIGNED_BBOX_TRANSFORM,
+//! BOX_WITH_NMS_LIMIT and GENERATE_PROPOSALS.
 //!
 //! Boxes are `[x1, y1, x2, y2]` in image coordinates. Quantized boxes (and image sizes) are
 //! TENSOR_QUANT16_ASYMM with scale 0.125 and zero point 0, as NNAPI requires; the kernels work
@@ -12,6 +12,7 @@ use crate::model::{Lifetime, OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 mod bbox;
+mod proposals;
 mod roi;
 
 use OperandType as T;
@@ -40,6 +41,12 @@ pub(crate) static DEFS: &[OpDef] = &[
         types: bbox::NMS_TYPES,
         check: bbox::check_nms,
         run: bbox::box_with_nms_limit,
+    },
+    OpDef {
+        op: OperationType::GenerateProposals,
+        types: proposals::TYPES,
+        check: proposals::check,
+        run: proposals::generate_proposals,
     },
 ];
 

@@ -1213,3 +1213,364 @@ fn box_nms_fails_on_inverted_box() {
     let e = exec_err(s.graph(), &[fb(&NMS_SCORES), fb(&bx), i32b(&[0; 4])]);
     assert!(e.contains("x2 < x1"), "{e}");
 }
+
+// ---------------------------------------------------------------- GENERATE_PROPOSALS
+
+/// GENERATE_PROPOSALS over `b` images of an `h`x`w` map with `a` anchors, stride 10.
+struct Gp {
+    ty: OperandType,
+    nchw: bool,
+    b: u32,
+    h: u32,
+    w: u32,
+    a: u32,
+    pre: i32,
+    post: i32,
+    iou: f32,
+    min_size: f32,
+    anchor_q: (f32, i32),
+}
+
+fn gp(ty: OperandType) -> Gp {
+    Gp {
+        ty,
+        nchw: false,
+        b: 1,
+        h: 1,
+        w: 2,
+        a: 2,
+        pre: -1,
+        post: -1,
+        iou: 0.3,
+        min_size: 0.0,
+        anchor_q: if is_q8(ty) { (0.125, 0) } else { (0.0, 0) },
+    }
+}
+
+impl Gp {
+    fn graph(&self) -> Graph {
+        let mut b = B::new();
+        let q8 = is_q8(self.ty);
+        let (sd, dd) = if self.nchw {
+            (
+                [self.b, self.a, self.h, self.w],
+                [self.b, 4 * self.a, self.h, self.w],
+            )
+        } else {
+            (
+                [self.b, self.h, self.w, self.a],
+                [self.b, self.h, self.w, 4 * self.a],
+            )
+        };
+        let s = b.input(self.ty, &sd);
+        let d = b.input(self.ty, &dd);
+        if q8 {
+            let zp = if self.ty == T::TensorQuant8Asymm {
+                0
+            } else {
+                -128
+            };
+            b.q(s, 0.01, zp);
+            b.q(d, 0.05, zp + 128);
+        }
+        let (at, it) = if q8 {
+            (T::TensorQuant16Symm, T::TensorQuant16Asymm)
+        } else {
+            (self.ty, self.ty)
+        };
+        let an = b.input(at, &[self.a, 4]);
+        b.q(an, self.anchor_q.0, self.anchor_q.1);
+        let info = b.input(it, &[self.b, 2]);
+        if q8 {
+            b.q(info, 0.125, 0);
+        }
+        let st = if self.ty == T::TensorFloat16 {
+            T::TensorFloat16
+        } else {
+            T::TensorFloat32
+        };
+        let hs = fscalar(&mut b, st, 10.0);
+        let ws = fscalar(&mut b, st, 10.0);
+        let pre = b.int(self.pre);
+        let post = b.int(self.post);
+        let iou = fscalar(&mut b, st, self.iou);
+        let ms = fscalar(&mut b, st, self.min_size);
+        let layout = b.boolean(self.nchw);
+        let os = b.output(self.ty, &[0]);
+        let ob = b.output(it, &[0, 4]);
+        let obt = b.output(T::TensorInt32, &[0]);
+        if q8 {
+            let zp = if self.ty == T::TensorQuant8Asymm {
+                0
+            } else {
+                -128
+            };
+            b.q(os, 0.01, zp);
+            b.q(ob, 0.125, 0);
+        }
+        b.op(
+            O::GenerateProposals,
+            &[s, d, an, info, hs, ws, pre, post, iou, ms, layout],
+            &[os, ob, obt],
+        );
+        b.g
+    }
+
+    /// Float32 run: scores, boxes, batch indices.
+    fn run(&self, scores: &[f32], deltas: &[f32], anchors: &[f32], info: &[f32]) -> NmsOut {
+        let r = run_all(
+            self.graph(),
+            &[fb(scores), fb(deltas), fb(anchors), fb(info)],
+        )
+        .unwrap();
+        (
+            bf(&r[0].0),
+            bf(&r[1].0),
+            b_i32(&r[2].0),
+            vec![],
+            r[0].1.clone(),
+        )
+    }
+}
+
+// Anchors (0,0)-(10,10) and (0,0)-(20,20) on cells x = 0 and x = 10 give, in (y, x, anchor)
+// order, p0 (0,0)-(10,10), p1 (0,0)-(20,20), p2 (10,0)-(20,10), p3 (10,0)-(30,20). IoUs:
+// p0·p1 1/4, p1·p2 1/4, p1·p3 1/3, p2·p3 1/4, the others 0. With threshold 0.3 and scores
+// .9 .8 .7 .6, p3 falls to p1.
+const GP_ANCHORS: [f32; 8] = [0.0, 0.0, 10.0, 10.0, 0.0, 0.0, 20.0, 20.0];
+const GP_SCORES: [f32; 4] = [0.9, 0.8, 0.7, 0.6];
+const GP_P: [[f32; 4]; 4] = [
+    [0.0, 0.0, 10.0, 10.0],
+    [0.0, 0.0, 20.0, 20.0],
+    [10.0, 0.0, 20.0, 10.0],
+    [10.0, 0.0, 30.0, 20.0],
+];
+fn gp_boxes(p: &[usize]) -> Vec<f32> {
+    p.iter().flat_map(|&i| GP_P[i]).collect()
+}
+
+#[test]
+fn generate_proposals_float32_places_anchors_and_suppresses() {
+    let (s, b, bt, _, d) =
+        gp(T::TensorFloat32).run(&GP_SCORES, &[0.0; 16], &GP_ANCHORS, &[100.0, 100.0]);
+    assert_eq!(d, vec![3]);
+    close(&s, &[0.9, 0.8, 0.7]);
+    close(&b, &gp_boxes(&[0, 1, 2]));
+    assert_eq!(bt, vec![0, 0, 0]);
+}
+
+#[test]
+fn generate_proposals_nchw() {
+    let mut g = gp(T::TensorFloat32);
+    g.nchw = true;
+    // [1, anchors, 1, 2]: anchor 0 over x is .9 .7, anchor 1 is .8 .6.
+    let (s, b, _, _, _) = g.run(
+        &[0.9, 0.7, 0.8, 0.6],
+        &[0.0; 16],
+        &GP_ANCHORS,
+        &[100.0, 100.0],
+    );
+    close(&s, &[0.9, 0.8, 0.7]);
+    close(&b, &gp_boxes(&[0, 1, 2]));
+}
+
+#[test]
+fn generate_proposals_nchw_deltas_follow_their_anchor() {
+    // Delta x 0.1 on anchor 0 of cell x = 10 only (channel 0, second column): p2 moves by 1.
+    let mut g = gp(T::TensorFloat32);
+    g.nchw = true;
+    let mut dl = [0.0f32; 16];
+    dl[1] = 0.1;
+    let (_, b, _, _, _) = g.run(&[0.9, 0.7, 0.8, 0.6], &dl, &GP_ANCHORS, &[100.0, 100.0]);
+    close(&b[8..12], &[11.0, 0.0, 21.0, 10.0]);
+}
+
+#[test]
+fn generate_proposals_pre_nms_keeps_the_best_scores() {
+    let mut g = gp(T::TensorFloat32);
+    g.pre = 2;
+    let (s, b, _, _, _) = g.run(&GP_SCORES, &[0.0; 16], &GP_ANCHORS, &[100.0, 100.0]);
+    close(&s, &[0.9, 0.8]);
+    close(&b, &gp_boxes(&[0, 1]));
+}
+
+#[test]
+fn generate_proposals_post_nms_limits_the_output() {
+    let mut g = gp(T::TensorFloat32);
+    g.post = 1;
+    let (s, _, _, _, _) = g.run(&GP_SCORES, &[0.0; 16], &GP_ANCHORS, &[100.0, 100.0]);
+    close(&s, &[0.9]);
+}
+
+#[test]
+fn generate_proposals_drops_boxes_not_above_min_size() {
+    // 10x10 boxes are not > 10: only p1 and p3 remain, and p3 falls to p1.
+    let mut g = gp(T::TensorFloat32);
+    g.min_size = 10.0;
+    let (s, b, _, _, _) = g.run(&GP_SCORES, &[0.0; 16], &GP_ANCHORS, &[100.0, 100.0]);
+    close(&s, &[0.8]);
+    close(&b, &gp_boxes(&[1]));
+}
+
+#[test]
+fn generate_proposals_moves_and_clips_to_the_image() {
+    // One anchor (0,0)-(20,20), delta x 0.5: (10,0)-(30,20), clipped to width 25.
+    let mut g = gp(T::TensorFloat32);
+    g.w = 1;
+    g.a = 1;
+    let (_, b, _, _, _) = g.run(
+        &[0.5],
+        &[0.5, 0.0, 0.0, 0.0],
+        &[0.0, 0.0, 20.0, 20.0],
+        &[100.0, 25.0],
+    );
+    close(&b, &[10.0, 0.0, 25.0, 20.0]);
+}
+
+#[test]
+fn generate_proposals_runs_each_image_separately() {
+    // Image 1 scores .1 .2 .3 .4: p3 first, p1 falls to it, then p2 and p0.
+    let mut g = gp(T::TensorFloat32);
+    g.b = 2;
+    let mut sc = GP_SCORES.to_vec();
+    sc.extend([0.1, 0.2, 0.3, 0.4]);
+    let (s, b, bt, _, _) = g.run(&sc, &[0.0; 32], &GP_ANCHORS, &[100.0; 4]);
+    close(&s, &[0.9, 0.8, 0.7, 0.4, 0.3, 0.1]);
+    close(&b, &gp_boxes(&[0, 1, 2, 3, 2, 0]));
+    assert_eq!(bt, vec![0, 0, 0, 1, 1, 1]);
+}
+
+#[test]
+fn generate_proposals_float16() {
+    let g = gp(T::TensorFloat16);
+    let r = run_all(
+        g.graph(),
+        &[
+            hb(&GP_SCORES),
+            hb(&[0.0; 16]),
+            hb(&GP_ANCHORS),
+            hb(&[100.0, 100.0]),
+        ],
+    )
+    .unwrap();
+    close_tol(&bh(&r[0].0), &[0.9, 0.8, 0.7], 1e-3);
+    close(&bh(&r[1].0), &gp_boxes(&[0, 1, 2]));
+}
+
+fn i16b(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| ((x * 8.0) as i16).to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn generate_proposals_quant8() {
+    let g = gp(T::TensorQuant8Asymm);
+    let r = run_all(
+        g.graph(),
+        &[
+            u8b(&[90, 80, 70, 60]),
+            vec![128; 16],
+            i16b(&GP_ANCHORS),
+            u16b(&[800, 800]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(r[0].0, vec![90, 80, 70]);
+    let want: Vec<u16> = gp_boxes(&[0, 1, 2])
+        .iter()
+        .map(|&v| (v * 8.0) as u16)
+        .collect();
+    assert_eq!(b_u16(&r[1].0), want);
+    assert_eq!(b_i32(&r[2].0), vec![0, 0, 0]);
+}
+
+#[test]
+fn generate_proposals_quant8_signed() {
+    let g = gp(T::TensorQuant8AsymmSigned);
+    let r = run_all(
+        g.graph(),
+        &[
+            i8b(&[-38, -48, -58, -68]),
+            vec![0; 16],
+            i16b(&GP_ANCHORS),
+            u16b(&[800, 800]),
+        ],
+    )
+    .unwrap();
+    let got: Vec<i32> = r[0].0.iter().map(|&b| i32::from(b as i8)).collect();
+    assert_eq!(got, vec![-38, -48, -58]);
+}
+
+#[test]
+fn generate_proposals_refuses_anchors_without_scale_one_eighth() {
+    let mut g = gp(T::TensorQuant8Asymm);
+    g.anchor_q = (0.25, 0);
+    assert!(refused(g.graph()).contains("input 2 (anchors)"));
+}
+
+#[test]
+fn generate_proposals_refuses_asymmetric_anchors() {
+    let mut g = gp(T::TensorQuant8Asymm).graph();
+    g.operands[2].ty = T::TensorQuant16Asymm;
+    assert!(refused(g).contains("input 2 (anchors) must be TENSOR_QUANT16_SYMM"));
+}
+
+#[test]
+fn generate_proposals_refuses_wrong_argument_count() {
+    let mut g = gp(T::TensorFloat32).graph();
+    g.operations[0].inputs.pop();
+    assert!(refused(g).contains("inputs given"));
+}
+
+#[test]
+fn generate_proposals_refuses_boxes_output_of_another_type() {
+    let mut g = gp(T::TensorFloat32).graph();
+    let o = g.operations[0].outputs[1] as usize;
+    g.operands[o].ty = T::TensorFloat16;
+    assert!(refused(g).contains("output 1 (boxes)"));
+}
+
+#[test]
+fn generate_proposals_fails_on_deltas_not_four_per_anchor() {
+    let mut g = gp(T::TensorFloat32).graph();
+    g.operands[1].dimensions = vec![1, 1, 2, 6];
+    let e = exec_err(
+        g,
+        &[
+            fb(&GP_SCORES),
+            fb(&[0.0; 12]),
+            fb(&GP_ANCHORS),
+            fb(&[100.0, 100.0]),
+        ],
+    );
+    assert!(e.contains("4 values per anchor"), "{e}");
+}
+
+#[test]
+fn generate_proposals_fails_on_anchor_count_mismatch() {
+    let mut g = gp(T::TensorFloat32).graph();
+    g.operands[2].dimensions = vec![1, 4];
+    let e = exec_err(
+        g,
+        &[
+            fb(&GP_SCORES),
+            fb(&[0.0; 16]),
+            fb(&GP_ANCHORS[..4]),
+            fb(&[100.0, 100.0]),
+        ],
+    );
+    assert!(e.contains("one box per anchor"), "{e}");
+}
+
+#[test]
+fn generate_proposals_fails_on_inverted_anchor() {
+    let g = gp(T::TensorFloat32).graph();
+    let mut an = GP_ANCHORS;
+    an[0] = 15.0;
+    let e = exec_err(
+        g,
+        &[fb(&GP_SCORES), fb(&[0.0; 16]), fb(&an), fb(&[100.0, 100.0])],
+    );
+    assert!(e.contains("anchor 0"), "{e}");
+}

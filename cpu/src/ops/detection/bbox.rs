@@ -24,7 +24,7 @@ pub(super) const NMS_TYPES: &[OperandType] = &[
 ];
 
 /// Most box pairs BOX_WITH_NMS_LIMIT may compare in one execution.
-const MAX_PAIRS: u64 = 1 << 32;
+pub(super) const MAX_PAIRS: u64 = 1 << 32;
 
 pub(super) fn check_transform(c: &Ck<'_>) -> Result<(), Issue> {
     c.counts(&[4], 1)?;
@@ -177,7 +177,10 @@ pub(super) fn check_nms(c: &Ck<'_>) -> Result<(), Issue> {
 /// The soft-NMS kernels: the factor a box's score is multiplied by, given its IoU with a
 /// selected box.
 #[derive(Clone, Copy)]
-enum Kernel {
+pub(super) enum Kernel {
+    /// Plain hard NMS (GENERATE_PROPOSALS): boxes overlapping by at least the threshold are
+    /// dropped, the others' scores are left alone.
+    Drop(f32),
     Hard(f32),
     Linear(f32),
     Gaussian(f32),
@@ -186,6 +189,7 @@ enum Kernel {
 impl Kernel {
     fn factor(self, iou: f32) -> f32 {
         match self {
+            Kernel::Drop(_) => 1.0,
             Kernel::Hard(t) => {
                 if iou < t {
                     1.0
@@ -206,7 +210,7 @@ impl Kernel {
 }
 
 /// Intersection over union of two `[x1, y1, x2, y2]` boxes.
-fn iou(a: &[f32], b: &[f32]) -> f32 {
+pub(super) fn iou(a: &[f32], b: &[f32]) -> f32 {
     let area_a = (a[2] - a[0]) * (a[3] - a[1]);
     let area_b = (b[2] - b[0]) * (b[3] - b[1]);
     let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
@@ -217,9 +221,10 @@ fn iou(a: &[f32], b: &[f32]) -> f32 {
 
 /// Soft NMS over the candidates `sel` (indexes into `scores`, box `i` at `boxes[4i..]`) of
 /// one class: repeatedly takes the best remaining candidate (the first of equal scores),
-/// rescales the others' scores by `kernel` and drops those under `keep`. At most `limit`
+/// rescales the others' scores by `kernel` and drops those under `keep` (with
+/// [`Kernel::Drop`], those overlapping too much). At most `limit`
 /// are taken; `sel` ends holding them in the order taken.
-fn nms_class(
+pub(super) fn nms_class(
     scores: &mut [f32],
     boxes: &[f32],
     sel: &mut Vec<usize>,
@@ -241,8 +246,13 @@ fn nms_class(
         let mut i = start + 1;
         while i < end {
             let s = sel[i];
-            scores[s] *= kernel.factor(iou(bx(s), bx(chosen)));
-            if scores[s] < keep {
+            let o = iou(bx(s), bx(chosen));
+            scores[s] *= kernel.factor(o);
+            let dropped = match kernel {
+                Kernel::Drop(t) => o >= t,
+                _ => scores[s] < keep,
+            };
+            if dropped {
                 end -= 1;
                 sel.swap(i, end);
             } else {

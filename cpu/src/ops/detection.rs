@@ -1,5 +1,5 @@
 //! Detection and regions of interest: ROI_ALIGN, ROI_POOLING, AXIS_ALIGNED_BBOX_TRANSFORM,
-//! BOX_WITH_NMS_LIMIT and GENERATE_PROPOSALS.
+//! BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS and HEATMAP_MAX_KEYPOINT.
 //!
 //! Boxes are `[x1, y1, x2, y2]` in image coordinates. Quantized boxes (and image sizes) are
 //! TENSOR_QUANT16_ASYMM with scale 0.125 and zero point 0, as NNAPI requires; the kernels work
@@ -12,6 +12,7 @@ use crate::model::{Lifetime, OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 mod bbox;
+mod keypoint;
 mod proposals;
 mod roi;
 
@@ -47,6 +48,12 @@ pub(crate) static DEFS: &[OpDef] = &[
         types: proposals::TYPES,
         check: proposals::check,
         run: proposals::generate_proposals,
+    },
+    OpDef {
+        op: OperationType::HeatmapMaxKeypoint,
+        types: keypoint::TYPES,
+        check: keypoint::check,
+        run: keypoint::heatmap_max_keypoint,
     },
 ];
 

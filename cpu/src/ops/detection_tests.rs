@@ -1574,3 +1574,207 @@ fn generate_proposals_fails_on_inverted_anchor() {
     );
     assert!(e.contains("anchor 0"), "{e}");
 }
+
+// ---------------------------------------------------------------- HEATMAP_MAX_KEYPOINT
+
+/// HEATMAP_MAX_KEYPOINT of `n` boxes with `k` keypoints on `s`x`s` heatmaps.
+fn heatmap_graph(ty: OperandType, n: u32, k: u32, s: u32, nchw: bool) -> Graph {
+    let mut b = B::new();
+    let q8 = is_q8(ty);
+    let hd = if nchw { [n, k, s, s] } else { [n, s, s, k] };
+    let h = b.input(ty, &hd);
+    let bt = if q8 { T::TensorQuant16Asymm } else { ty };
+    let bx = b.input(bt, &[n, 4]);
+    let layout = b.boolean(nchw);
+    let os = b.output(ty, &[n, k]);
+    let ok = b.output(bt, &[n, k, 2]);
+    if q8 {
+        let zp = if ty == T::TensorQuant8Asymm { 0 } else { -128 };
+        b.q(h, 0.1, zp);
+        b.q(bx, 0.125, 0);
+        b.q(os, 0.05, zp);
+        b.q(ok, 0.125, 0);
+    }
+    b.op(O::HeatmapMaxKeypoint, &[h, bx, layout], &[os, ok]);
+    b.g
+}
+
+fn heatmap_f32(g: Graph, hm: &[f32], boxes: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let r = run_all(g, &[fb(hm), fb(boxes)]).unwrap();
+    (bf(&r[0].0), bf(&r[1].0))
+}
+
+const HM_BOX: [f32; 4] = [0.0, 0.0, 30.0, 60.0];
+
+#[test]
+fn heatmap_symmetric_peak_stays_on_its_pixel() {
+    // Peak 4 at (1, 1), symmetric neighbours: no correction; x = 1.5/3 of 30, y = 1.5/3 of 60.
+    let hm = [0.0, 1.0, 0.0, 1.0, 4.0, 1.0, 0.0, 1.0, 0.0];
+    let (s, kp) = heatmap_f32(
+        heatmap_graph(T::TensorFloat32, 1, 1, 3, false),
+        &hm,
+        &HM_BOX,
+    );
+    close(&s, &[4.0]);
+    close(&kp, &[15.0, 30.0]);
+}
+
+#[test]
+fn heatmap_peak_moves_towards_the_larger_neighbour() {
+    // Row 1 is 1 4 2: b = (-0.5, 0), A = diag(-5, -8): delta x = 0.1, score
+    // 4 + 0.05 - 0.025 = 4.025; x = (1 + 0.1 + 0.5)/3 · 30 = 16.
+    let hm = [0.0, 0.0, 0.0, 1.0, 4.0, 2.0, 0.0, 0.0, 0.0];
+    let (s, kp) = heatmap_f32(
+        heatmap_graph(T::TensorFloat32, 1, 1, 3, false),
+        &hm,
+        &HM_BOX,
+    );
+    close(&s, &[4.025]);
+    close(&kp, &[16.0, 30.0]);
+}
+
+#[test]
+fn heatmap_corner_peak_mirrors_its_neighbourhood() {
+    // Peak 5 at (0, 0): the row and column before it mirror row and column 1, so the grid is
+    // symmetric and the peak stays: x = 0.5/3 · 30, y = 0.5/3 · 60.
+    let hm = [5.0, 2.0, 0.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+    let (s, kp) = heatmap_f32(
+        heatmap_graph(T::TensorFloat32, 1, 1, 3, false),
+        &hm,
+        &HM_BOX,
+    );
+    close(&s, &[5.0]);
+    close(&kp, &[5.0, 10.0]);
+}
+
+#[test]
+fn heatmap_flat_map_keeps_the_first_maximum() {
+    // A singular Hessian: no refinement, the first pixel, score unchanged.
+    let (s, kp) = heatmap_f32(
+        heatmap_graph(T::TensorFloat32, 1, 1, 3, false),
+        &[1.0; 9],
+        &HM_BOX,
+    );
+    close(&s, &[1.0]);
+    close(&kp, &[5.0, 10.0]);
+}
+
+#[test]
+fn heatmap_nchw_two_keypoints_and_boxes_offset() {
+    // Keypoint 0 the symmetric peak, keypoint 1 the corner peak; the box starts at (10, 20).
+    let mut hm = vec![0.0, 1.0, 0.0, 1.0, 4.0, 1.0, 0.0, 1.0, 0.0];
+    hm.extend([5.0, 2.0, 0.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+    let (s, kp) = heatmap_f32(
+        heatmap_graph(T::TensorFloat32, 1, 2, 3, true),
+        &hm,
+        &[10.0, 20.0, 40.0, 80.0],
+    );
+    close(&s, &[4.0, 5.0]);
+    close(&kp, &[25.0, 50.0, 15.0, 30.0]);
+}
+
+#[test]
+fn heatmap_nhwc_two_keypoints_interleaved() {
+    let a = [0.0, 1.0, 0.0, 1.0, 4.0, 1.0, 0.0, 1.0, 0.0];
+    let c = [5.0, 2.0, 0.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+    let hm: Vec<f32> = a.iter().zip(&c).flat_map(|(&x, &y)| [x, y]).collect();
+    let (s, kp) = heatmap_f32(
+        heatmap_graph(T::TensorFloat32, 1, 2, 3, false),
+        &hm,
+        &HM_BOX,
+    );
+    close(&s, &[4.0, 5.0]);
+    close(&kp, &[15.0, 30.0, 5.0, 10.0]);
+}
+
+#[test]
+fn heatmap_float16() {
+    let hm = [0.0, 0.0, 0.0, 1.0, 4.0, 2.0, 0.0, 0.0, 0.0];
+    let r = run_all(
+        heatmap_graph(T::TensorFloat16, 1, 1, 3, false),
+        &[hb(&hm), hb(&HM_BOX)],
+    )
+    .unwrap();
+    close_tol(&bh(&r[0].0), &[4.025], 1e-2);
+    close_tol(&bh(&r[1].0), &[16.0, 30.0], 2e-2);
+}
+
+#[test]
+fn heatmap_quant8() {
+    // Heatmap ×10 (scale 0.1); score 4.025 / 0.05 ≈ 80.5; keypoints ×8.
+    let hm = [0, 0, 0, 10, 40, 20, 0, 0, 0];
+    let r = run_all(
+        heatmap_graph(T::TensorQuant8Asymm, 1, 1, 3, false),
+        &[u8b(&hm), u16b(&[0, 0, 240, 480])],
+    )
+    .unwrap();
+    within_one(&[i32::from(r[0].0[0])], &[81]);
+    assert_eq!(b_u16(&r[1].0), vec![128, 240]);
+}
+
+#[test]
+fn heatmap_quant8_signed() {
+    let hm: Vec<i32> = [0, 0, 0, 10, 40, 20, 0, 0, 0]
+        .iter()
+        .map(|v| v - 128)
+        .collect();
+    let r = run_all(
+        heatmap_graph(T::TensorQuant8AsymmSigned, 1, 1, 3, false),
+        &[i8b(&hm), u16b(&[0, 0, 240, 480])],
+    )
+    .unwrap();
+    within_one(&[i32::from(r[0].0[0] as i8)], &[81 - 128]);
+    assert_eq!(b_u16(&r[1].0), vec![128, 240]);
+}
+
+#[test]
+fn heatmap_refuses_keypoints_of_another_type() {
+    let mut g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
+    let o = g.operations[0].outputs[1] as usize;
+    g.operands[o].ty = T::TensorFloat16;
+    assert!(refused(g).contains("output 1 (keypoints)"));
+}
+
+#[test]
+fn heatmap_refuses_quantized_boxes_without_scale_one_eighth() {
+    let mut g = heatmap_graph(T::TensorQuant8Asymm, 1, 1, 3, false);
+    g.operands[1].scale = 1.0;
+    assert!(refused(g).contains("scale 0.125"));
+}
+
+#[test]
+fn heatmap_refuses_wrong_argument_count() {
+    let mut g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
+    g.operations[0].inputs.pop();
+    assert!(refused(g).contains("inputs given"));
+}
+
+#[test]
+fn heatmap_fails_on_non_square_heatmap() {
+    let mut g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
+    g.operands[0].dimensions = vec![1, 3, 2, 1];
+    let e = exec_err(g, &[fb(&[0.0; 6]), fb(&HM_BOX)]);
+    assert!(e.contains("square and at least 2x2"), "{e}");
+}
+
+#[test]
+fn heatmap_fails_on_one_pixel_heatmap() {
+    let g = heatmap_graph(T::TensorFloat32, 1, 1, 1, false);
+    let e = exec_err(g, &[fb(&[1.0]), fb(&HM_BOX)]);
+    assert!(e.contains("at least 2x2"), "{e}");
+}
+
+#[test]
+fn heatmap_fails_on_box_count_mismatch() {
+    let mut g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
+    g.operands[1].dimensions = vec![2, 4];
+    let e = exec_err(g, &[fb(&[0.0; 9]), fb(&[0.0; 8])]);
+    assert!(e.contains("one per heatmap"), "{e}");
+}
+
+#[test]
+fn heatmap_fails_on_inverted_box() {
+    let g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
+    let e = exec_err(g, &[fb(&[0.0; 9]), fb(&[5.0, 0.0, 1.0, 1.0])]);
+    assert!(e.contains("x2 < x1"), "{e}");
+}

@@ -1,5 +1,5 @@
 //! Detection and regions of interest: ROI_ALIGN, ROI_POOLING, AXIS_ALIGNED_BBOX_TRANSFORM,
-//! BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS and HEATMAP_MAX_KEYPOINT.
+//! BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS, HEATMAP_MAX_KEYPOINT and DETECTION_POSTPROCESSING.
 //!
 //! Boxes are `[x1, y1, x2, y2]` in image coordinates. Quantized boxes (and image sizes) are
 //! TENSOR_QUANT16_ASYMM with scale 0.125 and zero point 0, as NNAPI requires; the kernels work
@@ -13,6 +13,7 @@ use crate::tensor::{Data, Tensor};
 
 mod bbox;
 mod keypoint;
+mod postprocess;
 mod proposals;
 mod roi;
 
@@ -54,6 +55,12 @@ pub(crate) static DEFS: &[OpDef] = &[
         types: keypoint::TYPES,
         check: keypoint::check,
         run: keypoint::heatmap_max_keypoint,
+    },
+    OpDef {
+        op: OperationType::DetectionPostprocessing,
+        types: postprocess::TYPES,
+        check: postprocess::check,
+        run: postprocess::detection_postprocessing,
     },
 ];
 

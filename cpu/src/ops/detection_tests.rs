@@ -1778,3 +1778,322 @@ fn heatmap_fails_on_inverted_box() {
     let e = exec_err(g, &[fb(&[0.0; 9]), fb(&[5.0, 0.0, 1.0, 1.0])]);
     assert!(e.contains("x2 < x1"), "{e}");
 }
+
+// ---------------------------------------------------------------- DETECTION_POSTPROCESSING
+
+/// DETECTION_POSTPROCESSING of `b` batches of `a` anchors and `c` classes.
+struct Dp {
+    ty: OperandType,
+    b: u32,
+    a: u32,
+    c: u32,
+    len: u32,
+    scales: [f32; 4],
+    regular: bool,
+    max_det: i32,
+    max_classes: i32,
+    per_class: i32,
+    score_thr: f32,
+    iou: f32,
+    bg_in_label: bool,
+}
+
+fn dp(regular: bool) -> Dp {
+    Dp {
+        ty: T::TensorFloat32,
+        b: 1,
+        a: 3,
+        c: 3,
+        len: 4,
+        scales: [10.0; 4],
+        regular,
+        max_det: 4,
+        max_classes: 1,
+        per_class: 3,
+        score_thr: 0.15,
+        iou: 0.5,
+        bg_in_label: false,
+    }
+}
+
+impl Dp {
+    fn n_out(&self) -> u32 {
+        let m = self.max_det.max(0) as u32;
+        if self.regular {
+            m
+        } else {
+            m * self.max_classes.max(0) as u32
+        }
+    }
+
+    fn graph(&self) -> Graph {
+        let mut b = B::new();
+        let t = self.ty;
+        let s = b.input(t, &[self.b, self.a, self.c]);
+        let d = b.input(t, &[self.b, self.a, self.len]);
+        let an = b.input(t, &[self.a, 4]);
+        let sc: Vec<u32> = self.scales.iter().map(|&v| fscalar(&mut b, t, v)).collect();
+        let reg = b.boolean(self.regular);
+        let md = b.int(self.max_det);
+        let mc = b.int(self.max_classes);
+        let pc = b.int(self.per_class);
+        let st = fscalar(&mut b, t, self.score_thr);
+        let it = fscalar(&mut b, t, self.iou);
+        let bg = b.boolean(self.bg_in_label);
+        let n = self.n_out();
+        let os = b.output(t, &[self.b, n]);
+        let ob = b.output(t, &[self.b, n, 4]);
+        let oc = b.output(T::TensorInt32, &[self.b, n]);
+        let on = b.output(T::TensorInt32, &[self.b]);
+        b.op(
+            O::DetectionPostprocessing,
+            &[
+                s, d, an, sc[0], sc[1], sc[2], sc[3], reg, md, mc, pc, st, it, bg,
+            ],
+            &[os, ob, oc, on],
+        );
+        b.g
+    }
+
+    /// Float32 run: scores, boxes, classes, detection counts.
+    fn run(&self, scores: &[f32], deltas: &[f32], anchors: &[f32]) -> NmsOut {
+        let r = run_all(self.graph(), &[fb(scores), fb(deltas), fb(anchors)]).unwrap();
+        (
+            bf(&r[0].0),
+            bf(&r[1].0),
+            b_i32(&r[2].0),
+            b_i32(&r[3].0),
+            r[0].1.clone(),
+        )
+    }
+}
+
+// Anchors (centre y, centre x, h, w) (5,5,10,10), (6,6,10,10), (25,25,10,10) decode with zero
+// encodings to (0,0)-(10,10), (1,1)-(11,11) (IoU 81/119 with the first) and (20,20)-(30,30).
+const DP_ANCHORS: [f32; 12] = [
+    5.0, 5.0, 10.0, 10.0, 6.0, 6.0, 10.0, 10.0, 25.0, 25.0, 10.0, 10.0,
+];
+const DP_SCORES: [f32; 9] = [0.0, 0.9, 0.2, 0.0, 0.8, 0.7, 0.0, 0.1, 0.6];
+const DP_BOXES: [[f32; 4]; 3] = [
+    [0.0, 0.0, 10.0, 10.0],
+    [1.0, 1.0, 11.0, 11.0],
+    [20.0, 20.0, 30.0, 30.0],
+];
+fn dp_boxes(a: &[usize], pad: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = a.iter().flat_map(|&i| DP_BOXES[i]).collect();
+    v.extend(std::iter::repeat_n(0.0, 4 * pad));
+    v
+}
+
+#[test]
+fn detection_postprocessing_regular_nms_per_class() {
+    // Class 1: a0 .9 beats a1 .8 (overlap); class 2: a1 .7 beats a0 .2, a2 .6 stays.
+    let (s, b, c, n, d) = dp(true).run(&DP_SCORES, &[0.0; 12], &DP_ANCHORS);
+    assert_eq!(d, vec![1, 4]);
+    close(&s, &[0.9, 0.7, 0.6, 0.0]);
+    close(&b, &dp_boxes(&[0, 1, 2], 1));
+    assert_eq!(c, vec![0, 1, 1, 0]);
+    assert_eq!(n, vec![3]);
+}
+
+#[test]
+fn detection_postprocessing_background_in_label_keeps_class_numbers() {
+    let mut p = dp(true);
+    p.bg_in_label = true;
+    let (_, _, c, _, _) = p.run(&DP_SCORES, &[0.0; 12], &DP_ANCHORS);
+    assert_eq!(c, vec![1, 2, 2, 0]);
+}
+
+#[test]
+fn detection_postprocessing_regular_keeps_max_detections() {
+    let mut p = dp(true);
+    p.max_det = 2;
+    let (s, _, c, n, d) = p.run(&DP_SCORES, &[0.0; 12], &DP_ANCHORS);
+    assert_eq!(d, vec![1, 2]);
+    close(&s, &[0.9, 0.7]);
+    assert_eq!(c, vec![0, 1]);
+    assert_eq!(n, vec![2]);
+}
+
+#[test]
+fn detection_postprocessing_fast_nms_on_best_class() {
+    // Best scores a0 .9, a1 .8, a2 .6: a1 falls to a0; one class each: a0 class 1, a2 class 2.
+    let (s, b, c, n, _) = dp(false).run(&DP_SCORES, &[0.0; 12], &DP_ANCHORS);
+    close(&s, &[0.9, 0.6, 0.0, 0.0]);
+    close(&b, &dp_boxes(&[0, 2], 2));
+    assert_eq!(c, vec![0, 1, 0, 0]);
+    assert_eq!(n, vec![2]);
+}
+
+#[test]
+fn detection_postprocessing_fast_nms_with_two_classes_per_detection() {
+    let mut p = dp(false);
+    p.max_classes = 2;
+    let (s, b, c, n, d) = p.run(&DP_SCORES, &[0.0; 12], &DP_ANCHORS);
+    assert_eq!(d, vec![1, 8]);
+    close(&s, &[0.9, 0.2, 0.6, 0.1, 0.0, 0.0, 0.0, 0.0]);
+    close(&b, &dp_boxes(&[0, 0, 2, 2], 4));
+    assert_eq!(c, vec![0, 1, 1, 0, 0, 0, 0, 0]);
+    assert_eq!(n, vec![4]);
+}
+
+#[test]
+fn detection_postprocessing_decodes_scaled_encodings() {
+    // Anchor (5, 5, 10, 10), encodings (1, 2, 5 ln 2, 0) with scales (10, 10, 5, 5):
+    // centre (6, 7), height 20, width 10 → (-4, 2)-(16, 12).
+    let mut p = dp(false);
+    p.a = 1;
+    p.c = 2;
+    p.max_det = 1;
+    p.scales = [10.0, 10.0, 5.0, 5.0];
+    let (s, b, _, _, _) = p.run(
+        &[0.0, 0.9],
+        &[1.0, 2.0, 5.0 * LN2, 0.0],
+        &[5.0, 5.0, 10.0, 10.0],
+    );
+    close(&s, &[0.9]);
+    close(&b, &[-4.0, 2.0, 16.0, 12.0]);
+}
+
+#[test]
+fn detection_postprocessing_ignores_encoding_values_past_four() {
+    let mut p = dp(true);
+    p.len = 6;
+    // Each anchor's encoding is (0, 0, 0, 0, 7, 7): the extra values change nothing.
+    let enc = [0.0, 0.0, 0.0, 0.0, 7.0, 7.0].repeat(3);
+    let (s, b, _, _, _) = p.run(&DP_SCORES, &enc, &DP_ANCHORS);
+    close(&s, &[0.9, 0.7, 0.6, 0.0]);
+    close(&b, &dp_boxes(&[0, 1, 2], 1));
+}
+
+#[test]
+fn detection_postprocessing_pads_each_batch() {
+    // Batch 1 has no score above the threshold: count 0 and zero rows.
+    let mut p = dp(true);
+    p.b = 2;
+    let mut sc = DP_SCORES.to_vec();
+    sc.extend([0.0; 9]);
+    let (s, _, _, n, d) = p.run(&sc, &[0.0; 24], &DP_ANCHORS);
+    assert_eq!(d, vec![2, 4]);
+    close(&s, &[0.9, 0.7, 0.6, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(n, vec![3, 0]);
+}
+
+#[test]
+fn detection_postprocessing_float16() {
+    let mut p = dp(true);
+    p.ty = T::TensorFloat16;
+    let r = run_all(
+        p.graph(),
+        &[hb(&DP_SCORES), hb(&[0.0; 12]), hb(&DP_ANCHORS)],
+    )
+    .unwrap();
+    close_tol(&bh(&r[0].0), &[0.9, 0.7, 0.6, 0.0], 1e-3);
+    close(&bh(&r[1].0), &dp_boxes(&[0, 1, 2], 1));
+    assert_eq!(b_i32(&r[3].0), vec![3]);
+}
+
+#[test]
+fn detection_postprocessing_refuses_quantized_scores() {
+    let mut p = dp(true);
+    p.ty = T::TensorQuant8Asymm;
+    let mut g = p.graph();
+    for o in &mut g.operands {
+        if o.ty == T::TensorQuant8Asymm {
+            o.scale = 1.0;
+        }
+    }
+    assert!(refused(g).contains("must be TENSOR_FLOAT32 or TENSOR_FLOAT16"));
+}
+
+#[test]
+fn detection_postprocessing_refuses_zero_max_detections() {
+    let mut p = dp(true);
+    p.max_det = 0;
+    assert!(refused(p.graph()).contains("maximum detections must be > 0"));
+}
+
+#[test]
+fn detection_postprocessing_refuses_zero_scale() {
+    let mut p = dp(true);
+    p.scales[2] = 0.0;
+    assert!(refused(p.graph()).contains("h scale must be > 0"));
+}
+
+#[test]
+fn detection_postprocessing_refuses_negative_iou_threshold() {
+    let mut p = dp(true);
+    p.iou = -0.5;
+    assert!(refused(p.graph()).contains("IoU threshold must be >= 0"));
+}
+
+#[test]
+fn detection_postprocessing_refuses_float_classes_output() {
+    let mut g = dp(true).graph();
+    let o = g.operations[0].outputs[2] as usize;
+    g.operands[o].ty = T::TensorFloat32;
+    assert!(refused(g).contains("output 2 (classes)"));
+}
+
+#[test]
+fn detection_postprocessing_refuses_wrong_argument_count() {
+    let mut g = dp(true).graph();
+    g.operations[0].inputs.pop();
+    assert!(refused(g).contains("inputs given"));
+}
+
+#[test]
+fn detection_postprocessing_fails_on_zero_per_class_limit_with_regular_nms() {
+    let mut p = dp(true);
+    p.per_class = 0;
+    let e = exec_err(
+        p.graph(),
+        &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS)],
+    );
+    assert!(
+        e.contains("maximum detections per class must be > 0"),
+        "{e}"
+    );
+}
+
+#[test]
+fn detection_postprocessing_fails_on_zero_classes_per_detection_with_fast_nms() {
+    let mut p = dp(false);
+    p.max_classes = 0;
+    let mut g = p.graph();
+    // The outputs' extent is unknown when it would be 0.
+    for k in 0..3 {
+        let o = g.operations[0].outputs[k] as usize;
+        g.operands[o].dimensions[1] = 0;
+    }
+    let e = exec_err(g, &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS)]);
+    assert!(
+        e.contains("maximum classes per detection must be > 0"),
+        "{e}"
+    );
+}
+
+#[test]
+fn detection_postprocessing_fails_with_a_single_class() {
+    let mut p = dp(true);
+    p.c = 1;
+    let e = exec_err(p.graph(), &[fb(&[0.5; 3]), fb(&[0.0; 12]), fb(&DP_ANCHORS)]);
+    assert!(e.contains("at least 2 classes"), "{e}");
+}
+
+#[test]
+fn detection_postprocessing_fails_on_short_encodings() {
+    let mut p = dp(true);
+    p.len = 3;
+    let e = exec_err(p.graph(), &[fb(&DP_SCORES), fb(&[0.0; 9]), fb(&DP_ANCHORS)]);
+    assert!(e.contains(">= 4"), "{e}");
+}
+
+#[test]
+fn detection_postprocessing_fails_on_anchor_count_mismatch() {
+    let p = dp(true);
+    let mut g = p.graph();
+    g.operands[2].dimensions = vec![2, 4];
+    let e = exec_err(g, &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS[..8])]);
+    assert!(e.contains("one per anchor"), "{e}");
+}

@@ -2097,3 +2097,33 @@ fn detection_postprocessing_fails_on_anchor_count_mismatch() {
     let e = exec_err(g, &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS[..8])]);
     assert!(e.contains("one per anchor"), "{e}");
 }
+
+#[test]
+fn roi_align_of_no_regions_with_huge_cells_fails_instead_of_allocating() {
+    // No region selected, but 2^30 x 2^30 cells per region: refused before any allocation.
+    let mut s = nms(T::TensorFloat32, 0);
+    s.score_thr = 0.95;
+    let mut b = B::new();
+    let [_, ob, _, obt] = s.add(&mut b, false);
+    let x = b.input(T::TensorFloat32, &[1, 4, 4, 1]);
+    let big = b.int(1 << 30);
+    let hr = b.float(1.0);
+    let sr = b.int(2);
+    let layout = b.boolean(false);
+    let o = b.output(T::TensorFloat32, &[0, 0, 0, 1]);
+    b.op(
+        O::RoiAlign,
+        &[x, ob, obt, big, big, hr, hr, sr, sr, layout],
+        &[o],
+    );
+    let e = exec_err(
+        b.g,
+        &[
+            fb(&NMS_SCORES),
+            fb(&nms_boxes()),
+            i32b(&[0; 4]),
+            fb(&ramp()),
+        ],
+    );
+    assert!(e.contains("too large"), "{e}");
+}

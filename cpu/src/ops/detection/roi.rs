@@ -157,6 +157,8 @@ impl<'a> Common<'a> {
             self.in_dims[3],
         ];
         count(ctx, &od)?;
+        // One region's cells, allocated even when there are no regions.
+        count(ctx, &od[1..])?;
         Ok(od)
     }
 

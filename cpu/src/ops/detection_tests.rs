@@ -2127,3 +2127,46 @@ fn roi_align_of_no_regions_with_huge_cells_fails_instead_of_allocating() {
     );
     assert!(e.contains("too large"), "{e}");
 }
+
+#[test]
+fn generate_proposals_feed_roi_align() {
+    // The three proposals (0,0)-(10,10), (0,0)-(20,20), (10,0)-(20,10) at ratio 5 cover
+    // (0,0)-(2,2), the whole 4x4 ramp and (2,0)-(4,2): one cell of 2x2 samples each gives
+    // 4·1 + 1 = 5, 4·2 + 2 = 10 (samples 1 and 3) and 4·1 + 2.75 = 6.75.
+    let mut b = B::new();
+    let g = gp(T::TensorFloat32);
+    let mut gg = g.graph();
+    // Turn the proposal boxes and batch indices into temporaries feeding ROI_ALIGN.
+    let ob = gg.operations[0].outputs[1];
+    let obt = gg.operations[0].outputs[2];
+    for &o in &[ob, obt] {
+        gg.operands[o as usize].lifetime = Lifetime::TemporaryVariable;
+    }
+    gg.output_indexes.retain(|&o| o != ob && o != obt);
+    b.g = gg;
+    let x = b.input(T::TensorFloat32, &[1, 4, 4, 1]);
+    let one = b.int(1);
+    let ratio = b.float(5.0);
+    let sr = b.int(2);
+    let layout = b.boolean(false);
+    let o = b.output(T::TensorFloat32, &[0, 1, 1, 1]);
+    b.op(
+        O::RoiAlign,
+        &[x, ob, obt, one, one, ratio, ratio, sr, sr, layout],
+        &[o],
+    );
+    let r = run_all(
+        b.g,
+        &[
+            fb(&GP_SCORES),
+            fb(&[0.0; 16]),
+            fb(&GP_ANCHORS),
+            fb(&[100.0, 100.0]),
+            fb(&ramp()),
+        ],
+    )
+    .unwrap();
+    close(&bf(&r[0].0), &[0.9, 0.8, 0.7]);
+    assert_eq!(r[1].1, vec![3, 1, 1, 1]);
+    close(&bf(&r[1].0), &[5.0, 10.0, 6.75]);
+}

@@ -887,7 +887,8 @@ impl Nms {
         }
     }
 
-    /// Adds the operation to `b` and returns its four outputs (created with `mk`).
+    /// Adds the operation to `b` and returns its four outputs: graph outputs when `outputs`,
+    /// temporaries otherwise.
     fn add(&self, b: &mut B, outputs: bool) -> [u32; 4] {
         let s = b.input(self.ty, &[self.n, self.k]);
         b.q(s, self.score_q.0, self.score_q.1);

@@ -85,8 +85,9 @@ pub(super) fn check_pooling(c: &Ck<'_>) -> Result<(), Issue> {
 /// The arguments both operations share, read and checked at execution.
 struct Common<'a> {
     nchw: bool,
-    /// Input dims as given (for the output's batch-free extents) and as NHWC.
+    /// Input extents in NHWC order: `[batches, height, width, depth]`.
     nhwc: [usize; 4],
+    /// The same extents as u32 (the output's depth comes from here).
     in_dims: Vec<u32>,
     /// Boxes as real values, four per region.
     rois: Vec<f32>,

@@ -10,6 +10,7 @@ mod broadcast;
 mod compare;
 mod conv;
 mod conv_variants;
+mod detection;
 mod elementwise;
 mod gemm;
 mod minmax;

@@ -38,6 +38,7 @@ static FAMILIES: &[&[OpDef]] = &[
     super::resize::DEFS,
     super::minmax::DEFS,
     super::lstm::DEFS,
+    super::detection::DEFS,
 ];
 
 /// Every operation in the tables.

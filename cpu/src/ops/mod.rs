@@ -9,9 +9,11 @@ use crate::tensor::{Data, Tensor};
 mod conv;
 mod elementwise;
 mod gemm;
+mod lookup;
 mod pool;
 mod quant;
 pub(crate) mod registry;
+mod rnn;
 mod shape;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.

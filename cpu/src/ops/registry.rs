@@ -29,7 +29,7 @@ pub(crate) struct OpDef {
 }
 
 /// Every family's table.
-static FAMILIES: &[&[OpDef]] = &[];
+static FAMILIES: &[&[OpDef]] = &[super::lookup::DEFS, super::rnn::DEFS];
 
 /// Every operation in the tables.
 pub(crate) fn all() -> impl Iterator<Item = &'static OpDef> {

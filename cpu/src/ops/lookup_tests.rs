@@ -9,8 +9,11 @@ use crate::{
     PreparedGraph, f16_to_f32, f32_to_f16,
 };
 
+/// Every output's bytes and shape, or the execution error.
+type Outs = Result<Vec<(Vec<u8>, Vec<u32>)>, ExecError>;
+
 /// Runs `g` with byte inputs (the model's dimensions); every output's bytes and shape.
-fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u32>)>, ExecError> {
+fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Outs {
     let p = PreparedGraph::new(g).expect("the graph prepares");
     let sizes: Vec<usize> = p
         .graph()
@@ -51,7 +54,7 @@ fn refused(g: Graph) -> String {
 }
 
 /// The message of an InvalidArgument execution error.
-fn exec_err(r: Result<Vec<(Vec<u8>, Vec<u32>)>, ExecError>) -> String {
+fn exec_err(r: Outs) -> String {
     match r {
         Err(ExecError::InvalidArgument(m)) => m,
         r => panic!("expected InvalidArgument, got {r:?}"),

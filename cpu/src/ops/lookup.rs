@@ -76,6 +76,30 @@ pub(crate) fn known_rank(c: &Ck<'_>, i: usize) -> Option<usize> {
     (!d.is_empty()).then_some(d.len())
 }
 
+/// Extent `k` of input `i` as declared, when known (present, rank known, extent non-zero).
+pub(crate) fn ext(c: &Ck<'_>, i: usize, k: usize) -> Option<u32> {
+    let o = c.inp(i).ok()?;
+    if o.lifetime == Lifetime::NoValue {
+        return None;
+    }
+    o.dimensions.get(k).copied().filter(|&d| d != 0)
+}
+
+/// An (input, extent index) pair.
+pub(crate) type Extent = (usize, usize);
+
+/// Declared extents that are known must agree: `((input, extent), (input, extent), rule)`.
+pub(crate) fn agree(c: &Ck<'_>, pairs: &[(Extent, Extent, &str)]) -> Result<(), Issue> {
+    for &((i, k), (j, l), rule) in pairs {
+        if let (Some(a), Some(b)) = (ext(c, i, k), ext(c, j, l)) {
+            if a != b {
+                return Err(invalid(format!("{rule} ({a} vs {b})")));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn invalid(msg: impl Into<String>) -> Issue {
     Issue::Invalid(msg.into())
 }
@@ -204,6 +228,10 @@ fn check_hashtable_lookup(c: &Ck<'_>) -> Result<(), Issue> {
     if known_rank(c, 1).is_some_and(|r| r != 1) {
         return Err(invalid("keys must be 1-D"));
     }
+    agree(
+        c,
+        &[((1, 0), (2, 0), "keys must have one entry per row of values")],
+    )?;
     out_like_input(c, 0, 2)?;
     let hits = c.out(1)?;
     if hits.ty != T::TensorQuant8Asymm || hits.scale != 1.0 || hits.zero_point != 0 {
@@ -489,6 +517,19 @@ fn check_lsh_projection(c: &Ck<'_>) -> Result<(), Issue> {
     }
     if known_rank(c, 2).is_some_and(|r| r != 1) {
         return Err(invalid("weight must be 1-D"));
+    }
+    agree(
+        c,
+        &[((2, 0), (1, 0), "weight must have one entry per input row")],
+    )?;
+    if let (Some(LSH_SPARSE), Some(tables), Some(bits)) =
+        (const_i32(c, 3), ext(c, 0, 0), ext(c, 0, 1))
+    {
+        if (u64::from(tables) << bits.min(32)) > 1 << 31 {
+            return Err(invalid(format!(
+                "sparse projection: {bits} bits + ceil(log2({tables} tables)) exceed 32"
+            )));
+        }
     }
     Ok(())
 }

@@ -14,6 +14,12 @@ type Outs = Result<Vec<(Vec<u8>, Vec<u32>)>, ExecError>;
 
 /// Runs `g` with byte inputs (the model's dimensions); every output's bytes and shape.
 fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Outs {
+    let with: Vec<(Vec<u8>, Vec<u32>)> = inputs.iter().map(|d| (d.clone(), vec![])).collect();
+    run_dims(g, &with)
+}
+
+/// Runs `g` with byte inputs and their dimensions (empty: the model's).
+fn run_dims(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> Outs {
     let p = PreparedGraph::new(g).expect("the graph prepares");
     let sizes: Vec<usize> = p
         .graph()
@@ -23,9 +29,9 @@ fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Outs {
         .collect();
     let args: Vec<InputArg<'_>> = inputs
         .iter()
-        .map(|d| InputArg::Value {
+        .map(|(d, dims)| InputArg::Value {
             data: d,
-            dimensions: vec![],
+            dimensions: dims.clone(),
         })
         .collect();
     let mut bufs = vec![vec![0u8; 1 << 16]; sizes.len()];
@@ -45,7 +51,6 @@ fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Outs {
         .collect())
 }
 
-/// The reason `PreparedGraph::new` refuses `g` as an invalid operation.
 fn refused(g: Graph) -> String {
     match PreparedGraph::new(g) {
         Err(GraphError::InvalidOperation { reason, .. }) => reason,
@@ -254,9 +259,15 @@ fn hashtable_lookup_unsorted_keys_fail_at_execution() {
 }
 
 #[test]
-fn hashtable_lookup_key_count_must_match_value_rows() {
+fn hashtable_lookup_declared_key_count_must_match_value_rows() {
     let g = hashtable(&[1], &[1, 2, 3], T::TensorFloat32, &[2, 1], (0.0, 0));
-    let m = exec_err(run_outs(g, &[fb(&[1.0, 2.0])]));
+    assert!(refused(g).contains("keys must have one entry per row of values"));
+}
+
+#[test]
+fn hashtable_lookup_key_count_must_match_value_rows_at_execution() {
+    let g = hashtable(&[1], &[1, 2, 3], T::TensorFloat32, &[0, 1], (0.0, 0));
+    let m = exec_err(run_dims(g, &[(fb(&[1.0, 2.0]), vec![2, 1])]));
     assert!(m.contains("3 keys for 2 rows"), "{m}");
 }
 
@@ -427,30 +438,45 @@ fn lsh_more_than_32_bits_is_refused() {
     assert!(refused(b.g).contains("at most 32"));
 }
 
-#[test]
-fn lsh_sparse_signature_overflowing_int32_fails_at_execution() {
+/// Sparse LSH_PROJECTION with 4 tables of 31 bits; the type constant, or a graph input.
+fn lsh_4x31(type_input: bool) -> Graph {
     let mut b = B::new();
     let h = b.f32c(&[4, 31], &[0.5; 124]);
     let i = b.input(T::TensorInt32, &[1]);
     let w = b.add(T::TensorFloat32, &[0], Lifetime::NoValue);
-    let k = b.int(3);
+    let k = if type_input {
+        b.input(T::Int32, &[])
+    } else {
+        b.int(3)
+    };
     let o = b.output(T::TensorInt32, &[4]);
     b.op(O::LshProjection, &[h, i, w, k], &[o]);
-    let m = exec_err(run_outs(b.g, &[ib(&[1])]));
+    b.g
+}
+
+#[test]
+fn lsh_sparse_signature_overflowing_int32_is_refused() {
+    assert!(refused(lsh_4x31(false)).contains("exceed 32"));
+}
+
+#[test]
+fn lsh_sparse_signature_overflowing_int32_fails_at_execution() {
+    let m = exec_err(run_outs(lsh_4x31(true), &[ib(&[1]), ib(&[3])]));
     assert!(m.contains("exceed 32"), "{m}");
 }
 
 #[test]
-fn lsh_weight_length_must_match_input_rows() {
-    let g = lsh(
-        T::TensorFloat32,
-        T::TensorInt32,
-        &[3, 2],
-        Some(&[1.0, 2.0]),
-        2,
-        8,
-    );
-    let m = exec_err(run_outs(g, &[ib(&I32_IN)]));
+fn lsh_declared_weight_length_must_match_input_rows() {
+    let w = Some(&[1.0, 2.0][..]);
+    let g = lsh(T::TensorFloat32, T::TensorInt32, &[3, 2], w, 2, 8);
+    assert!(refused(g).contains("weight must have one entry per input row"));
+}
+
+#[test]
+fn lsh_weight_length_must_match_input_rows_at_execution() {
+    let w = Some(&[1.0, 2.0][..]);
+    let g = lsh(T::TensorFloat32, T::TensorInt32, &[0, 2], w, 2, 8);
+    let m = exec_err(run_dims(g, &[(ib(&I32_IN), vec![3, 2])]));
     assert!(m.contains("weight"), "{m}");
 }
 

@@ -1,7 +1,7 @@
 //! Simple recurrent layers: RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN and
 //! BIDIRECTIONAL_SEQUENCE_RNN (float32 and float16, computed in f32).
 
-use super::lookup::{const_bool, const_i32, known_rank};
+use super::lookup::{agree, const_bool, const_i32, ext, known_rank};
 use super::registry::OpDef;
 use super::{KResult, OpCtx, count, to_u32};
 use crate::check::{Ck, FLOAT, Issue};
@@ -98,6 +98,46 @@ fn mat<'a>(ctx: &OpCtx<'a>, i: usize, rank: usize, what: &str) -> KResult<(Vec<u
         return Err(ctx.err(format!("{what} must be {rank}-D, got {d:?}")));
     }
     Ok((d.iter().map(|&x| x as usize).collect(), v))
+}
+
+/// The fused activation range of input `i`; an omitted activation is NONE.
+fn act(ctx: &OpCtx<'_>, i: usize) -> KResult<(f32, f32)> {
+    if ctx.has(i) {
+        ctx.act_f32(i)
+    } else {
+        Ok((f32::NEG_INFINITY, f32::INFINITY))
+    }
+}
+
+/// Known extents of one cell's weights agree: input `x` extent `xk` is the input size,
+/// `w`, `r`, `b`, `h` the weights, recurrent weights, bias and hidden state.
+fn cell_agrees(
+    c: &Ck<'_>,
+    (x, xk): (usize, usize),
+    (w, r, b, h): (usize, usize, usize, usize),
+) -> Result<(), Issue> {
+    agree(
+        c,
+        &[
+            (
+                (x, xk),
+                (w, 1),
+                "input size must equal the weights' second extent",
+            ),
+            (
+                (w, 0),
+                (r, 0),
+                "recurrent weights' first extent must equal num_units",
+            ),
+            (
+                (r, 0),
+                (r, 1),
+                "recurrent weights must be [num_units, num_units]",
+            ),
+            ((w, 0), (b, 0), "bias extent must equal num_units"),
+            ((w, 0), (h, 1), "hidden state width must equal num_units"),
+        ],
+    )
 }
 
 fn expect(ctx: &OpCtx<'_>, what: &str, got: usize, want: usize) -> KResult<()> {
@@ -200,6 +240,11 @@ fn check_rnn(c: &Ck<'_>) -> Result<(), Issue> {
             (3, 1, "bias"),
             (4, 2, "hidden state"),
         ],
+    )?;
+    cell_agrees(c, (0, 1), (1, 2, 3, 4))?;
+    agree(
+        c,
+        &[((0, 0), (4, 0), "hidden state batch must equal the input's")],
     )
 }
 
@@ -210,7 +255,7 @@ fn rnn(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let (hd, h) = mat(ctx, 4, 2, "hidden state")?;
     expect(ctx, "hidden state batch", hd[0], batch)?;
     expect(ctx, "hidden state units", hd[1], cell.units)?;
-    let act = ctx.act_f32(5)?;
+    let act = act(ctx, 5)?;
     let n = count(ctx, &[to_u32(ctx, batch)?, to_u32(ctx, cell.units)?])?;
     let mut out = vec![0f32; n];
     cell.step(x, in_size, None, h, batch, act, &mut out);
@@ -239,7 +284,49 @@ fn check_svdf(c: &Ck<'_>) -> Result<(), Issue> {
             (3, 1, "bias"),
             (4, 2, "state"),
         ],
-    )
+    )?;
+    agree(
+        c,
+        &[
+            (
+                (0, 1),
+                (1, 1),
+                "input size must equal weights_feature's second extent",
+            ),
+            (
+                (1, 0),
+                (2, 0),
+                "weights_time's first extent must equal weights_feature's",
+            ),
+            ((0, 0), (4, 0), "state batch must equal the input's"),
+        ],
+    )?;
+    let filters = ext(c, 1, 0);
+    if let (Some(f), Some(r)) = (filters, const_i32(c, 5)) {
+        let r = r.unsigned_abs();
+        if f % r != 0 {
+            return Err(invalid(format!(
+                "weights_feature has {f} filters, not a multiple of rank {r}"
+            )));
+        }
+        if let Some(b) = ext(c, 3, 0) {
+            if b != f / r {
+                return Err(invalid(format!(
+                    "bias extent {b} must equal num_units {}",
+                    f / r
+                )));
+            }
+        }
+    }
+    if let (Some(f), Some(m), Some(w)) = (filters, ext(c, 2, 1), ext(c, 4, 1)) {
+        if u64::from(w) != u64::from(f) * u64::from(m) {
+            return Err(invalid(format!(
+                "state width {w} must be memory_size * num_units * rank = {}",
+                u64::from(f) * u64::from(m)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// SVDF as NNAPI's reference implements it: the state holds, per batch and filter
@@ -285,7 +372,7 @@ fn svdf(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         sd[1],
         width,
     )?;
-    let (lo, hi) = ctx.act_f32(6)?;
+    let (lo, hi) = act(ctx, 6)?;
     let mut state = state_in.to_vec();
     let n_out = count(ctx, &[to_u32(ctx, batch)?, to_u32(ctx, units)?])?;
     let mut out = vec![0f32; n_out];
@@ -413,7 +500,8 @@ fn check_unidirectional(c: &Ck<'_>) -> Result<(), Issue> {
             (3, 1, "bias"),
             (4, 2, "hidden state"),
         ],
-    )
+    )?;
+    cell_agrees(c, (0, 2), (1, 2, 3, 4))
 }
 
 fn unidirectional(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
@@ -427,7 +515,7 @@ fn unidirectional(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let (hd, h0) = mat(ctx, 4, 2, "hidden state")?;
     expect(ctx, "hidden state batch", hd[0], batch)?;
     expect(ctx, "hidden state units", hd[1], cell.units)?;
-    let act = ctx.act_f32(5)?;
+    let act = act(ctx, 5)?;
     let u = cell.units;
     let n = count(
         ctx,
@@ -493,6 +581,33 @@ fn check_bidirectional(c: &Ck<'_>) -> Result<(), Issue> {
             (6, 2, "backward recurrent weights"),
             (7, 1, "backward bias"),
             (8, 2, "backward hidden state"),
+        ],
+    )?;
+    cell_agrees(c, (0, 2), (1, 2, 3, 4))?;
+    agree(
+        c,
+        &[
+            (
+                (5, 0),
+                (6, 0),
+                "backward recurrent weights' first extent must equal its num_units",
+            ),
+            ((6, 0), (6, 1), "backward recurrent weights must be square"),
+            (
+                (5, 0),
+                (7, 0),
+                "backward bias extent must equal its num_units",
+            ),
+            (
+                (5, 0),
+                (8, 1),
+                "backward hidden state width must equal its num_units",
+            ),
+            (
+                (4, 0),
+                (8, 0),
+                "forward and backward hidden states must have the same batch",
+            ),
         ],
     )?;
     let present = |i: usize| -> Result<bool, Issue> {
@@ -579,7 +694,7 @@ fn bidirectional(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let (bhd, bh0) = mat(ctx, 8, 2, "backward hidden state")?;
     expect(ctx, "backward hidden state batch", bhd[0], batch)?;
     expect(ctx, "backward hidden state units", bhd[1], bw.units)?;
-    let act = ctx.act_f32(12)?;
+    let act = act(ctx, 12)?;
     let (fu, bu) = (fw.units, bw.units);
     let t32 = to_u32(ctx, time)?;
     let b32 = to_u32(ctx, batch)?;

@@ -12,6 +12,12 @@ type Outs = Result<Vec<(Vec<u8>, Vec<u32>)>, ExecError>;
 
 /// Runs `g` with byte inputs (the model's dimensions); every output's bytes and shape.
 fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Outs {
+    let with: Vec<(Vec<u8>, Vec<u32>)> = inputs.iter().map(|d| (d.clone(), vec![])).collect();
+    run_dims(g, &with)
+}
+
+/// Runs `g` with byte inputs and their dimensions (empty: the model's).
+fn run_dims(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> Outs {
     let p = PreparedGraph::new(g).expect("the graph prepares");
     let sizes: Vec<usize> = p
         .graph()
@@ -21,9 +27,9 @@ fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Outs {
         .collect();
     let args: Vec<InputArg<'_>> = inputs
         .iter()
-        .map(|d| InputArg::Value {
+        .map(|(d, dims)| InputArg::Value {
             data: d,
-            dimensions: vec![],
+            dimensions: dims.clone(),
         })
         .collect();
     let mut bufs = vec![vec![0u8; 1 << 16]; sizes.len()];
@@ -144,12 +150,40 @@ fn rnn_float16() {
 }
 
 #[test]
+fn rnn_declared_weights_not_matching_input_size_are_refused() {
+    let g = rnn_graph(T::TensorFloat32, &[3, 2], 0);
+    assert!(refused(g).contains("input size must equal the weights' second extent"));
+}
+
+#[test]
 fn rnn_weights_not_matching_input_size_fail_at_execution() {
-    let mut g = rnn_graph(T::TensorFloat32, &[3, 2], 0);
-    g.operands[g.operations[0].outputs[0] as usize].dimensions = vec![0, 0];
-    g.operands[g.operations[0].outputs[1] as usize].dimensions = vec![0, 0];
-    let m = exec_err(run_outs(g, &[fb(&X), fb(&H)]));
-    assert!(m.contains("weights' second extent is 2, must be 3"), "{m}");
+    let mut g = rnn_graph(T::TensorFloat32, &[2, 3], 0);
+    let x = g.operations[0].inputs[0] as usize;
+    g.operands[x].dimensions = vec![0, 0];
+    let m = exec_err(run_dims(g, &[(fb(&X), vec![3, 2]), (fb(&H), vec![])]));
+    assert!(m.contains("weights' second extent is 3, must be 2"), "{m}");
+}
+
+#[test]
+fn rnn_recurrent_weights_must_be_square() {
+    let g = rnn_graph(T::TensorFloat32, &[2, 3], 0);
+    let g2 = {
+        let mut b = B::new();
+        b.g = g;
+        let r2 = b.f32c(&[2, 1], &[0.5, 0.25]);
+        b.g.operations[0].inputs[2] = r2;
+        b.g
+    };
+    assert!(refused(g2).contains("recurrent weights must be [num_units, num_units]"));
+}
+
+#[test]
+fn rnn_omitted_activation_means_none() {
+    let mut g = rnn_graph(T::TensorFloat32, &[2, 3], 1);
+    let a = g.operations[0].inputs[5] as usize;
+    g.operands[a].lifetime = Lifetime::NoValue;
+    let r = run_outs(g, &[fb(&X), fb(&H)]).unwrap();
+    close(&bf(&r[1].0), &[2.5, -2.15, -0.05, 1.375]);
 }
 
 #[test]
@@ -266,16 +300,39 @@ fn svdf_float16() {
 }
 
 #[test]
-fn svdf_filters_not_a_multiple_of_rank_fail_at_execution() {
+fn svdf_filters_not_a_multiple_of_constant_rank_are_refused() {
     let g = svdf_graph(T::TensorFloat32, false, 3, 0, 12);
-    let m = exec_err(run_outs(g, &[fb(&SX), fb(&svdf_state())]));
+    assert!(refused(g).contains("not a multiple of rank 3"));
+}
+
+#[test]
+fn svdf_filters_not_a_multiple_of_rank_fail_at_execution() {
+    let mut b = B::new();
+    b.g = svdf_graph(T::TensorFloat32, false, 2, 0, 12);
+    let rk = b.input(T::Int32, &[]);
+    b.g.operations[0].inputs[5] = rk;
+    let m = exec_err(run_outs(
+        b.g,
+        &[fb(&SX), fb(&svdf_state()), 3i32.to_le_bytes().to_vec()],
+    ));
     assert!(m.contains("not a multiple of rank 3"), "{m}");
 }
 
 #[test]
-fn svdf_state_width_must_be_memory_times_filters() {
+fn svdf_declared_state_width_must_be_memory_times_filters() {
     let g = svdf_graph(T::TensorFloat32, true, 2, 0, 8);
-    let m = exec_err(run_outs(g, &[fb(&SX), fb(&[0.0; 16])]));
+    assert!(refused(g).contains("state width 8 must be"));
+}
+
+#[test]
+fn svdf_state_width_must_be_memory_times_filters_at_execution() {
+    let mut g = svdf_graph(T::TensorFloat32, true, 2, 0, 12);
+    let s = g.operations[0].inputs[4] as usize;
+    g.operands[s].dimensions = vec![2, 0];
+    let m = exec_err(run_dims(
+        g,
+        &[(fb(&SX), vec![]), (fb(&[0.0; 16]), vec![2, 8])],
+    ));
     assert!(m.contains("state width"), "{m}");
 }
 
@@ -414,11 +471,22 @@ fn unidirectional_three_outputs_are_refused() {
 }
 
 #[test]
-fn unidirectional_hidden_state_of_wrong_units_fails_at_execution() {
+fn unidirectional_declared_hidden_state_of_wrong_units_is_refused() {
     let mut g = uni_graph(T::TensorFloat32, 1, 0, false);
     let h = g.operations[0].inputs[4] as usize;
     g.operands[h].dimensions = vec![2, 1];
-    let m = exec_err(run_outs(g, &[fb(&QX), fb(&[0.0, 0.0])]));
+    assert!(refused(g).contains("hidden state width must equal num_units"));
+}
+
+#[test]
+fn unidirectional_hidden_state_of_wrong_units_fails_at_execution() {
+    let mut g = uni_graph(T::TensorFloat32, 1, 0, false);
+    let h = g.operations[0].inputs[4] as usize;
+    g.operands[h].dimensions = vec![2, 0];
+    let m = exec_err(run_dims(
+        g,
+        &[(fb(&QX), vec![]), (fb(&[0.0, 0.0]), vec![2, 1])],
+    ));
     assert!(m.contains("hidden state units is 1, must be 2"), "{m}");
 }
 

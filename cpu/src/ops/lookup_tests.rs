@@ -592,3 +592,50 @@ fn random_multinomial_all_impossible_classes_fail_at_execution() {
     let m = exec_err(run_outs(g, &[fb(&[ninf, ninf])]));
     assert!(m.contains("no finite probabilities"), "{m}");
 }
+
+#[test]
+fn lsh_more_than_32_bits_known_only_at_execution_fail() {
+    let mut b = B::new();
+    let h = b.input(T::TensorFloat32, &[1, 0]);
+    let i = b.input(T::TensorInt32, &[1]);
+    let w = b.add(T::TensorFloat32, &[0], Lifetime::NoValue);
+    let k = b.int(2);
+    let o = b.output(T::TensorInt32, &[0]);
+    b.op(O::LshProjection, &[h, i, w, k], &[o]);
+    let m = exec_err(run_dims(
+        b.g,
+        &[(fb(&[0.5; 40]), vec![1, 40]), (ib(&[1]), vec![])],
+    ));
+    assert!(m.contains("40 bits per hash function, at most 32"), "{m}");
+}
+
+#[test]
+fn random_multinomial_huge_sample_count_is_an_error_not_an_allocation() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[2, 2]);
+    let n = b.input(T::Int32, &[]);
+    let s = b.i32c(&[2], &[1, 2]);
+    let o = b.output(T::TensorInt32, &[2, 0]);
+    b.op(O::RandomMultinomial, &[x, n, s], &[o]);
+    let m = exec_err(run_outs(b.g, &[fb(&[0.0; 4]), ib(&[i32::MAX])]));
+    assert!(m.contains("too large"), "{m}");
+}
+
+#[test]
+fn random_multinomial_nan_logit_fails_at_execution() {
+    let g = multinomial(T::TensorFloat32, &[1, 3], 2, [1, 1]);
+    let m = exec_err(run_outs(g, &[fb(&[0.0, f32::NAN, 1.0])]));
+    assert!(m.contains("NaN"), "{m}");
+}
+
+#[test]
+fn random_multinomial_negative_sample_count_fails_at_execution() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[1, 2]);
+    let n = b.input(T::Int32, &[]);
+    let s = b.i32c(&[2], &[1, 2]);
+    let o = b.output(T::TensorInt32, &[1, 0]);
+    b.op(O::RandomMultinomial, &[x, n, s], &[o]);
+    let m = exec_err(run_outs(b.g, &[fb(&[0.0; 2]), ib(&[-4])]));
+    assert!(m.contains("sample_count must be > 0"), "{m}");
+}

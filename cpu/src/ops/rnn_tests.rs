@@ -703,3 +703,25 @@ fn bidirectional_aux_input_with_other_time_steps_fails_at_execution() {
     let m = exec_err(run_outs(g, &[fb(&QX), fb(&[0.0; 4])]));
     assert!(m.contains("auxiliary input has 2 steps"), "{m}");
 }
+
+#[test]
+fn bidirectional_float16_merged_outputs() {
+    let g = bi_graph(T::TensorFloat16, true, true, false, Aux::None);
+    let r = bi_run(g, T::TensorFloat16, &[&QX]);
+    close16(
+        &r[0].0,
+        &[
+            0.55, 0.6, 0.5875, 0.61, -0.055, -0.975, -0.525, 0.65, 1.975, 0.35, 0.995, 0.35,
+            0.3775, -0.1325, -0.75, 1.159, 1.993, -0.5,
+        ],
+    );
+}
+
+#[test]
+fn bidirectional_backward_hidden_state_batch_must_match_forward() {
+    let mut b = B::new();
+    b.g = bi_graph(T::TensorFloat32, true, false, false, Aux::None);
+    let bh3 = b.f32c(&[3, 1], &[0.0; 3]);
+    b.g.operations[0].inputs[8] = bh3;
+    assert!(refused(b.g).contains("same batch"));
+}

@@ -13,15 +13,17 @@ mod conv_variants;
 mod detection;
 mod elementwise;
 mod gemm;
+mod lookup;
+mod lstm;
 mod minmax;
 mod movement;
 mod normalization;
-mod lstm;
 mod pool;
 mod quant;
 mod reduce;
 pub(crate) mod registry;
 mod resize;
+mod rnn;
 mod shape;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.

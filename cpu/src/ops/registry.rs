@@ -39,6 +39,8 @@ static FAMILIES: &[&[OpDef]] = &[
     super::minmax::DEFS,
     super::lstm::DEFS,
     super::detection::DEFS,
+    super::lookup::DEFS,
+    super::rnn::DEFS,
 ];
 
 /// Every operation in the tables.

@@ -724,3 +724,25 @@ fn info_ops_prints_a_row_for_every_operation_type_and_the_counts() {
     let both = ctl(&["info", "--ops", "some-model.json"]);
     assert_eq!(both.code, 2, "--ops with a model is a usage error");
 }
+
+/// A model the driver refuses: the message names the operation, its operand type and the
+/// rule (issue 17), not only the status.
+#[test]
+fn a_refused_model_is_reported_with_the_operation_that_caused_it() {
+    let text = add_model_text().replace("\"ADD\"", "\"WHILE\"");
+    let (_dir, model) = temp_file("while.json", &text);
+    let out = ctl(&[
+        "run",
+        &model,
+        "--inputs",
+        &example("add.inputs.json"),
+        "--cpu",
+    ]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("GENERAL_FAILURE: operation 0 (WHILE, TENSOR_FLOAT32): "),
+        "{}",
+        out.stderr
+    );
+}

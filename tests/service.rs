@@ -1650,3 +1650,20 @@ fn the_device_and_the_cpu_fallback_give_the_same_results() {
         }
     });
 }
+
+/// A refused preparation's error frame names the operation, its operand type and the rule
+/// (issue 17), and the client keeps it for its caller (`nnaccelctl` prints it).
+#[test]
+fn a_refused_preparation_names_the_operation_in_the_error_frame() {
+    with_cpu_service(|hald| {
+        let c = hald.client();
+        let mut model = binary_model(OperationType::Add, 4);
+        model.operations[0].operation_type = OperationType::While;
+        assert!(prepare(&c, &model).is_err());
+        let why = c.last_error().expect("an error message");
+        assert!(
+            why.starts_with("operation 0 (WHILE, TENSOR_FLOAT32): "),
+            "{why}"
+        );
+    });
+}

@@ -55,6 +55,16 @@ pub struct Selected {
 }
 
 impl Selected {
+    /// Why the backend refused to prepare `model`: the in-process driver's reason, or the
+    /// message of the service's error frame.
+    pub fn refusal_reason(&self, model: &nnaccel_hal::Model) -> Option<String> {
+        match (&self.local, &self.service) {
+            (Some(driver), _) => driver.refusal_reason(model),
+            (None, Some(client)) => client.last_error(),
+            (None, None) => None,
+        }
+    }
+
     /// One line for human output: which backend executes.
     pub fn describe(&self) -> String {
         let what = self.driver.description();

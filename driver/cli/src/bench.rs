@@ -83,8 +83,12 @@ pub fn bench(
         Err(status) => {
             println!("status: {} (preparing the model)", status.name());
             eprintln!(
-                "nnaccelctl: preparing the model failed with {}",
-                status.name()
+                "nnaccelctl: preparing the model failed with {}{}",
+                status.name(),
+                selected
+                    .refusal_reason(model)
+                    .map(|w| format!(": {w}"))
+                    .unwrap_or_default()
             );
             return Ok(Outcome::Failed);
         }

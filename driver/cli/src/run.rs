@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use nnaccel_hal::validate::{ValidationError, validate_model, validate_request};
+use nnaccel_hal::validate::{ValidationError, validate_request};
 use nnaccel_hal::{ErrorStatus, MeasureTiming, Timing};
 use nnaccel_protocol::modelfile::{self, output_values};
 use serde::Serialize;
@@ -96,9 +96,7 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
     let prepared = match prepared {
         Ok(p) => p,
         Err(status) => {
-            let why = (status == ErrorStatus::InvalidArgument)
-                .then(|| validate_model(model).err())
-                .flatten();
+            let why = selected.refusal_reason(model).map(ValidationError);
             return report_failure(
                 args,
                 status,

@@ -231,6 +231,35 @@ fn driver_waiting_for_a_missing_node_serves_on_the_cpu_and_says_so() {
 }
 
 #[test]
+fn a_refused_preparation_names_the_operation_its_type_and_the_rule() {
+    let driver = Driver::new(Backend::CpuOnly);
+    let good = add_model(&[1, 4]);
+    assert_eq!(driver.refusal_reason(&good), None);
+    let mut model = good.clone();
+    model.operations[0].operation_type = OperationType::While;
+    assert!(
+        driver
+            .prepare_model(
+                &model,
+                ExecutionPreference::FastSingleAnswer,
+                Priority::Medium,
+                None
+            )
+            .is_err()
+    );
+    let why = driver.refusal_reason(&model).unwrap();
+    assert!(
+        why.starts_with("operation 0 (WHILE, TENSOR_FLOAT32): "),
+        "{why}"
+    );
+    // A model breaking a HAL rule says which.
+    let mut broken = good;
+    broken.operations[0].inputs[1] = 99;
+    let why = driver.refusal_reason(&broken).unwrap();
+    assert!(why.contains("99"), "{why}");
+}
+
+#[test]
 fn device_driver_runs_the_model_on_the_device() {
     let dev = TestDevice::new();
     let driver = Driver::new(Backend::Device(dev.clone()));

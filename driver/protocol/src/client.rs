@@ -19,6 +19,8 @@ pub const DEFAULT_SOCKET: &str = "/run/nnaccel/hal.sock";
 struct Inner {
     sock: Mutex<UnixStream>,
     server: String,
+    /// The message of the service's last error frame (see [`ServiceClient::last_error`]).
+    last_error: Mutex<Option<String>>,
 }
 
 impl Inner {
@@ -34,6 +36,10 @@ impl Inner {
         match decode::<ServiceMessage>(&body).map_err(unavailable)? {
             ServiceMessage::Error { status, message } => {
                 tracing::debug!("service: {message}");
+                *self
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(message);
                 Err(ErrorStatus::from_code(status)
                     .filter(|s| *s != ErrorStatus::None)
                     .unwrap_or(ErrorStatus::GeneralFailure))
@@ -67,6 +73,7 @@ impl ServiceClient {
         let inner = Inner {
             sock: Mutex::new(sock),
             server: String::new(),
+            last_error: Mutex::default(),
         };
         let hello = ClientMessage::Hello {
             version: PROTOCOL_VERSION,
@@ -91,6 +98,17 @@ impl ServiceClient {
     /// What the service said it is.
     pub fn server(&self) -> &str {
         &self.inner.server
+    }
+
+    /// The message of the last error frame the service sent on this connection (the HAL calls
+    /// answer with a status only): for a refused preparation, the operation and the rule, as
+    /// `operation 7 (STRIDED_SLICE, TENSOR_QUANT8_ASYMM): …`.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The service's state.

@@ -576,7 +576,10 @@ impl Service {
                 driver
                     .prepare_model(&model, preference, priority, deadline(timeout_ns))
                     .map(|pm| (pm, Some(charge)))
-                    .map_err(|s| (s, "preparation failed".into()))
+                    .map_err(|s| {
+                        let why = driver.refusal_reason(&model);
+                        (s, why.unwrap_or_else(|| "preparation failed".into()))
+                    })
             }),
             ClientMessage::ReleaseModel { model_id } => match conn.models.remove(&model_id) {
                 Some(held) => {

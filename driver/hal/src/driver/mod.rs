@@ -407,6 +407,31 @@ impl Driver {
         }
     }
 
+    /// Why this driver refuses to prepare `model`, naming the place: the HAL rule it breaks,
+    /// or the first operation neither the device nor the CPU executor runs, as
+    /// `operation 7 (STRIDED_SLICE, TENSOR_QUANT8_ASYMM): <the rule>`. None when it would
+    /// prepare. For messages (the service's error frame, nnaccelctl); `prepare_model` itself
+    /// answers with a status only, as the HAL does.
+    pub fn refusal_reason(&self, model: &Model) -> Option<String> {
+        if let Err(e) = validate_model(model) {
+            return Some(e.0);
+        }
+        let graph = model_to_graph(model);
+        if let Err(e) = graph.validate() {
+            return Some(e.to_string());
+        }
+        (0..graph.operations.len()).find_map(|i| {
+            if reads_unmappable_constant(model, &graph, i) {
+                Some(format!(
+                    "operation {i} ({}): reads a constant from memory the driver cannot map",
+                    graph.operations[i].op.name()
+                ))
+            } else {
+                graph.unsupported_reason(i)
+            }
+        })
+    }
+
     /// `getSupportedOperations`: per operation, whether this driver runs it (on the device or
     /// on the CPU). Operations reading constants from memory the driver cannot map
     /// (`hardware_buffer`) are reported unsupported rather than failing later.

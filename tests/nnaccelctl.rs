@@ -141,6 +141,12 @@ const CASES: &[Case] = &[
         data: &[146.0, 128.0, 128.0, 147.0],
         tolerance: 0.0,
     },
+    Case {
+        name: "slice_int8",
+        dims: &[1, 2],
+        data: &[5.0, 8.0],
+        tolerance: 0.0,
+    },
 ];
 
 /// Checks a `run --json` object against `case`.

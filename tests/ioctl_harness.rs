@@ -1167,38 +1167,26 @@ fn engine_runs(op: i32, ty: i32) -> bool {
 #[test]
 fn program_create_with_unsupported_operation_is_eopnotsupp() {
     run_with_sim(&[], |c| {
-        // RANDOM_MULTINOMIAL (NN HAL 1.2), well formed: input [1, 4] f32, sample count 2,
-        // seeds [2] i32 (constants); output [1, 2] i32.
+        // WHILE (NN HAL 1.3): control flow, which the engine does not run. Its arguments are
+        // not even looked at: an operation type without a kernel is EOPNOTSUPP as such.
         assert!(
-            !engine_runs(hal::RANDOM_MULTINOMIAL, hal::TENSOR_FLOAT32),
-            "the engine now runs RANDOM_MULTINOMIAL: pick another operation it lacks"
+            !engine_runs(hal::WHILE, hal::TENSOR_FLOAT32),
+            "the engine now runs WHILE: pick another operation it lacks"
         );
-        let mut constants = 2i32.to_le_bytes().to_vec();
-        constants.extend_from_slice(&7i32.to_le_bytes());
-        constants.extend_from_slice(&11i32.to_le_bytes());
         let p = Program {
             operands: vec![
                 tensor(hal::TENSOR_FLOAT32, &[1, 4], Location::Input),
-                i32_const(0),
-                tensor(
-                    hal::TENSOR_INT32,
-                    &[2],
-                    Location::Constant {
-                        offset: 4,
-                        length: 8,
-                    },
-                ),
-                tensor(hal::TENSOR_INT32, &[1, 2], Location::Output),
+                tensor(hal::TENSOR_FLOAT32, &[1, 4], Location::Output),
             ],
             operations: vec![nnaccel_tests::uapi::program::Operation {
-                operation_type: hal::RANDOM_MULTINOMIAL,
-                inputs: vec![0, 1, 2],
-                outputs: vec![3],
+                operation_type: hal::WHILE,
+                inputs: vec![0],
+                outputs: vec![1],
             }],
             inputs: vec![0],
-            outputs: vec![3],
+            outputs: vec![1],
             bo_refs: vec![],
-            constants,
+            constants: vec![],
             relax_f32_to_f16: false,
         };
         assert_errno!(c.dev.program_create(&encode(&p)), libc::EOPNOTSUPP);

@@ -638,8 +638,8 @@ pub mod hal {
     pub const ABS: i32 = 38;
     /// `NEG`.
     pub const NEG: i32 = 67;
-    /// `RANDOM_MULTINOMIAL`.
-    pub const RANDOM_MULTINOMIAL: i32 = 74;
+    /// `WHILE`.
+    pub const WHILE: i32 = 97;
     /// Fused activation: none.
     pub const FUSED_NONE: i32 = 0;
     /// Fused activation: RELU.

@@ -14,7 +14,7 @@
 //! the input/forget/cell/output intermediate scales (FLOAT32); 30 hidden-state zero point
 //! (INT32); 31 hidden-state scale (FLOAT32). Outputs: output state out, cell state out, output.
 
-use super::super::quant::{mbqm, quantize_multiplier};
+use super::super::quant::{mbqm, quantize_multiplier, srdhm};
 use super::super::{KResult, OpCtx};
 use super::q16::{fx_logistic, fx_rdbpot, fx_tanh};
 use crate::check::{Ck, Issue};
@@ -234,16 +234,6 @@ fn qm(s: f32) -> (i32, i32) {
     quantize_multiplier(f64::from(s))
 }
 
-/// int32 SaturatingRoundingDoublingHighMul.
-fn srdhm32(a: i32, b: i32) -> i32 {
-    if a == i32::MIN && b == i32::MIN {
-        return i32::MAX;
-    }
-    let ab = i64::from(a) * i64::from(b);
-    let nudge: i64 = if ab >= 0 { 1 << 30 } else { 1 - (1 << 30) };
-    ((ab + nudge) / (1i64 << 31)) as i32
-}
-
 /// int32 saturating multiplication by 2^e (e > 0).
 fn shl_sat32(x: i32, e: u32) -> i32 {
     let threshold = (1i32 << (31 - e)) - 1;
@@ -275,13 +265,10 @@ fn inv_sqrt(mut input: i32) -> (i32, i32) {
     let half_three = (1 << 28) + (1 << 27);
     let mut x: i32 = 1 << 28;
     for _ in 0..5 {
-        let x3 = shl_sat32(srdhm32(srdhm32(x, x), x), 6);
-        x = shl_sat32(
-            srdhm32(half_three, x).wrapping_sub(srdhm32(half_input, x3)),
-            3,
-        );
+        let x3 = shl_sat32(srdhm(srdhm(x, x), x), 6);
+        x = shl_sat32(srdhm(half_three, x).wrapping_sub(srdhm(half_input, x3)), 3);
     }
-    let mut r = srdhm32(x, 1_518_500_250);
+    let mut r = srdhm(x, 1_518_500_250);
     if shift < 0 {
         r <<= -shift;
         shift = 0;

@@ -176,15 +176,6 @@ fn real_values(ctx: &OpCtx<'_>, i: usize) -> KResult<Vec<f32>> {
     })
 }
 
-/// 8-bit quantized values of input `i` widened to i32.
-fn q8_values(ctx: &OpCtx<'_>, i: usize) -> KResult<Vec<i32>> {
-    Ok(match &ctx.t(i)?.data {
-        Data::U8(v) => v.iter().map(|&q| i32::from(q)).collect(),
-        Data::I8(v) => v.iter().map(|&q| i32::from(q)).collect(),
-        _ => return Err(ctx.err(format!("input {i} is not 8-bit quantized"))),
-    })
-}
-
 /// Real values as TENSOR_QUANT16_ASYMM boxes (scale 0.125, zero point 0), rounded half away
 /// from zero and saturated.
 fn quant16_boxes(dims: Vec<u32>, v: &[f32]) -> Tensor {

@@ -1,7 +1,7 @@
 //! ROI_ALIGN and ROI_POOLING: fixed-size feature maps cut out of a 4-D input, one per region
 //! of interest, in NHWC or NCHW layout.
 
-use super::super::quant::{mbqm, quantize_multiplier};
+use super::super::quant::{mbqm, q8_values, quantize_multiplier};
 use super::super::{
     KResult, OpCtx, count, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor, to_layout, to_u32,
 };
@@ -339,7 +339,7 @@ pub(super) fn roi_align(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             Tensor::new(d, Data::F32(v))
         }
         Data::U8(_) | Data::I8(_) => {
-            let x = nhwc_data(&super::q8_values(ctx, 0)?, &it.dims, c.nchw);
+            let x = nhwc_data(&q8_values(ctx, 0)?.1, &it.dims, c.nchw);
             let (izp, iscale) = (ctx.operand(0)?.zero_point, ctx.operand(0)?.scale);
             let o_op = ctx.out(0)?;
             let (lo, hi) = q8_range(ty);
@@ -458,7 +458,7 @@ pub(super) fn roi_pooling(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             Tensor::new(d, Data::F32(v))
         }
         Data::U8(_) | Data::I8(_) => {
-            let x = nhwc_data(&super::q8_values(ctx, 0)?, &it.dims, c.nchw);
+            let x = nhwc_data(&q8_values(ctx, 0)?.1, &it.dims, c.nchw);
             let zp = ctx.operand(0)?.zero_point;
             let mut out = vec![0i32; n_out];
             pool(&c, &x, &regions, dims, zp, &mut out);

@@ -6,9 +6,9 @@
 //! on their real values and requantize at the end.
 
 use super::registry::OpDef;
-use super::{KResult, OpCtx};
+use super::{KResult, OpCtx, const_data};
 use crate::check::{Ck, Issue};
-use crate::model::{Lifetime, OperandType, OperationType};
+use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 mod bbox;
@@ -112,28 +112,15 @@ fn check_rank(c: &Ck<'_>, i: usize, rank: usize, what: &str) -> Result<(), Issue
     Ok(())
 }
 
-/// The value of input `i` when it is a CONSTANT_COPY operand (for checks of constant
-/// arguments).
-fn konst(c: &Ck<'_>, i: usize) -> Option<Data> {
-    let o = c.inp(i).ok()?;
-    let Lifetime::ConstantCopy { offset, length } = o.lifetime else {
-        return None;
-    };
-    let bytes =
-        c.g.operand_values
-            .get(offset..offset.checked_add(length)?)?;
-    Some(Data::decode(o.ty, bytes))
-}
-
 fn const_i32(c: &Ck<'_>, i: usize) -> Option<i32> {
-    match konst(c, i)? {
+    match const_data(c, i)? {
         Data::I32(v) if v.len() == 1 => Some(v[0]),
         _ => None,
     }
 }
 
 fn const_f32(c: &Ck<'_>, i: usize) -> Option<f32> {
-    match konst(c, i)? {
+    match const_data(c, i)? {
         Data::F32(v) if v.len() == 1 => Some(v[0]),
         _ => None,
     }

@@ -126,6 +126,26 @@ fn const_f32(c: &Ck<'_>, i: usize) -> Option<f32> {
     }
 }
 
+/// The type of input 0 when it is TENSOR_FLOAT32, TENSOR_FLOAT16 or 8-bit asymmetric
+/// quantized; otherwise why it is refused, naming the input as `what`.
+pub(super) fn float_or_q8(c: &Ck<'_>, what: &str) -> Result<OperandType, Issue> {
+    let t = c.ty(0)?;
+    match t {
+        T::TensorFloat32 | T::TensorFloat16 => Ok(t),
+        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => Ok(t),
+        other => Err(Issue::Invalid(format!(
+            "{what} must be TENSOR_FLOAT32, TENSOR_FLOAT16, TENSOR_QUANT8_ASYMM or \
+             TENSOR_QUANT8_ASYMM_SIGNED, is {}",
+            other.name()
+        ))),
+    }
+}
+
+/// Whether `t` is one of the 8-bit asymmetric quantized types.
+pub(super) fn is_q8(t: OperandType) -> bool {
+    matches!(t, T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned)
+}
+
 /// A constant INT32 argument `i` must be > 0 (or >= 0 when `zero_ok`).
 fn check_const_pos(c: &Ck<'_>, i: usize, what: &str, zero_ok: bool) -> Result<(), Issue> {
     match const_i32(c, i) {

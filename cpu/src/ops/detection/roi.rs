@@ -5,7 +5,9 @@ use super::super::quant::{mbqm, q8_values, quantize_multiplier};
 use super::super::{
     KResult, OpCtx, count, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor, to_layout, to_u32,
 };
-use super::{check_box_quant, check_const_fpos, check_const_pos, check_rank, real_values};
+use super::{
+    check_box_quant, check_const_fpos, check_const_pos, check_rank, float_or_q8, is_q8, real_values,
+};
 use crate::check::{Ck, Issue, float_scalar};
 use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
@@ -26,18 +28,8 @@ const MAX_WORK: u64 = 1 << 31;
 /// The checks both operations share: inputs 0..=6 and the output type.
 fn check_common(c: &Ck<'_>, n_inputs: usize) -> Result<OperandType, Issue> {
     c.counts(&[n_inputs], 1)?;
-    let t = c.ty(0)?;
-    let roi_t = match t {
-        T::TensorFloat32 | T::TensorFloat16 => t,
-        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => T::TensorQuant16Asymm,
-        other => {
-            return Err(Issue::Invalid(format!(
-                "input 0 must be TENSOR_FLOAT32, TENSOR_FLOAT16, TENSOR_QUANT8_ASYMM or \
-                 TENSOR_QUANT8_ASYMM_SIGNED, is {}",
-                other.name()
-            )));
-        }
-    };
+    let t = float_or_q8(c, "input 0")?;
+    let roi_t = if is_q8(t) { T::TensorQuant16Asymm } else { t };
     let ft = float_scalar(t);
     c.is(1, roi_t, "rois")?;
     check_box_quant(c, 1, "rois")?;

@@ -262,3 +262,22 @@ pub(crate) fn q8c(b: &mut B, ty: OperandType, dims: &[u32], v: &[i32], scale: f3
     let i = b.konst(ty, dims, bytes);
     b.q(i, scale, zp)
 }
+
+/// Little-endian bytes of `v` as elements of the float type `ty` (FLOAT16 for
+/// TENSOR_FLOAT16 and FLOAT16, FLOAT32 otherwise).
+pub(crate) fn float_bytes(ty: OperandType, v: &[f32]) -> Vec<u8> {
+    if ty == T::TensorFloat16 || ty == T::Float16 {
+        f16_bytes(v)
+    } else {
+        fb(v)
+    }
+}
+
+/// Elements of `b` of the float tensor type `ty` (TENSOR_FLOAT16 or FLOAT32), as f32.
+pub(crate) fn float_vals(ty: OperandType, b: &[u8]) -> Vec<f32> {
+    if ty == T::TensorFloat16 {
+        f16_vals(b)
+    } else {
+        bf(b)
+    }
+}

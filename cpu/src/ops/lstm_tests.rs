@@ -30,22 +30,6 @@ fn act_index(op: OperationType) -> usize {
     }
 }
 
-fn enc(ty: OperandType, v: &[f32]) -> Vec<u8> {
-    if ty == T::TensorFloat16 || ty == T::Float16 {
-        f16_bytes(v)
-    } else {
-        fb(v)
-    }
-}
-
-fn dec(ty: OperandType, b: &[u8]) -> Vec<f32> {
-    if ty == T::TensorFloat16 {
-        f16_vals(b)
-    } else {
-        bf(b)
-    }
-}
-
 /// A case's operation under construction: the builder, the input and output operand lists and
 /// the bytes of input 0 (the only graph input).
 struct Parts {
@@ -67,10 +51,10 @@ impl Parts {
         for i in 0..case.n_inputs {
             let id = if let Some(&(_, d, v)) = case.tensors.iter().find(|t| t.0 == i) {
                 if i == 0 {
-                    x = enc(ty, v);
+                    x = float_bytes(ty, v);
                     b.input(ty, d)
                 } else {
-                    b.konst(ty, d, enc(ty, v))
+                    b.konst(ty, d, float_bytes(ty, v))
                 }
             } else if i == a {
                 b.int(case.act)
@@ -80,7 +64,7 @@ impl Parts {
                 } else {
                     case.proj_clip
                 };
-                b.konst(st, &[], enc(st, &[v]))
+                b.konst(st, &[], float_bytes(st, &[v]))
             } else if let Some(&(_, f)) = case.flags.iter().find(|f| f.0 == i) {
                 b.boolean(f)
             } else {
@@ -106,7 +90,7 @@ impl Parts {
 
     /// Replaces input `i` by a constant tensor.
     fn set(&mut self, i: usize, ty: OperandType, dims: &[u32], v: &[f32]) {
-        self.ins[i] = self.b.konst(ty, dims, enc(ty, v));
+        self.ins[i] = self.b.konst(ty, dims, float_bytes(ty, v));
     }
 
     fn graph(mut self) -> (Graph, Vec<u8>) {
@@ -131,7 +115,7 @@ fn run_inputs(g: Graph, xs: &[&[u8]]) -> Outs {
     Ok(run_outputs(g, &inputs)?
         .into_iter()
         .zip(tys)
-        .map(|((b, dims), ty)| (dec(ty, &b), dims))
+        .map(|((b, dims), ty)| (float_vals(ty, &b), dims))
         .collect())
 }
 

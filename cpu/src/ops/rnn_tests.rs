@@ -24,22 +24,6 @@ fn fc(b: &mut B, ty: T, dims: &[u32], v: &[f32]) -> u32 {
     }
 }
 
-fn enc(ty: T, v: &[f32]) -> Vec<u8> {
-    if ty == T::TensorFloat16 {
-        f16_bytes(v)
-    } else {
-        fb(v)
-    }
-}
-
-fn dec(ty: T, b: &[u8]) -> Vec<f32> {
-    if ty == T::TensorFloat16 {
-        f16_vals(b)
-    } else {
-        bf(b)
-    }
-}
-
 // ---------------------------------------------------------------- RNN
 
 const X: [f32; 6] = [1.0, 2.0, 3.0, -1.0, 0.5, 2.0];
@@ -506,11 +490,11 @@ fn bi_graph(ty: T, time_major: bool, merge: bool, state: bool, aux: Aux) -> Grap
 }
 
 fn bi_run(g: Graph, ty: T, inputs: &[&[f32]]) -> Vec<(Vec<f32>, Vec<u32>)> {
-    let ins: Vec<Vec<u8>> = inputs.iter().map(|v| enc(ty, v)).collect();
+    let ins: Vec<Vec<u8>> = inputs.iter().map(|v| float_bytes(ty, v)).collect();
     run_outputs(g, &ins)
         .unwrap()
         .into_iter()
-        .map(|(b, d)| (dec(ty, &b), d))
+        .map(|(b, d)| (float_vals(ty, &b), d))
         .collect()
 }
 

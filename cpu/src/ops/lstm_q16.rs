@@ -249,7 +249,14 @@ fn u8s<'a>(ctx: &OpCtx<'a>, i: usize, want: [usize; 2], what: &str) -> KResult<&
     }
 }
 
-fn shape_is(ctx: &OpCtx<'_>, i: usize, d: &[u32], want: &[usize], what: &str) -> KResult<()> {
+/// Input `i`'s dimensions `d` must be `want`.
+pub(super) fn shape_is(
+    ctx: &OpCtx<'_>,
+    i: usize,
+    d: &[u32],
+    want: &[usize],
+    what: &str,
+) -> KResult<()> {
     if d.len() != want.len() || d.iter().zip(want).any(|(&a, &b)| a as usize != b) {
         return Err(ctx.err(format!(
             "input {i} ({what}) must have shape {want:?}, has {d:?}"

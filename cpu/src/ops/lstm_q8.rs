@@ -16,7 +16,7 @@
 
 use super::super::quant::{mbqm, quantize_multiplier, srdhm};
 use super::super::{KResult, OpCtx};
-use super::q16::{fx_logistic, fx_rdbpot, fx_tanh};
+use super::q16::{fx_logistic, fx_rdbpot, fx_tanh, shape_is};
 use crate::check::{Ck, Issue};
 use crate::model::{Lifetime, OperandType};
 use crate::tensor::{Data, Tensor};
@@ -195,7 +195,7 @@ pub(crate) fn check(c: &Ck<'_>) -> Result<(), Issue> {
 
 fn i8s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a [i8]> {
     let t = ctx.t(i)?;
-    same_shape(ctx, i, &t.dims, want, what)?;
+    shape_is(ctx, i, &t.dims, want, what)?;
     match &t.data {
         Data::I8(v) if v.len() == want.iter().product::<usize>() => Ok(v),
         _ => Err(ctx.err(format!("input {i} ({what}) is not 8-bit data of {want:?}"))),
@@ -204,7 +204,7 @@ fn i8s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a
 
 fn i16s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a [i16]> {
     let t = ctx.t(i)?;
-    same_shape(ctx, i, &t.dims, want, what)?;
+    shape_is(ctx, i, &t.dims, want, what)?;
     match &t.data {
         Data::I16(v) if v.len() == want.iter().product::<usize>() => Ok(v),
         _ => Err(ctx.err(format!("input {i} ({what}) is not 16-bit data of {want:?}"))),
@@ -213,20 +213,11 @@ fn i16s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'
 
 fn i32s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a [i32]> {
     let (d, v) = ctx.i32s(i)?;
-    same_shape(ctx, i, d, want, what)?;
+    shape_is(ctx, i, d, want, what)?;
     if v.len() != want.iter().product::<usize>() {
         return Err(ctx.err(format!("input {i} ({what}) data does not match {d:?}")));
     }
     Ok(v)
-}
-
-fn same_shape(ctx: &OpCtx<'_>, i: usize, d: &[u32], want: &[usize], what: &str) -> KResult<()> {
-    if d.len() != want.len() || d.iter().zip(want).any(|(&a, &b)| a as usize != b) {
-        return Err(ctx.err(format!(
-            "input {i} ({what}) must have shape {want:?}, has {d:?}"
-        )));
-    }
-    Ok(())
 }
 
 /// `(multiplier, shift)` of a real scale.

@@ -16,9 +16,10 @@
 
 use super::super::quant::{mbqm, quantize_multiplier, srdhm};
 use super::super::{KResult, OpCtx};
+use super::omitted;
 use super::q16::{fx_logistic, fx_rdbpot, fx_tanh, shape_is};
 use crate::check::{Ck, Issue};
-use crate::model::{Lifetime, OperandType};
+use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
 
 use OperandType as T;
@@ -47,13 +48,6 @@ fn log2_exact(s: f32) -> Option<i32> {
     let l = f64::from(s).log2();
     let r = l.round();
     ((l - r).abs() < 1e-3).then_some(r as i32)
-}
-
-fn omitted(c: &Ck<'_>, i: usize) -> bool {
-    c.ins
-        .get(i)
-        .and_then(|&x| c.g.operands.get(x as usize))
-        .is_none_or(|o| o.lifetime == Lifetime::NoValue)
 }
 
 /// Presence rules on inputs, given which are present.

@@ -205,16 +205,20 @@ pub(crate) type Outs = Vec<(Vec<u8>, Vec<u32>)>;
 
 /// Runs `g` on byte inputs (model dims); every output's bytes and shape, or the error.
 pub(crate) fn run_outputs(g: Graph, inputs: &[Vec<u8>]) -> Result<Outs, ExecError> {
+    let with: Vec<(Vec<u8>, Vec<u32>)> = inputs.iter().map(|d| (d.clone(), vec![])).collect();
+    run_outputs_dims(g, &with)
+}
+
+/// Runs `g` on byte inputs with their dimensions (empty: the model's); every output's bytes
+/// and shape, or the error.
+pub(crate) fn run_outputs_dims(
+    g: Graph,
+    inputs: &[(Vec<u8>, Vec<u32>)],
+) -> Result<Outs, ExecError> {
     let p = PreparedGraph::new(g).expect("graph prepares");
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|d| InputArg::Value {
-            data: d,
-            dimensions: vec![],
-        })
-        .collect();
+    let args = value_args(inputs);
     let n_out = p.graph().output_indexes.len();
-    let mut bufs = vec![vec![0u8; 1 << 12]; n_out];
+    let mut bufs = vec![vec![0u8; 1 << 16]; n_out];
     let shapes = {
         let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
         p.execute(&[], &args, &mut outs)?
@@ -240,7 +244,12 @@ pub(crate) fn run1(g: Graph, inputs: &[Vec<u8>]) -> (Vec<u8>, Vec<u32>) {
 
 /// The message of the InvalidArgument execution error of `g` on byte inputs (model dims).
 pub(crate) fn exec_error(g: Graph, inputs: &[Vec<u8>]) -> String {
-    match run_outputs(g, inputs) {
+    exec_message(run_outputs(g, inputs))
+}
+
+/// The message of an InvalidArgument execution error `r`.
+pub(crate) fn exec_message(r: Result<Outs, ExecError>) -> String {
+    match r {
         Err(ExecError::InvalidArgument(m)) => m,
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
@@ -252,4 +261,23 @@ pub(crate) fn q8c(b: &mut B, ty: OperandType, dims: &[u32], v: &[i32], scale: f3
     let bytes = v.iter().map(|&x| x as u8).collect();
     let i = b.konst(ty, dims, bytes);
     b.q(i, scale, zp)
+}
+
+/// Little-endian bytes of `v` as elements of the float type `ty` (FLOAT16 for
+/// TENSOR_FLOAT16 and FLOAT16, FLOAT32 otherwise).
+pub(crate) fn float_bytes(ty: OperandType, v: &[f32]) -> Vec<u8> {
+    if ty == T::TensorFloat16 || ty == T::Float16 {
+        f16_bytes(v)
+    } else {
+        fb(v)
+    }
+}
+
+/// Elements of `b` of the float tensor type `ty` (TENSOR_FLOAT16 or FLOAT32), as f32.
+pub(crate) fn float_vals(ty: OperandType, b: &[u8]) -> Vec<f32> {
+    if ty == T::TensorFloat16 {
+        f16_vals(b)
+    } else {
+        bf(b)
+    }
 }

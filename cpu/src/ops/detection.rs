@@ -6,9 +6,9 @@
 //! on their real values and requantize at the end.
 
 use super::registry::OpDef;
-use super::{KResult, OpCtx};
+use super::{KResult, OpCtx, const_data};
 use crate::check::{Ck, Issue};
-use crate::model::{Lifetime, OperandType, OperationType};
+use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 mod bbox;
@@ -112,31 +112,38 @@ fn check_rank(c: &Ck<'_>, i: usize, rank: usize, what: &str) -> Result<(), Issue
     Ok(())
 }
 
-/// The value of input `i` when it is a CONSTANT_COPY operand (for checks of constant
-/// arguments).
-fn konst(c: &Ck<'_>, i: usize) -> Option<Data> {
-    let o = c.inp(i).ok()?;
-    let Lifetime::ConstantCopy { offset, length } = o.lifetime else {
-        return None;
-    };
-    let bytes =
-        c.g.operand_values
-            .get(offset..offset.checked_add(length)?)?;
-    Some(Data::decode(o.ty, bytes))
-}
-
 fn const_i32(c: &Ck<'_>, i: usize) -> Option<i32> {
-    match konst(c, i)? {
+    match const_data(c, i)? {
         Data::I32(v) if v.len() == 1 => Some(v[0]),
         _ => None,
     }
 }
 
 fn const_f32(c: &Ck<'_>, i: usize) -> Option<f32> {
-    match konst(c, i)? {
+    match const_data(c, i)? {
         Data::F32(v) if v.len() == 1 => Some(v[0]),
         _ => None,
     }
+}
+
+/// The type of input 0 when it is TENSOR_FLOAT32, TENSOR_FLOAT16 or 8-bit asymmetric
+/// quantized; otherwise why it is refused, naming the input as `what`.
+pub(super) fn float_or_q8(c: &Ck<'_>, what: &str) -> Result<OperandType, Issue> {
+    let t = c.ty(0)?;
+    match t {
+        T::TensorFloat32 | T::TensorFloat16 => Ok(t),
+        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => Ok(t),
+        other => Err(Issue::Invalid(format!(
+            "{what} must be TENSOR_FLOAT32, TENSOR_FLOAT16, TENSOR_QUANT8_ASYMM or \
+             TENSOR_QUANT8_ASYMM_SIGNED, is {}",
+            other.name()
+        ))),
+    }
+}
+
+/// Whether `t` is one of the 8-bit asymmetric quantized types.
+pub(super) fn is_q8(t: OperandType) -> bool {
+    matches!(t, T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned)
 }
 
 /// A constant INT32 argument `i` must be > 0 (or >= 0 when `zero_ok`).
@@ -173,15 +180,6 @@ fn real_values(ctx: &OpCtx<'_>, i: usize) -> KResult<Vec<f32>> {
         Data::U16(v) => v.iter().map(|&q| dq(i32::from(q))).collect(),
         Data::I16(v) => v.iter().map(|&q| dq(i32::from(q))).collect(),
         Data::I32(_) => return Err(ctx.err(format!("input {i} is not a float or quantized"))),
-    })
-}
-
-/// 8-bit quantized values of input `i` widened to i32.
-fn q8_values(ctx: &OpCtx<'_>, i: usize) -> KResult<Vec<i32>> {
-    Ok(match &ctx.t(i)?.data {
-        Data::U8(v) => v.iter().map(|&q| i32::from(q)).collect(),
-        Data::I8(v) => v.iter().map(|&q| i32::from(q)).collect(),
-        _ => return Err(ctx.err(format!("input {i} is not 8-bit quantized"))),
     })
 }
 

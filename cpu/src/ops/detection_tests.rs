@@ -9,20 +9,7 @@ use OperationType as O;
 
 // ---------------------------------------------------------------- helpers
 
-fn hb(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-        .collect()
-}
-fn bh(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-        .collect()
-}
 fn u16b(v: &[u16]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-fn i32b(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 fn i8b(v: &[i32]) -> Vec<u8> {
@@ -45,56 +32,9 @@ fn within_one(got: &[i32], want: &[i32]) {
     }
 }
 
-/// Runs `g` with byte inputs (model dims); every output's bytes and shape.
-/// Every output's bytes and shape.
-type Outs = Vec<(Vec<u8>, Vec<u32>)>;
-
-fn run_all(g: Graph, inputs: &[Vec<u8>]) -> Result<Outs, ExecError> {
-    let p = PreparedGraph::new(g).unwrap();
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|d| InputArg::Value {
-            data: d,
-            dimensions: vec![],
-        })
-        .collect();
-    let n_out = p.graph().output_indexes.len();
-    let mut bufs = vec![vec![0u8; 1 << 16]; n_out];
-    let shapes = {
-        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        p.execute(&[], &args, &mut outs)?
-    };
-    let g = p.graph();
-    Ok(bufs
-        .into_iter()
-        .zip(shapes)
-        .enumerate()
-        .map(|(k, (mut b, s))| {
-            let sz = g.operands[g.output_indexes[k] as usize].ty.element_size();
-            let n: usize = s.dimensions.iter().map(|&d| d as usize).product();
-            b.truncate(n * sz);
-            (b, s.dimensions)
-        })
-        .collect())
-}
-
-fn exec_err(g: Graph, inputs: &[Vec<u8>]) -> String {
-    match run_all(g, inputs) {
-        Err(ExecError::InvalidArgument(m)) => m,
-        other => panic!("expected an execution error, got {other:?}"),
-    }
-}
-
-fn refused(g: Graph) -> String {
-    match PreparedGraph::new(g) {
-        Err(GraphError::InvalidOperation { reason, .. }) => reason,
-        other => panic!("expected InvalidOperation, got {other:?}"),
-    }
-}
-
 fn fscalar(b: &mut B, ty: OperandType, v: f32) -> u32 {
     if ty == T::TensorFloat16 {
-        b.konst(T::Float16, &[], f32_to_f16(v).to_le_bytes().to_vec())
+        half(b, v)
     } else {
         b.float(v)
     }
@@ -196,11 +136,11 @@ impl Roi {
         batch: &[i32],
     ) -> Result<(Vec<f32>, Vec<u32>), ExecError> {
         let (xb, rb) = self.bytes(x, rois);
-        let mut r = run_all(self.graph(), &[xb, rb, i32b(batch)])?;
+        let mut r = run_outputs(self.graph(), &[xb, rb, i32_bytes(batch)])?;
         let (o, d) = r.remove(0);
         let v = match self.ty {
             T::TensorFloat32 => bf(&o),
-            T::TensorFloat16 => bh(&o),
+            T::TensorFloat16 => f16_vals(&o),
             T::TensorQuant8Asymm => o.iter().map(|&q| f32::from(q)).collect(),
             _ => o.iter().map(|&q| f32::from(q as i8)).collect(),
         };
@@ -211,13 +151,13 @@ impl Roi {
         let quant = |v: f32| (v / self.in_q.0).round() as i32 + self.in_q.1;
         let xb = match self.ty {
             T::TensorFloat32 => fb(x),
-            T::TensorFloat16 => hb(x),
+            T::TensorFloat16 => f16_bytes(x),
             T::TensorQuant8Asymm => u8b(&x.iter().map(|&v| quant(v)).collect::<Vec<_>>()),
             _ => i8b(&x.iter().map(|&v| quant(v)).collect::<Vec<_>>()),
         };
         let rb = match self.ty {
             T::TensorFloat32 => fb(rois),
-            T::TensorFloat16 => hb(rois),
+            T::TensorFloat16 => f16_bytes(rois),
             _ => u16b(&rois.iter().map(|&v| (v * 8.0) as u16).collect::<Vec<_>>()),
         };
         (xb, rb)
@@ -225,7 +165,7 @@ impl Roi {
 
     fn err(&self, x: &[f32], rois: &[f32], batch: &[i32]) -> String {
         let (xb, rb) = self.bytes(x, rois);
-        exec_err(self.graph(), &[xb, rb, i32b(batch)])
+        exec_error(self.graph(), &[xb, rb, i32_bytes(batch)])
     }
 }
 
@@ -454,7 +394,7 @@ fn roi_align_fails_on_batch_indices_of_another_length() {
     g.operands[2].dimensions = vec![0];
     let (xb, rb) = s.bytes(&ramp(), &[0.0, 0.0, 4.0, 4.0]);
     let p = PreparedGraph::new(g).unwrap();
-    let bi = i32b(&[0, 0]);
+    let bi = i32_bytes(&[0, 0]);
     let args = [
         InputArg::Value {
             data: &xb,
@@ -660,12 +600,12 @@ const LN2: f32 = std::f32::consts::LN_2;
 #[test]
 fn bbox_transform_float32_moves_scales_and_clips() {
     let g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 2, 1).graph();
-    let r = run_all(
+    let r = run_outputs(
         g,
         &[
             fb(&[0.0, 0.0, 10.0, 10.0]),
             fb(&[0.0, 0.0, 0.0, 0.0, 0.1, 0.2, LN2, 0.0]),
-            i32b(&[0]),
+            i32_bytes(&[0]),
             fb(&[20.0, 15.0]),
         ],
     )
@@ -677,18 +617,18 @@ fn bbox_transform_float32_moves_scales_and_clips() {
 #[test]
 fn bbox_transform_float16() {
     let g = bbox(T::TensorFloat16, T::TensorFloat16, 1, 2, 1).graph();
-    let r = run_all(
+    let r = run_outputs(
         g,
         &[
-            hb(&[0.0, 0.0, 10.0, 10.0]),
-            hb(&[0.0, 0.0, 0.0, 0.0, 0.1, 0.2, LN2, 0.0]),
-            i32b(&[0]),
-            hb(&[20.0, 15.0]),
+            f16_bytes(&[0.0, 0.0, 10.0, 10.0]),
+            f16_bytes(&[0.0, 0.0, 0.0, 0.0, 0.1, 0.2, LN2, 0.0]),
+            i32_bytes(&[0]),
+            f16_bytes(&[20.0, 15.0]),
         ],
     )
     .unwrap();
     close_tol(
-        &bh(&r[0].0),
+        &f16_vals(&r[0].0),
         &[0.0, 0.0, 10.0, 10.0, 0.0, 2.0, 15.0, 12.0],
         2e-2,
     );
@@ -699,12 +639,12 @@ fn bbox_transform_quant16_boxes_with_quant8_deltas() {
     // Boxes ×8: (0,0)-(80,80) is (0,0)-(10,10); deltas (q - 128)·0.05: 130 → 0.1, 132 → 0.2.
     // Class 1: centre (6, 7), 10x10 → (1, 2)-(11, 12) → ×8.
     let g = bbox(T::TensorQuant16Asymm, T::TensorQuant8Asymm, 1, 2, 1).graph();
-    let r = run_all(
+    let r = run_outputs(
         g,
         &[
             u16b(&[0, 0, 80, 80]),
             u8b(&[128, 128, 128, 128, 130, 132, 128, 128]),
-            i32b(&[0]),
+            i32_bytes(&[0]),
             u16b(&[160, 120]),
         ],
     )
@@ -716,12 +656,12 @@ fn bbox_transform_quant16_boxes_with_quant8_deltas() {
 fn bbox_transform_quant16_boxes_with_signed_deltas() {
     let mut s = bbox(T::TensorQuant16Asymm, T::TensorQuant8AsymmSigned, 1, 2, 1);
     s.delta_q = (0.05, 0);
-    let r = run_all(
+    let r = run_outputs(
         s.graph(),
         &[
             u16b(&[0, 0, 80, 80]),
             i8b(&[0, 0, 0, 0, 2, 4, 0, 0]),
-            i32b(&[0]),
+            i32_bytes(&[0]),
             u16b(&[160, 120]),
         ],
     )
@@ -734,12 +674,12 @@ fn bbox_transform_clips_each_box_to_its_own_image() {
     // Deltas (1, 0, ln 2, 0): centre x 5 + 10 = 15, width 20 → (5, 0)-(25, 10); image 0 is
     // 100 wide, image 1 only 15.
     let g = bbox(T::TensorFloat32, T::TensorFloat32, 2, 1, 2).graph();
-    let r = run_all(
+    let r = run_outputs(
         g,
         &[
             fb(&[0.0, 0.0, 10.0, 10.0, 0.0, 0.0, 10.0, 10.0]),
             fb(&[1.0, 0.0, LN2, 0.0, 1.0, 0.0, LN2, 0.0]),
-            i32b(&[0, 1]),
+            i32_bytes(&[0, 1]),
             fb(&[100.0, 100.0, 20.0, 15.0]),
         ],
     )
@@ -794,12 +734,12 @@ fn bbox_transform_refuses_wrong_argument_count() {
 #[test]
 fn bbox_transform_fails_on_batch_index_out_of_range() {
     let g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1).graph();
-    let e = exec_err(
+    let e = exec_error(
         g,
         &[
             fb(&[0.0, 0.0, 1.0, 1.0]),
             fb(&[0.0; 4]),
-            i32b(&[1]),
+            i32_bytes(&[1]),
             fb(&[10.0, 10.0]),
         ],
     );
@@ -809,12 +749,12 @@ fn bbox_transform_fails_on_batch_index_out_of_range() {
 #[test]
 fn bbox_transform_fails_on_inverted_box() {
     let g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1).graph();
-    let e = exec_err(
+    let e = exec_error(
         g,
         &[
             fb(&[0.0, 2.0, 1.0, 1.0]),
             fb(&[0.0; 4]),
-            i32b(&[0]),
+            i32_bytes(&[0]),
             fb(&[10.0, 10.0]),
         ],
     );
@@ -826,12 +766,12 @@ fn bbox_transform_fails_on_deltas_not_four_per_class() {
     let mut g = bbox(T::TensorFloat32, T::TensorFloat32, 1, 1, 1).graph();
     g.operands[1].dimensions = vec![1, 6];
     g.operands[4].dimensions = vec![1, 0];
-    let e = exec_err(
+    let e = exec_error(
         g,
         &[
             fb(&[0.0, 0.0, 1.0, 1.0]),
             fb(&[0.0; 6]),
-            i32b(&[0]),
+            i32_bytes(&[0]),
             fb(&[10.0, 10.0]),
         ],
     );
@@ -969,7 +909,11 @@ fn boxes_of(regions: &[usize]) -> Vec<f32> {
 type NmsOut = (Vec<f32>, Vec<f32>, Vec<i32>, Vec<i32>, Vec<u32>);
 
 fn nms_f32(s: &Nms, batch: &[i32]) -> NmsOut {
-    let r = run_all(s.graph(), &[fb(&NMS_SCORES), fb(&nms_boxes()), i32b(batch)]).unwrap();
+    let r = run_outputs(
+        s.graph(),
+        &[fb(&NMS_SCORES), fb(&nms_boxes()), i32_bytes(batch)],
+    )
+    .unwrap();
     (
         bf(&r[0].0),
         bf(&r[1].0),
@@ -1044,13 +988,17 @@ fn box_nms_runs_each_batch_separately() {
 #[test]
 fn box_nms_float16() {
     let s = nms(T::TensorFloat16, 0);
-    let r = run_all(
+    let r = run_outputs(
         s.graph(),
-        &[hb(&NMS_SCORES), hb(&nms_boxes()), i32b(&[0; 4])],
+        &[
+            f16_bytes(&NMS_SCORES),
+            f16_bytes(&nms_boxes()),
+            i32_bytes(&[0; 4]),
+        ],
     )
     .unwrap();
-    close_tol(&bh(&r[0].0), &[0.9, 0.7, 0.7, 0.2], 1e-3);
-    close(&bh(&r[1].0), &boxes_of(&[0, 2, 1, 2]));
+    close_tol(&f16_vals(&r[0].0), &[0.9, 0.7, 0.7, 0.2], 1e-3);
+    close(&f16_vals(&r[1].0), &boxes_of(&[0, 2, 1, 2]));
     assert_eq!(b_i32(&r[2].0), vec![1, 1, 2, 2]);
 }
 
@@ -1065,7 +1013,11 @@ fn box_nms_quant8_scores_and_quant16_boxes() {
         .iter()
         .map(|&v| (v * 100.0).round() as i32)
         .collect();
-    let r = run_all(s.graph(), &[u8b(&q), u16b(&quant_boxes()), i32b(&[0; 4])]).unwrap();
+    let r = run_outputs(
+        s.graph(),
+        &[u8b(&q), u16b(&quant_boxes()), i32_bytes(&[0; 4])],
+    )
+    .unwrap();
     assert_eq!(r[0].0, vec![90, 70, 70, 20]);
     let want: Vec<u16> = boxes_of(&[0, 2, 1, 2])
         .iter()
@@ -1082,7 +1034,11 @@ fn box_nms_quant8_signed_scores() {
         .iter()
         .map(|&v| (v * 100.0).round() as i32 - 128)
         .collect();
-    let r = run_all(s.graph(), &[i8b(&q), u16b(&quant_boxes()), i32b(&[0; 4])]).unwrap();
+    let r = run_outputs(
+        s.graph(),
+        &[i8b(&q), u16b(&quant_boxes()), i32_bytes(&[0; 4])],
+    )
+    .unwrap();
     let got: Vec<i32> = r[0].0.iter().map(|&b| i32::from(b as i8)).collect();
     assert_eq!(got, vec![-38, -58, -58, -108]);
     assert_eq!(b_i32(&r[2].0), vec![1, 1, 2, 2]);
@@ -1092,9 +1048,9 @@ fn box_nms_quant8_signed_scores() {
 fn box_nms_with_nothing_above_threshold_gives_empty_outputs() {
     let mut s = nms(T::TensorFloat32, 0);
     s.score_thr = 0.95;
-    let r = run_all(
+    let r = run_outputs(
         s.graph(),
-        &[fb(&NMS_SCORES), fb(&nms_boxes()), i32b(&[0; 4])],
+        &[fb(&NMS_SCORES), fb(&nms_boxes()), i32_bytes(&[0; 4])],
     )
     .unwrap();
     let shapes: Vec<Vec<u32>> = r.iter().map(|(_, d)| d.clone()).collect();
@@ -1121,12 +1077,12 @@ fn roi_align_of_no_regions_gives_an_empty_output() {
         &[x, ob, obt, oh, ow, hr, wr, sr, sr, layout],
         &[o],
     );
-    let r = run_all(
+    let r = run_outputs(
         b.g,
         &[
             fb(&NMS_SCORES),
             fb(&nms_boxes()),
-            i32b(&[0; 4]),
+            i32_bytes(&[0; 4]),
             fb(&ramp()),
         ],
     )
@@ -1179,9 +1135,14 @@ fn box_nms_fails_on_unknown_kernel_given_at_execution() {
     let kernel = g.operations[0].inputs[5] as usize;
     g.operands[kernel].lifetime = Lifetime::SubgraphInput;
     g.input_indexes.push(kernel as u32);
-    let e = exec_err(
+    let e = exec_error(
         g,
-        &[fb(&NMS_SCORES), fb(&nms_boxes()), i32b(&[0; 4]), i32b(&[7])],
+        &[
+            fb(&NMS_SCORES),
+            fb(&nms_boxes()),
+            i32_bytes(&[0; 4]),
+            i32_bytes(&[7]),
+        ],
     );
     assert!(e.contains("NMS kernel must be"), "{e}");
 }
@@ -1190,9 +1151,13 @@ fn box_nms_fails_on_unknown_kernel_given_at_execution() {
 fn box_nms_fails_with_a_single_class() {
     let mut s = nms(T::TensorFloat32, 0);
     s.k = 1;
-    let e = exec_err(
+    let e = exec_error(
         s.graph(),
-        &[fb(&[0.5; 4]), fb(&boxes_of(&[0, 1, 2, 3])), i32b(&[0; 4])],
+        &[
+            fb(&[0.5; 4]),
+            fb(&boxes_of(&[0, 1, 2, 3])),
+            i32_bytes(&[0; 4]),
+        ],
     );
     assert!(e.contains("at least 2 classes"), "{e}");
 }
@@ -1202,7 +1167,7 @@ fn box_nms_fails_on_boxes_of_the_wrong_width() {
     let s = nms(T::TensorFloat32, 0);
     let mut g = s.graph();
     g.operands[1].dimensions = vec![4, 8];
-    let e = exec_err(g, &[fb(&NMS_SCORES), fb(&[1.0; 32]), i32b(&[0; 4])]);
+    let e = exec_error(g, &[fb(&NMS_SCORES), fb(&[1.0; 32]), i32_bytes(&[0; 4])]);
     assert!(e.contains("one box per class"), "{e}");
 }
 
@@ -1211,7 +1176,7 @@ fn box_nms_fails_on_inverted_box() {
     let s = nms(T::TensorFloat32, 0);
     let mut bx = nms_boxes();
     bx[4] = 50.0;
-    let e = exec_err(s.graph(), &[fb(&NMS_SCORES), fb(&bx), i32b(&[0; 4])]);
+    let e = exec_error(s.graph(), &[fb(&NMS_SCORES), fb(&bx), i32_bytes(&[0; 4])]);
     assert!(e.contains("x2 < x1"), "{e}");
 }
 
@@ -1319,7 +1284,7 @@ impl Gp {
 
     /// Float32 run: scores, boxes, batch indices.
     fn run(&self, scores: &[f32], deltas: &[f32], anchors: &[f32], info: &[f32]) -> NmsOut {
-        let r = run_all(
+        let r = run_outputs(
             self.graph(),
             &[fb(scores), fb(deltas), fb(anchors), fb(info)],
         )
@@ -1444,18 +1409,18 @@ fn generate_proposals_runs_each_image_separately() {
 #[test]
 fn generate_proposals_float16() {
     let g = gp(T::TensorFloat16);
-    let r = run_all(
+    let r = run_outputs(
         g.graph(),
         &[
-            hb(&GP_SCORES),
-            hb(&[0.0; 16]),
-            hb(&GP_ANCHORS),
-            hb(&[100.0, 100.0]),
+            f16_bytes(&GP_SCORES),
+            f16_bytes(&[0.0; 16]),
+            f16_bytes(&GP_ANCHORS),
+            f16_bytes(&[100.0, 100.0]),
         ],
     )
     .unwrap();
-    close_tol(&bh(&r[0].0), &[0.9, 0.8, 0.7], 1e-3);
-    close(&bh(&r[1].0), &gp_boxes(&[0, 1, 2]));
+    close_tol(&f16_vals(&r[0].0), &[0.9, 0.8, 0.7], 1e-3);
+    close(&f16_vals(&r[1].0), &gp_boxes(&[0, 1, 2]));
 }
 
 fn i16b(v: &[f32]) -> Vec<u8> {
@@ -1467,7 +1432,7 @@ fn i16b(v: &[f32]) -> Vec<u8> {
 #[test]
 fn generate_proposals_quant8() {
     let g = gp(T::TensorQuant8Asymm);
-    let r = run_all(
+    let r = run_outputs(
         g.graph(),
         &[
             u8b(&[90, 80, 70, 60]),
@@ -1489,7 +1454,7 @@ fn generate_proposals_quant8() {
 #[test]
 fn generate_proposals_quant8_signed() {
     let g = gp(T::TensorQuant8AsymmSigned);
-    let r = run_all(
+    let r = run_outputs(
         g.graph(),
         &[
             i8b(&[-38, -48, -58, -68]),
@@ -1536,7 +1501,7 @@ fn generate_proposals_refuses_boxes_output_of_another_type() {
 fn generate_proposals_fails_on_deltas_not_four_per_anchor() {
     let mut g = gp(T::TensorFloat32).graph();
     g.operands[1].dimensions = vec![1, 1, 2, 6];
-    let e = exec_err(
+    let e = exec_error(
         g,
         &[
             fb(&GP_SCORES),
@@ -1552,7 +1517,7 @@ fn generate_proposals_fails_on_deltas_not_four_per_anchor() {
 fn generate_proposals_fails_on_anchor_count_mismatch() {
     let mut g = gp(T::TensorFloat32).graph();
     g.operands[2].dimensions = vec![1, 4];
-    let e = exec_err(
+    let e = exec_error(
         g,
         &[
             fb(&GP_SCORES),
@@ -1569,7 +1534,7 @@ fn generate_proposals_fails_on_inverted_anchor() {
     let g = gp(T::TensorFloat32).graph();
     let mut an = GP_ANCHORS;
     an[0] = 15.0;
-    let e = exec_err(
+    let e = exec_error(
         g,
         &[fb(&GP_SCORES), fb(&[0.0; 16]), fb(&an), fb(&[100.0, 100.0])],
     );
@@ -1601,7 +1566,7 @@ fn heatmap_graph(ty: OperandType, n: u32, k: u32, s: u32, nchw: bool) -> Graph {
 }
 
 fn heatmap_f32(g: Graph, hm: &[f32], boxes: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let r = run_all(g, &[fb(hm), fb(boxes)]).unwrap();
+    let r = run_outputs(g, &[fb(hm), fb(boxes)]).unwrap();
     (bf(&r[0].0), bf(&r[1].0))
 }
 
@@ -1691,20 +1656,20 @@ fn heatmap_nhwc_two_keypoints_interleaved() {
 #[test]
 fn heatmap_float16() {
     let hm = [0.0, 0.0, 0.0, 1.0, 4.0, 2.0, 0.0, 0.0, 0.0];
-    let r = run_all(
+    let r = run_outputs(
         heatmap_graph(T::TensorFloat16, 1, 1, 3, false),
-        &[hb(&hm), hb(&HM_BOX)],
+        &[f16_bytes(&hm), f16_bytes(&HM_BOX)],
     )
     .unwrap();
-    close_tol(&bh(&r[0].0), &[4.025], 1e-2);
-    close_tol(&bh(&r[1].0), &[16.0, 30.0], 2e-2);
+    close_tol(&f16_vals(&r[0].0), &[4.025], 1e-2);
+    close_tol(&f16_vals(&r[1].0), &[16.0, 30.0], 2e-2);
 }
 
 #[test]
 fn heatmap_quant8() {
     // Heatmap ×10 (scale 0.1); score 4.025 / 0.05 ≈ 80.5; keypoints ×8.
     let hm = [0, 0, 0, 10, 40, 20, 0, 0, 0];
-    let r = run_all(
+    let r = run_outputs(
         heatmap_graph(T::TensorQuant8Asymm, 1, 1, 3, false),
         &[u8b(&hm), u16b(&[0, 0, 240, 480])],
     )
@@ -1719,7 +1684,7 @@ fn heatmap_quant8_signed() {
         .iter()
         .map(|v| v - 128)
         .collect();
-    let r = run_all(
+    let r = run_outputs(
         heatmap_graph(T::TensorQuant8AsymmSigned, 1, 1, 3, false),
         &[i8b(&hm), u16b(&[0, 0, 240, 480])],
     )
@@ -1754,14 +1719,14 @@ fn heatmap_refuses_wrong_argument_count() {
 fn heatmap_fails_on_non_square_heatmap() {
     let mut g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
     g.operands[0].dimensions = vec![1, 3, 2, 1];
-    let e = exec_err(g, &[fb(&[0.0; 6]), fb(&HM_BOX)]);
+    let e = exec_error(g, &[fb(&[0.0; 6]), fb(&HM_BOX)]);
     assert!(e.contains("square and at least 2x2"), "{e}");
 }
 
 #[test]
 fn heatmap_fails_on_one_pixel_heatmap() {
     let g = heatmap_graph(T::TensorFloat32, 1, 1, 1, false);
-    let e = exec_err(g, &[fb(&[1.0]), fb(&HM_BOX)]);
+    let e = exec_error(g, &[fb(&[1.0]), fb(&HM_BOX)]);
     assert!(e.contains("at least 2x2"), "{e}");
 }
 
@@ -1769,14 +1734,14 @@ fn heatmap_fails_on_one_pixel_heatmap() {
 fn heatmap_fails_on_box_count_mismatch() {
     let mut g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
     g.operands[1].dimensions = vec![2, 4];
-    let e = exec_err(g, &[fb(&[0.0; 9]), fb(&[0.0; 8])]);
+    let e = exec_error(g, &[fb(&[0.0; 9]), fb(&[0.0; 8])]);
     assert!(e.contains("one per heatmap"), "{e}");
 }
 
 #[test]
 fn heatmap_fails_on_inverted_box() {
     let g = heatmap_graph(T::TensorFloat32, 1, 1, 3, false);
-    let e = exec_err(g, &[fb(&[0.0; 9]), fb(&[5.0, 0.0, 1.0, 1.0])]);
+    let e = exec_error(g, &[fb(&[0.0; 9]), fb(&[5.0, 0.0, 1.0, 1.0])]);
     assert!(e.contains("x2 < x1"), "{e}");
 }
 
@@ -1858,7 +1823,7 @@ impl Dp {
 
     /// Float32 run: scores, boxes, classes, detection counts.
     fn run(&self, scores: &[f32], deltas: &[f32], anchors: &[f32]) -> NmsOut {
-        let r = run_all(self.graph(), &[fb(scores), fb(deltas), fb(anchors)]).unwrap();
+        let r = run_outputs(self.graph(), &[fb(scores), fb(deltas), fb(anchors)]).unwrap();
         (
             bf(&r[0].0),
             bf(&r[1].0),
@@ -1984,13 +1949,17 @@ fn detection_postprocessing_pads_each_batch() {
 fn detection_postprocessing_float16() {
     let mut p = dp(true);
     p.ty = T::TensorFloat16;
-    let r = run_all(
+    let r = run_outputs(
         p.graph(),
-        &[hb(&DP_SCORES), hb(&[0.0; 12]), hb(&DP_ANCHORS)],
+        &[
+            f16_bytes(&DP_SCORES),
+            f16_bytes(&[0.0; 12]),
+            f16_bytes(&DP_ANCHORS),
+        ],
     )
     .unwrap();
-    close_tol(&bh(&r[0].0), &[0.9, 0.7, 0.6, 0.0], 1e-3);
-    close(&bh(&r[1].0), &dp_boxes(&[0, 1, 2], 1));
+    close_tol(&f16_vals(&r[0].0), &[0.9, 0.7, 0.6, 0.0], 1e-3);
+    close(&f16_vals(&r[1].0), &dp_boxes(&[0, 1, 2], 1));
     assert_eq!(b_i32(&r[3].0), vec![3]);
 }
 
@@ -2047,7 +2016,7 @@ fn detection_postprocessing_refuses_wrong_argument_count() {
 fn detection_postprocessing_fails_on_zero_per_class_limit_with_regular_nms() {
     let mut p = dp(true);
     p.per_class = 0;
-    let e = exec_err(
+    let e = exec_error(
         p.graph(),
         &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS)],
     );
@@ -2067,7 +2036,7 @@ fn detection_postprocessing_fails_on_zero_classes_per_detection_with_fast_nms() 
         let o = g.operations[0].outputs[k] as usize;
         g.operands[o].dimensions[1] = 0;
     }
-    let e = exec_err(g, &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS)]);
+    let e = exec_error(g, &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS)]);
     assert!(
         e.contains("maximum classes per detection must be > 0"),
         "{e}"
@@ -2078,7 +2047,7 @@ fn detection_postprocessing_fails_on_zero_classes_per_detection_with_fast_nms() 
 fn detection_postprocessing_fails_with_a_single_class() {
     let mut p = dp(true);
     p.c = 1;
-    let e = exec_err(p.graph(), &[fb(&[0.5; 3]), fb(&[0.0; 12]), fb(&DP_ANCHORS)]);
+    let e = exec_error(p.graph(), &[fb(&[0.5; 3]), fb(&[0.0; 12]), fb(&DP_ANCHORS)]);
     assert!(e.contains("at least 2 classes"), "{e}");
 }
 
@@ -2086,7 +2055,7 @@ fn detection_postprocessing_fails_with_a_single_class() {
 fn detection_postprocessing_fails_on_short_encodings() {
     let mut p = dp(true);
     p.len = 3;
-    let e = exec_err(p.graph(), &[fb(&DP_SCORES), fb(&[0.0; 9]), fb(&DP_ANCHORS)]);
+    let e = exec_error(p.graph(), &[fb(&DP_SCORES), fb(&[0.0; 9]), fb(&DP_ANCHORS)]);
     assert!(e.contains(">= 4"), "{e}");
 }
 
@@ -2095,7 +2064,7 @@ fn detection_postprocessing_fails_on_anchor_count_mismatch() {
     let p = dp(true);
     let mut g = p.graph();
     g.operands[2].dimensions = vec![2, 4];
-    let e = exec_err(g, &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS[..8])]);
+    let e = exec_error(g, &[fb(&DP_SCORES), fb(&[0.0; 12]), fb(&DP_ANCHORS[..8])]);
     assert!(e.contains("one per anchor"), "{e}");
 }
 
@@ -2117,12 +2086,12 @@ fn roi_align_of_no_regions_with_huge_cells_fails_instead_of_allocating() {
         &[x, ob, obt, big, big, hr, hr, sr, sr, layout],
         &[o],
     );
-    let e = exec_err(
+    let e = exec_error(
         b.g,
         &[
             fb(&NMS_SCORES),
             fb(&nms_boxes()),
-            i32b(&[0; 4]),
+            i32_bytes(&[0; 4]),
             fb(&ramp()),
         ],
     );
@@ -2156,7 +2125,7 @@ fn generate_proposals_feed_roi_align() {
         &[x, ob, obt, one, one, ratio, ratio, sr, sr, layout],
         &[o],
     );
-    let r = run_all(
+    let r = run_outputs(
         b.g,
         &[
             fb(&GP_SCORES),

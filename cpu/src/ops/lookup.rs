@@ -100,7 +100,7 @@ pub(crate) fn agree(c: &Ck<'_>, pairs: &[(Extent, Extent, &str)]) -> Result<(), 
     Ok(())
 }
 
-fn invalid(msg: impl Into<String>) -> Issue {
+pub(crate) fn invalid(msg: impl Into<String>) -> Issue {
     Issue::Invalid(msg.into())
 }
 

@@ -10,7 +10,7 @@
 //!
 //! Gate order throughout: input (0), forget (1), cell (2), output (3).
 
-use super::{KResult, OpCtx, count, to_u32};
+use super::{KResult, OpCtx, const_data, count, to_u32};
 use crate::check::{Ck, FLOAT, Issue, float_scalar};
 use crate::model::{Lifetime, OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
@@ -219,15 +219,7 @@ fn omitted(c: &Ck<'_>, i: usize) -> bool {
 
 /// The value of a CONSTANT_COPY scalar input, decoded.
 fn const_scalar(c: &Ck<'_>, i: usize) -> Option<Data> {
-    let o = c.inp(i).ok()?;
-    let Lifetime::ConstantCopy { offset, length } = o.lifetime else {
-        return None;
-    };
-    let bytes =
-        c.g.operand_values
-            .get(offset..offset.checked_add(length)?)?;
-    let d = Data::decode(o.ty, bytes);
-    (d.len() == 1).then_some(d)
+    const_data(c, i).filter(|d| d.len() == 1)
 }
 
 /// Static check of one cell's operands: types, presence rules.

@@ -31,10 +31,7 @@ mod fx {
 
     /// Rounding (half away from zero) arithmetic right shift.
     pub(crate) fn rdbpot(x: i32, e: u32) -> i32 {
-        let mask = (1i32 << e) - 1;
-        let rem = x & mask;
-        let threshold = (mask >> 1) + i32::from(x < 0);
-        (x >> e) + i32::from(rem > threshold)
+        super::super::super::quant::rdbpot(x, e as i32)
     }
 
     /// Multiplies by 2^e, saturating for e > 0 and rounding for e < 0.
@@ -252,7 +249,14 @@ fn u8s<'a>(ctx: &OpCtx<'a>, i: usize, want: [usize; 2], what: &str) -> KResult<&
     }
 }
 
-fn shape_is(ctx: &OpCtx<'_>, i: usize, d: &[u32], want: &[usize], what: &str) -> KResult<()> {
+/// Input `i`'s dimensions `d` must be `want`.
+pub(super) fn shape_is(
+    ctx: &OpCtx<'_>,
+    i: usize,
+    d: &[u32],
+    want: &[usize],
+    what: &str,
+) -> KResult<()> {
     if d.len() != want.len() || d.iter().zip(want).any(|(&a, &b)| a as usize != b) {
         return Err(ctx.err(format!(
             "input {i} ({what}) must have shape {want:?}, has {d:?}"

@@ -14,11 +14,12 @@
 //! the input/forget/cell/output intermediate scales (FLOAT32); 30 hidden-state zero point
 //! (INT32); 31 hidden-state scale (FLOAT32). Outputs: output state out, cell state out, output.
 
-use super::super::quant::{mbqm, quantize_multiplier};
+use super::super::quant::{mbqm, quantize_multiplier, srdhm};
 use super::super::{KResult, OpCtx};
-use super::q16::{fx_logistic, fx_rdbpot, fx_tanh};
+use super::omitted;
+use super::q16::{fx_logistic, fx_rdbpot, fx_tanh, shape_is};
 use crate::check::{Ck, Issue};
-use crate::model::{Lifetime, OperandType};
+use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
 
 use OperandType as T;
@@ -47,13 +48,6 @@ fn log2_exact(s: f32) -> Option<i32> {
     let l = f64::from(s).log2();
     let r = l.round();
     ((l - r).abs() < 1e-3).then_some(r as i32)
-}
-
-fn omitted(c: &Ck<'_>, i: usize) -> bool {
-    c.ins
-        .get(i)
-        .and_then(|&x| c.g.operands.get(x as usize))
-        .is_none_or(|o| o.lifetime == Lifetime::NoValue)
 }
 
 /// Presence rules on inputs, given which are present.
@@ -195,7 +189,7 @@ pub(crate) fn check(c: &Ck<'_>) -> Result<(), Issue> {
 
 fn i8s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a [i8]> {
     let t = ctx.t(i)?;
-    same_shape(ctx, i, &t.dims, want, what)?;
+    shape_is(ctx, i, &t.dims, want, what)?;
     match &t.data {
         Data::I8(v) if v.len() == want.iter().product::<usize>() => Ok(v),
         _ => Err(ctx.err(format!("input {i} ({what}) is not 8-bit data of {want:?}"))),
@@ -204,7 +198,7 @@ fn i8s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a
 
 fn i16s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a [i16]> {
     let t = ctx.t(i)?;
-    same_shape(ctx, i, &t.dims, want, what)?;
+    shape_is(ctx, i, &t.dims, want, what)?;
     match &t.data {
         Data::I16(v) if v.len() == want.iter().product::<usize>() => Ok(v),
         _ => Err(ctx.err(format!("input {i} ({what}) is not 16-bit data of {want:?}"))),
@@ -213,35 +207,16 @@ fn i16s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'
 
 fn i32s<'a>(ctx: &OpCtx<'a>, i: usize, want: &[usize], what: &str) -> KResult<&'a [i32]> {
     let (d, v) = ctx.i32s(i)?;
-    same_shape(ctx, i, d, want, what)?;
+    shape_is(ctx, i, d, want, what)?;
     if v.len() != want.iter().product::<usize>() {
         return Err(ctx.err(format!("input {i} ({what}) data does not match {d:?}")));
     }
     Ok(v)
 }
 
-fn same_shape(ctx: &OpCtx<'_>, i: usize, d: &[u32], want: &[usize], what: &str) -> KResult<()> {
-    if d.len() != want.len() || d.iter().zip(want).any(|(&a, &b)| a as usize != b) {
-        return Err(ctx.err(format!(
-            "input {i} ({what}) must have shape {want:?}, has {d:?}"
-        )));
-    }
-    Ok(())
-}
-
 /// `(multiplier, shift)` of a real scale.
 fn qm(s: f32) -> (i32, i32) {
     quantize_multiplier(f64::from(s))
-}
-
-/// int32 SaturatingRoundingDoublingHighMul.
-fn srdhm32(a: i32, b: i32) -> i32 {
-    if a == i32::MIN && b == i32::MIN {
-        return i32::MAX;
-    }
-    let ab = i64::from(a) * i64::from(b);
-    let nudge: i64 = if ab >= 0 { 1 << 30 } else { 1 - (1 << 30) };
-    ((ab + nudge) / (1i64 << 31)) as i32
 }
 
 /// int32 saturating multiplication by 2^e (e > 0).
@@ -275,13 +250,10 @@ fn inv_sqrt(mut input: i32) -> (i32, i32) {
     let half_three = (1 << 28) + (1 << 27);
     let mut x: i32 = 1 << 28;
     for _ in 0..5 {
-        let x3 = shl_sat32(srdhm32(srdhm32(x, x), x), 6);
-        x = shl_sat32(
-            srdhm32(half_three, x).wrapping_sub(srdhm32(half_input, x3)),
-            3,
-        );
+        let x3 = shl_sat32(srdhm(srdhm(x, x), x), 6);
+        x = shl_sat32(srdhm(half_three, x).wrapping_sub(srdhm(half_input, x3)), 3);
     }
-    let mut r = srdhm32(x, 1_518_500_250);
+    let mut r = srdhm(x, 1_518_500_250);
     if shift < 0 {
         r <<= -shift;
         shift = 0;

@@ -30,26 +30,6 @@ fn act_index(op: OperationType) -> usize {
     }
 }
 
-fn enc(ty: OperandType, v: &[f32]) -> Vec<u8> {
-    if ty == T::TensorFloat16 || ty == T::Float16 {
-        v.iter()
-            .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-            .collect()
-    } else {
-        fb(v)
-    }
-}
-
-fn dec(ty: OperandType, b: &[u8]) -> Vec<f32> {
-    if ty == T::TensorFloat16 {
-        b.chunks_exact(2)
-            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-            .collect()
-    } else {
-        bf(b)
-    }
-}
-
 /// A case's operation under construction: the builder, the input and output operand lists and
 /// the bytes of input 0 (the only graph input).
 struct Parts {
@@ -71,10 +51,10 @@ impl Parts {
         for i in 0..case.n_inputs {
             let id = if let Some(&(_, d, v)) = case.tensors.iter().find(|t| t.0 == i) {
                 if i == 0 {
-                    x = enc(ty, v);
+                    x = float_bytes(ty, v);
                     b.input(ty, d)
                 } else {
-                    b.konst(ty, d, enc(ty, v))
+                    b.konst(ty, d, float_bytes(ty, v))
                 }
             } else if i == a {
                 b.int(case.act)
@@ -84,7 +64,7 @@ impl Parts {
                 } else {
                     case.proj_clip
                 };
-                b.konst(st, &[], enc(st, &[v]))
+                b.konst(st, &[], float_bytes(st, &[v]))
             } else if let Some(&(_, f)) = case.flags.iter().find(|f| f.0 == i) {
                 b.boolean(f)
             } else {
@@ -110,7 +90,7 @@ impl Parts {
 
     /// Replaces input `i` by a constant tensor.
     fn set(&mut self, i: usize, ty: OperandType, dims: &[u32], v: &[f32]) {
-        self.ins[i] = self.b.konst(ty, dims, enc(ty, v));
+        self.ins[i] = self.b.konst(ty, dims, float_bytes(ty, v));
     }
 
     fn graph(mut self) -> (Graph, Vec<u8>) {
@@ -126,34 +106,16 @@ fn run_all(g: Graph, x: &[u8]) -> Outs {
 
 /// Runs a graph with these graph inputs (model dimensions).
 fn run_inputs(g: Graph, xs: &[&[u8]]) -> Outs {
-    let p = PreparedGraph::new(g).expect("graph prepares");
-    let n = p.graph().output_indexes.len();
-    let tys: Vec<OperandType> = p
-        .graph()
+    let tys: Vec<OperandType> = g
         .output_indexes
         .iter()
-        .map(|&i| p.graph().operands[i as usize].ty)
+        .map(|&i| g.operands[i as usize].ty)
         .collect();
-    let mut bufs = vec![vec![0u8; 1 << 16]; n];
-    let shapes = {
-        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        let args: Vec<InputArg<'_>> = xs
-            .iter()
-            .map(|x| InputArg::Value {
-                data: x,
-                dimensions: vec![],
-            })
-            .collect();
-        p.execute(&[], &args, &mut outs)?
-    };
-    Ok(shapes
-        .iter()
-        .zip(bufs)
+    let inputs: Vec<Vec<u8>> = xs.iter().map(|x| x.to_vec()).collect();
+    Ok(run_outputs(g, &inputs)?
+        .into_iter()
         .zip(tys)
-        .map(|((s, b), ty)| {
-            let len: usize = s.dimensions.iter().map(|&d| d as usize).product();
-            (dec(ty, &b[..len * ty.element_size()]), s.dimensions.clone())
-        })
+        .map(|((b, dims), ty)| (float_vals(ty, &b), dims))
         .collect())
 }
 
@@ -183,17 +145,11 @@ fn check(case: &Case, op: OperationType, ty: OperandType) {
 
 fn invalid(p: Parts, needle: &str) {
     let (g, _) = p.graph();
-    match PreparedGraph::new(g) {
-        Err(GraphError::InvalidOperation {
-            index: 0, reason, ..
-        }) => {
-            assert!(
-                reason.contains(needle),
-                "reason {reason:?} lacks {needle:?}"
-            )
-        }
-        other => panic!("expected InvalidOperation containing {needle:?}, got {other:?}"),
-    }
+    let reason = refused(g);
+    assert!(
+        reason.contains(needle),
+        "reason {reason:?} lacks {needle:?}"
+    );
 }
 
 fn exec_fails(p: Parts, needle: &str) {
@@ -893,31 +849,18 @@ impl Q16 {
 
     /// Runs with the example's input; returns (cell state out, output) raw.
     fn run(self) -> Result<(Vec<i16>, Vec<u8>), ExecError> {
-        let p = PreparedGraph::new(self.graph()).expect("prepares");
-        let mut c = [0u8; 16];
-        let mut o = [0u8; 8];
-        {
-            let mut outs: Vec<&mut [u8]> = vec![&mut c[..], &mut o[..]];
-            let args = [InputArg::Value {
-                data: &Q16_INPUT,
-                dimensions: vec![],
-            }];
-            p.execute(&[], &args, &mut outs)?;
-        }
-        let c = c
+        let outs = run_outputs(self.graph(), &[Q16_INPUT.to_vec()])?;
+        let c = outs[0]
+            .0
             .chunks_exact(2)
             .map(|x| i16::from_le_bytes([x[0], x[1]]))
             .collect();
-        Ok((c, o.to_vec()))
+        Ok((c, outs[1].0.clone()))
     }
 
     fn invalid(self, needle: &str) {
-        match PreparedGraph::new(self.graph()) {
-            Err(GraphError::InvalidOperation { reason, .. }) => {
-                assert!(reason.contains(needle), "{reason:?} lacks {needle:?}")
-            }
-            other => panic!("expected InvalidOperation with {needle:?}, got {other:?}"),
-        }
+        let reason = refused(self.graph());
+        assert!(reason.contains(needle), "{reason:?} lacks {needle:?}")
     }
 }
 
@@ -1084,9 +1027,7 @@ impl Q8 {
     fn with(cifg: bool, proj: bool) -> Self {
         let n_out: u32 = if proj { 3 } else { 4 };
         let mut b = B::new();
-        let i8b = |v: &[i8]| v.iter().map(|&x| x as u8).collect::<Vec<u8>>();
         let i16b = |v: &[i16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let i32b = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let none = |b: &mut B| b.add(T::TensorInt32, &[], Lifetime::NoValue);
         let mut ins = Vec::new();
         let x = b.input(T::TensorQuant8AsymmSigned, &[2, 5]);
@@ -1096,22 +1037,22 @@ impl Q8 {
         if cifg {
             ins.push(none(&mut b));
         } else {
-            let id = b.konst(T::TensorQuant8Symm, &[4, 5], i8b(&Q8_I2I));
+            let id = b.konst(T::TensorQuant8Symm, &[4, 5], i8_bytes(&Q8_I2I));
             ins.push(b.q(id, ws, 0));
         }
         for w in [&Q8_I2F[..], &Q8_I2C, &Q8_I2O] {
-            let id = b.konst(T::TensorQuant8Symm, &[4, 5], i8b(w));
+            let id = b.konst(T::TensorQuant8Symm, &[4, 5], i8_bytes(w));
             ins.push(b.q(id, ws, 0));
         }
         let rk = n_out as usize * 4;
         if cifg {
             ins.push(none(&mut b));
         } else {
-            let id = b.konst(T::TensorQuant8Symm, &[4, n_out], i8b(&Q8_R2I_P));
+            let id = b.konst(T::TensorQuant8Symm, &[4, n_out], i8_bytes(&Q8_R2I_P));
             ins.push(b.q(id, ws, 0));
         }
         for w in [&Q8_R2F[..], &Q8_R2C, &Q8_R2O] {
-            let id = b.konst(T::TensorQuant8Symm, &[4, n_out], i8b(&w[..rk]));
+            let id = b.konst(T::TensorQuant8Symm, &[4, n_out], i8_bytes(&w[..rk]));
             ins.push(b.q(id, ws, 0));
         }
         for _ in 0..3 {
@@ -1121,15 +1062,15 @@ impl Q8 {
         if cifg {
             ins.push(none(&mut b));
         } else {
-            let id = b.konst(T::TensorInt32, &[4], i32b(&Q8_BI));
+            let id = b.konst(T::TensorInt32, &[4], i32_bytes(&Q8_BI));
             ins.push(b.q(id, bs, 0));
         }
         for bias in [&Q8_BF, &Q8_BC, &Q8_BO] {
-            let id = b.konst(T::TensorInt32, &[4], i32b(bias));
+            let id = b.konst(T::TensorInt32, &[4], i32_bytes(bias));
             ins.push(b.q(id, bs, 0));
         }
         if proj {
-            let id = b.konst(T::TensorQuant8Symm, &[n_out, 4], i8b(&Q8_PROJ));
+            let id = b.konst(T::TensorQuant8Symm, &[n_out, 4], i8_bytes(&Q8_PROJ));
             ins.push(b.q(id, 0.003_921_57, 0));
             ins.push(b.i32c(&[n_out], &[0; 3]));
         } else {
@@ -1180,39 +1121,21 @@ impl Q8 {
 
     /// Runs with the example's input: (output state out, cell state out, output).
     fn run(self) -> Result<Q8Outs, ExecError> {
-        let n = self.b.g.operands[self.outs[0] as usize]
-            .dimensions
-            .iter()
-            .product::<u32>() as usize;
-        let p = PreparedGraph::new(self.graph()).expect("prepares");
-        let mut h = vec![0u8; n];
-        let mut c = [0u8; 16];
-        let mut o = vec![0u8; n];
-        {
-            let mut outs: Vec<&mut [u8]> = vec![&mut h[..], &mut c[..], &mut o[..]];
-            let x: Vec<u8> = Q8_INPUT.iter().map(|&v| v as u8).collect();
-            let args = [InputArg::Value {
-                data: &x,
-                dimensions: vec![],
-            }];
-            p.execute(&[], &args, &mut outs)?;
-        }
+        let outs = run_outputs(self.graph(), &[i8_bytes(&Q8_INPUT)])?;
         Ok((
-            h.iter().map(|&v| v as i8).collect(),
-            c.chunks_exact(2)
+            i8_vals(&outs[0].0),
+            outs[1]
+                .0
+                .chunks_exact(2)
                 .map(|v| i16::from_le_bytes([v[0], v[1]]))
                 .collect(),
-            o.iter().map(|&v| v as i8).collect(),
+            i8_vals(&outs[2].0),
         ))
     }
 
     fn invalid(self, needle: &str) {
-        match PreparedGraph::new(self.graph()) {
-            Err(GraphError::InvalidOperation { reason, .. }) => {
-                assert!(reason.contains(needle), "{reason:?} lacks {needle:?}")
-            }
-            other => panic!("expected InvalidOperation with {needle:?}, got {other:?}"),
-        }
+        let reason = refused(self.graph());
+        assert!(reason.contains(needle), "{reason:?} lacks {needle:?}")
     }
 }
 
@@ -1411,25 +1334,8 @@ fn quantized_lstm_rejects_hidden_zero_point_out_of_int8() {
 fn quantized_lstm_fails_on_negative_cell_clip_given_at_execution() {
     let mut q = Q8::new();
     q.ins[24] = q.b.input(T::Float32, &[]);
-    let p = PreparedGraph::new(q.graph()).unwrap();
-    let x: Vec<u8> = Q8_INPUT.iter().map(|&v| v as u8).collect();
-    let clip = (-1f32).to_le_bytes();
-    let args = [
-        InputArg::Value {
-            data: &x,
-            dimensions: vec![],
-        },
-        InputArg::Value {
-            data: &clip,
-            dimensions: vec![],
-        },
-    ];
-    let mut bufs = vec![vec![0u8; 64]; 3];
-    let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-    match p.execute(&[], &args, &mut outs) {
-        Err(ExecError::InvalidArgument(m)) => assert!(m.contains("cell clip must be >= 0"), "{m}"),
-        other => panic!("{other:?}"),
-    }
+    let m = exec_error(q.graph(), &[i8_bytes(&Q8_INPUT), fb(&[-1.0])]);
+    assert!(m.contains("cell clip must be >= 0"), "{m}");
 }
 
 #[test]

@@ -301,6 +301,19 @@ pub(crate) fn to_u32(ctx: &OpCtx<'_>, v: usize) -> KResult<u32> {
     u32::try_from(v).map_err(|_| ctx.err(format!("extent {v} too large")))
 }
 
+/// The value of input `i` when it is a CONSTANT_COPY operand (for checks of constant
+/// arguments), decoded.
+pub(crate) fn const_data(c: &crate::check::Ck<'_>, i: usize) -> Option<Data> {
+    let o = c.inp(i).ok()?;
+    let Lifetime::ConstantCopy { offset, length } = o.lifetime else {
+        return None;
+    };
+    let bytes =
+        c.g.operand_values
+            .get(offset..offset.checked_add(length)?)?;
+    Some(Data::decode(o.ty, bytes))
+}
+
 /// NCHW → NHWC permutation of a 4-D tensor's elements.
 pub(crate) fn nchw_to_nhwc<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
     let (n, c, h, w) = (d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize);

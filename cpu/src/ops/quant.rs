@@ -6,7 +6,7 @@ use crate::model::OperandType;
 use crate::tensor::Data;
 
 /// gemmlowp SaturatingRoundingDoublingHighMul.
-fn srdhm(a: i32, b: i32) -> i32 {
+pub(crate) fn srdhm(a: i32, b: i32) -> i32 {
     if a == i32::MIN && b == i32::MIN {
         return i32::MAX;
     }
@@ -16,7 +16,7 @@ fn srdhm(a: i32, b: i32) -> i32 {
 }
 
 /// gemmlowp RoundingDivideByPOT (round half away from zero).
-fn rdbpot(x: i32, exponent: i32) -> i32 {
+pub(crate) fn rdbpot(x: i32, exponent: i32) -> i32 {
     let e = exponent.clamp(0, 31);
     let mask = ((1i64 << e) - 1) as i32;
     let remainder = x & mask;

@@ -1,7 +1,7 @@
 //! Simple recurrent layers: RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN and
 //! BIDIRECTIONAL_SEQUENCE_RNN (float32 and float16, computed in f32).
 
-use super::lookup::{agree, const_bool, const_i32, ext, known_rank};
+use super::lookup::{agree, const_bool, const_i32, ext, invalid, known_rank};
 use super::registry::OpDef;
 use super::{KResult, OpCtx, count, to_u32};
 use crate::check::{Ck, FLOAT, Issue};
@@ -37,10 +37,6 @@ pub(crate) static DEFS: &[OpDef] = &[
         run: bidirectional,
     },
 ];
-
-fn invalid(msg: impl Into<String>) -> Issue {
-    Issue::Invalid(msg.into())
-}
 
 /// Input 0 is a float tensor type; inputs `same` (and optional inputs `opt`) and every output
 /// have that type; `acts` are INT32 fused activations, valid (0..=3) when constant.

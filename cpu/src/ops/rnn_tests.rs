@@ -2,77 +2,7 @@
 //! printed by cpu/testdata/rnn_gen.py, a plain-Python version of the NNAPI definitions.
 
 use crate::test_support::*;
-use crate::{
-    ExecError, Graph, GraphError, InputArg, Lifetime, OperandType as T, OperationType as O,
-    PreparedGraph, f16_to_f32, f32_to_f16,
-};
-
-/// Every output's bytes and shape, or the execution error.
-type Outs = Result<Vec<(Vec<u8>, Vec<u32>)>, ExecError>;
-
-/// Runs `g` with byte inputs (the model's dimensions); every output's bytes and shape.
-fn run_outs(g: Graph, inputs: &[Vec<u8>]) -> Outs {
-    let with: Vec<(Vec<u8>, Vec<u32>)> = inputs.iter().map(|d| (d.clone(), vec![])).collect();
-    run_dims(g, &with)
-}
-
-/// Runs `g` with byte inputs and their dimensions (empty: the model's).
-fn run_dims(g: Graph, inputs: &[(Vec<u8>, Vec<u32>)]) -> Outs {
-    let p = PreparedGraph::new(g).expect("the graph prepares");
-    let sizes: Vec<usize> = p
-        .graph()
-        .output_indexes
-        .iter()
-        .map(|&o| p.graph().operands[o as usize].ty.element_size())
-        .collect();
-    let args: Vec<InputArg<'_>> = inputs
-        .iter()
-        .map(|(d, dims)| InputArg::Value {
-            data: d,
-            dimensions: dims.clone(),
-        })
-        .collect();
-    let mut bufs = vec![vec![0u8; 1 << 16]; sizes.len()];
-    let shapes = {
-        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        p.execute(&[], &args, &mut outs)?
-    };
-    Ok(bufs
-        .into_iter()
-        .zip(shapes)
-        .zip(sizes)
-        .map(|((mut b, s), sz)| {
-            let n: usize = s.dimensions.iter().map(|&d| d as usize).product();
-            b.truncate(n * sz);
-            (b, s.dimensions)
-        })
-        .collect())
-}
-
-fn refused(g: Graph) -> String {
-    match PreparedGraph::new(g) {
-        Err(GraphError::InvalidOperation { reason, .. }) => reason,
-        r => panic!("expected InvalidOperation, got {r:?}"),
-    }
-}
-
-fn exec_err(r: Outs) -> String {
-    match r {
-        Err(ExecError::InvalidArgument(m)) => m,
-        r => panic!("expected InvalidArgument, got {r:?}"),
-    }
-}
-
-fn hb(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f32_to_f16(x).to_le_bytes())
-        .collect()
-}
-fn bh(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-        .collect()
-}
+use crate::{Graph, Lifetime, OperandType as T, OperationType as O, PreparedGraph};
 
 /// Float16 results within half precision of `want`.
 fn close16(got: &[f32], want: &[f32]) {
@@ -88,18 +18,10 @@ fn close16(got: &[f32], want: &[f32]) {
 /// Constant tensor of type `ty` (float32 or float16) holding `v`.
 fn fc(b: &mut B, ty: T, dims: &[u32], v: &[f32]) -> u32 {
     if ty == T::TensorFloat16 {
-        b.konst(ty, dims, hb(v))
+        b.konst(ty, dims, f16_bytes(v))
     } else {
         b.f32c(dims, v)
     }
-}
-
-fn enc(ty: T, v: &[f32]) -> Vec<u8> {
-    if ty == T::TensorFloat16 { hb(v) } else { fb(v) }
-}
-
-fn dec(ty: T, b: &[u8]) -> Vec<f32> {
-    if ty == T::TensorFloat16 { bh(b) } else { bf(b) }
 }
 
 // ---------------------------------------------------------------- RNN
@@ -128,7 +50,7 @@ fn rnn_graph(ty: T, wdims: &[u32], act: i32) -> Graph {
 #[test]
 fn rnn_float32_both_outputs_are_the_new_state() {
     let g = rnn_graph(T::TensorFloat32, &[2, 3], 0);
-    let r = run_outs(g, &[fb(&X), fb(&H)]).unwrap();
+    let r = run_outputs(g, &[fb(&X), fb(&H)]).unwrap();
     let want = [2.5, -2.15, -0.05, 1.375];
     close(&bf(&r[0].0), &want);
     close(&bf(&r[1].0), &want);
@@ -138,15 +60,15 @@ fn rnn_float32_both_outputs_are_the_new_state() {
 #[test]
 fn rnn_relu_clamps_negative_units() {
     let g = rnn_graph(T::TensorFloat32, &[2, 3], 1);
-    let r = run_outs(g, &[fb(&X), fb(&H)]).unwrap();
+    let r = run_outputs(g, &[fb(&X), fb(&H)]).unwrap();
     close(&bf(&r[1].0), &[2.5, 0.0, 0.0, 1.375]);
 }
 
 #[test]
 fn rnn_float16() {
     let g = rnn_graph(T::TensorFloat16, &[2, 3], 0);
-    let r = run_outs(g, &[hb(&X), hb(&H)]).unwrap();
-    close16(&bh(&r[0].0), &[2.5, -2.15, -0.05, 1.375]);
+    let r = run_outputs(g, &[f16_bytes(&X), f16_bytes(&H)]).unwrap();
+    close16(&f16_vals(&r[0].0), &[2.5, -2.15, -0.05, 1.375]);
 }
 
 #[test]
@@ -160,7 +82,10 @@ fn rnn_weights_not_matching_input_size_fail_at_execution() {
     let mut g = rnn_graph(T::TensorFloat32, &[2, 3], 0);
     let x = g.operations[0].inputs[0] as usize;
     g.operands[x].dimensions = vec![0, 0];
-    let m = exec_err(run_dims(g, &[(fb(&X), vec![3, 2]), (fb(&H), vec![])]));
+    let m = exec_message(run_outputs_dims(
+        g,
+        &[(fb(&X), vec![3, 2]), (fb(&H), vec![])],
+    ));
     assert!(m.contains("weights' second extent is 3, must be 2"), "{m}");
 }
 
@@ -182,7 +107,7 @@ fn rnn_omitted_activation_means_none() {
     let mut g = rnn_graph(T::TensorFloat32, &[2, 3], 1);
     let a = g.operations[0].inputs[5] as usize;
     g.operands[a].lifetime = Lifetime::NoValue;
-    let r = run_outs(g, &[fb(&X), fb(&H)]).unwrap();
+    let r = run_outputs(g, &[fb(&X), fb(&H)]).unwrap();
     close(&bf(&r[1].0), &[2.5, -2.15, -0.05, 1.375]);
 }
 
@@ -262,7 +187,7 @@ const SVDF_STATE1: [f32; 24] = [
 #[test]
 fn svdf_float32_with_bias_updates_state_and_output() {
     let g = svdf_graph(T::TensorFloat32, true, 2, 0, 12);
-    let r = run_outs(g, &[fb(&SX), fb(&svdf_state())]).unwrap();
+    let r = run_outputs(g, &[fb(&SX), fb(&svdf_state())]).unwrap();
     assert_eq!(r[0].1, vec![2, 12]);
     close(&bf(&r[0].0), &SVDF_STATE1);
     assert_eq!(r[1].1, vec![2, 2]);
@@ -272,7 +197,7 @@ fn svdf_float32_with_bias_updates_state_and_output() {
 #[test]
 fn svdf_omitted_bias_with_relu() {
     let g = svdf_graph(T::TensorFloat32, false, 2, 1, 12);
-    let r = run_outs(g, &[fb(&SX), fb(&svdf_state())]).unwrap();
+    let r = run_outputs(g, &[fb(&SX), fb(&svdf_state())]).unwrap();
     close(&bf(&r[0].0), &SVDF_STATE1);
     close(&bf(&r[1].0), &[0.0, 2.275, 1.4125, 2.3375]);
 }
@@ -280,7 +205,7 @@ fn svdf_omitted_bias_with_relu() {
 #[test]
 fn svdf_second_step_consumes_the_returned_state() {
     let g = svdf_graph(T::TensorFloat32, true, 2, 1, 12);
-    let r = run_outs(g, &[fb(&[2.0, 1.0, -1.0, -1.0]), fb(&SVDF_STATE1)]).unwrap();
+    let r = run_outputs(g, &[fb(&[2.0, 1.0, -1.0, -1.0]), fb(&SVDF_STATE1)]).unwrap();
     close(
         &bf(&r[0].0),
         &[
@@ -294,9 +219,9 @@ fn svdf_second_step_consumes_the_returned_state() {
 #[test]
 fn svdf_float16() {
     let g = svdf_graph(T::TensorFloat16, true, 2, 0, 12);
-    let r = run_outs(g, &[hb(&SX), hb(&svdf_state())]).unwrap();
-    close16(&bh(&r[0].0), &SVDF_STATE1);
-    close16(&bh(&r[1].0), &[-1.45, 2.175, 1.5125, 2.2375]);
+    let r = run_outputs(g, &[f16_bytes(&SX), f16_bytes(&svdf_state())]).unwrap();
+    close16(&f16_vals(&r[0].0), &SVDF_STATE1);
+    close16(&f16_vals(&r[1].0), &[-1.45, 2.175, 1.5125, 2.2375]);
 }
 
 #[test]
@@ -311,7 +236,7 @@ fn svdf_filters_not_a_multiple_of_rank_fail_at_execution() {
     b.g = svdf_graph(T::TensorFloat32, false, 2, 0, 12);
     let rk = b.input(T::Int32, &[]);
     b.g.operations[0].inputs[5] = rk;
-    let m = exec_err(run_outs(
+    let m = exec_message(run_outputs(
         b.g,
         &[fb(&SX), fb(&svdf_state()), 3i32.to_le_bytes().to_vec()],
     ));
@@ -329,7 +254,7 @@ fn svdf_state_width_must_be_memory_times_filters_at_execution() {
     let mut g = svdf_graph(T::TensorFloat32, true, 2, 0, 12);
     let s = g.operations[0].inputs[4] as usize;
     g.operands[s].dimensions = vec![2, 0];
-    let m = exec_err(run_dims(
+    let m = exec_message(run_outputs_dims(
         g,
         &[(fb(&SX), vec![]), (fb(&[0.0; 16]), vec![2, 8])],
     ));
@@ -413,7 +338,7 @@ fn uni_graph(ty: T, time_major: i32, act: i32, with_state: bool) -> Graph {
 #[test]
 fn unidirectional_time_major_with_state_output() {
     let g = uni_graph(T::TensorFloat32, 1, 0, true);
-    let r = run_outs(g, &[fb(&QX), fb(&QH)]).unwrap();
+    let r = run_outputs(g, &[fb(&QX), fb(&QH)]).unwrap();
     assert_eq!(r[0].1, vec![3, 2, 2]);
     close(&bf(&r[0].0), &UNI_OUT);
     assert_eq!(r[1].1, vec![2, 2]);
@@ -424,7 +349,7 @@ fn unidirectional_time_major_with_state_output() {
 fn unidirectional_batch_major() {
     let g = uni_graph(T::TensorFloat32, 0, 0, false);
     let x = to_batch_major(&QX, 3, 2, 2);
-    let r = run_outs(g, &[fb(&x), fb(&QH)]).unwrap();
+    let r = run_outputs(g, &[fb(&x), fb(&QH)]).unwrap();
     assert_eq!(r[0].1, vec![2, 3, 2]);
     close(
         &bf(&r[0].0),
@@ -437,7 +362,7 @@ fn unidirectional_batch_major() {
 #[test]
 fn unidirectional_relu6_feeds_clamped_state_forward() {
     let g = uni_graph(T::TensorFloat32, 1, 3, false);
-    let r = run_outs(g, &[fb(&QX), fb(&QH)]).unwrap();
+    let r = run_outputs(g, &[fb(&QX), fb(&QH)]).unwrap();
     close(
         &bf(&r[0].0),
         &[
@@ -449,9 +374,9 @@ fn unidirectional_relu6_feeds_clamped_state_forward() {
 #[test]
 fn unidirectional_float16() {
     let g = uni_graph(T::TensorFloat16, 1, 0, true);
-    let r = run_outs(g, &[hb(&QX), hb(&QH)]).unwrap();
-    close16(&bh(&r[0].0), &UNI_OUT);
-    close16(&bh(&r[1].0), &UNI_STATE);
+    let r = run_outputs(g, &[f16_bytes(&QX), f16_bytes(&QH)]).unwrap();
+    close16(&f16_vals(&r[0].0), &UNI_OUT);
+    close16(&f16_vals(&r[1].0), &UNI_STATE);
 }
 
 #[test]
@@ -483,7 +408,7 @@ fn unidirectional_hidden_state_of_wrong_units_fails_at_execution() {
     let mut g = uni_graph(T::TensorFloat32, 1, 0, false);
     let h = g.operations[0].inputs[4] as usize;
     g.operands[h].dimensions = vec![2, 0];
-    let m = exec_err(run_dims(
+    let m = exec_message(run_outputs_dims(
         g,
         &[(fb(&QX), vec![]), (fb(&[0.0, 0.0]), vec![2, 1])],
     ));
@@ -565,11 +490,11 @@ fn bi_graph(ty: T, time_major: bool, merge: bool, state: bool, aux: Aux) -> Grap
 }
 
 fn bi_run(g: Graph, ty: T, inputs: &[&[f32]]) -> Vec<(Vec<f32>, Vec<u32>)> {
-    let ins: Vec<Vec<u8>> = inputs.iter().map(|v| enc(ty, v)).collect();
-    run_outs(g, &ins)
+    let ins: Vec<Vec<u8>> = inputs.iter().map(|v| float_bytes(ty, v)).collect();
+    run_outputs(g, &ins)
         .unwrap()
         .into_iter()
-        .map(|(b, d)| (dec(ty, &b), d))
+        .map(|(b, d)| (float_vals(ty, &b), d))
         .collect()
 }
 
@@ -700,7 +625,7 @@ fn bidirectional_aux_input_with_other_time_steps_fails_at_execution() {
     let mut g = bi_graph(T::TensorFloat32, true, false, false, Aux::Parallel);
     let ai = g.operations[0].inputs[9] as usize;
     g.operands[ai].dimensions = vec![2, 2, 1];
-    let m = exec_err(run_outs(g, &[fb(&QX), fb(&[0.0; 4])]));
+    let m = exec_message(run_outputs(g, &[fb(&QX), fb(&[0.0; 4])]));
     assert!(m.contains("auxiliary input has 2 steps"), "{m}");
 }
 

@@ -3,7 +3,8 @@
 
 use super::super::{KResult, OpCtx, count, q8_range, q8_tensor, to_u32};
 use super::{
-    check_box_quant, check_out, check_rank, const_i32, dims_of, quant16_boxes, real_values,
+    check_box_quant, check_out, check_rank, const_i32, dims_of, float_or_q8, is_q8, quant16_boxes,
+    real_values,
 };
 use crate::check::{Ck, Issue, float_scalar};
 use crate::model::OperandType;
@@ -134,18 +135,8 @@ pub(super) fn transform(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
 
 pub(super) fn check_nms(c: &Ck<'_>) -> Result<(), Issue> {
     c.counts(&[9], 4)?;
-    let t = c.ty(0)?;
-    let roi_t = match t {
-        T::TensorFloat32 | T::TensorFloat16 => t,
-        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => T::TensorQuant16Asymm,
-        other => {
-            return Err(Issue::Invalid(format!(
-                "input 0 (scores) must be TENSOR_FLOAT32, TENSOR_FLOAT16, TENSOR_QUANT8_ASYMM \
-                 or TENSOR_QUANT8_ASYMM_SIGNED, is {}",
-                other.name()
-            )));
-        }
-    };
+    let t = float_or_q8(c, "input 0 (scores)")?;
+    let roi_t = if is_q8(t) { T::TensorQuant16Asymm } else { t };
     let ft = float_scalar(t);
     c.is(1, roi_t, "boxes")?;
     check_box_quant(c, 1, "boxes")?;

@@ -2,7 +2,9 @@
 //! precision by a second-order Taylor expansion around it, mapped into the box.
 
 use super::super::{KResult, OpCtx, count, nchw_to_nhwc, q8_range, q8_tensor};
-use super::{check_box_quant, check_out, check_rank, quant16_boxes, real_values};
+use super::{
+    check_box_quant, check_out, check_rank, float_or_q8, is_q8, quant16_boxes, real_values,
+};
 use crate::check::{Ck, Issue};
 use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
@@ -19,18 +21,8 @@ pub(super) const TYPES: &[OperandType] = &[
 
 pub(super) fn check(c: &Ck<'_>) -> Result<(), Issue> {
     c.counts(&[3], 2)?;
-    let t = c.ty(0)?;
-    let box_t = match t {
-        T::TensorFloat32 | T::TensorFloat16 => t,
-        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => T::TensorQuant16Asymm,
-        other => {
-            return Err(Issue::Invalid(format!(
-                "input 0 (heatmaps) must be TENSOR_FLOAT32, TENSOR_FLOAT16, \
-                 TENSOR_QUANT8_ASYMM or TENSOR_QUANT8_ASYMM_SIGNED, is {}",
-                other.name()
-            )));
-        }
-    };
+    let t = float_or_q8(c, "input 0 (heatmaps)")?;
+    let box_t = if is_q8(t) { T::TensorQuant16Asymm } else { t };
     c.is(1, box_t, "boxes")?;
     check_box_quant(c, 1, "boxes")?;
     c.is(2, T::Bool, "layout")?;

@@ -4,7 +4,7 @@
 
 use super::super::{KResult, OpCtx, count, nchw_to_nhwc, q8_range, q8_tensor, to_u32};
 use super::bbox::{Kernel, MAX_PAIRS, nms_class};
-use super::{BOX_SCALE, check_out, check_rank, quant16_boxes, real_values};
+use super::{BOX_SCALE, check_out, check_rank, float_or_q8, is_q8, quant16_boxes, real_values};
 use crate::check::{Ck, Issue, float_scalar};
 use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
@@ -21,21 +21,15 @@ pub(super) const TYPES: &[OperandType] = &[
 
 pub(super) fn check(c: &Ck<'_>) -> Result<(), Issue> {
     c.counts(&[11], 3)?;
-    let t = c.ty(0)?;
-    let (anchor_t, info_t, roi_t) = match t {
-        T::TensorFloat32 | T::TensorFloat16 => (t, t, t),
-        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => (
+    let t = float_or_q8(c, "input 0 (scores)")?;
+    let (anchor_t, info_t, roi_t) = if is_q8(t) {
+        (
             T::TensorQuant16Symm,
             T::TensorQuant16Asymm,
             T::TensorQuant16Asymm,
-        ),
-        other => {
-            return Err(Issue::Invalid(format!(
-                "input 0 (scores) must be TENSOR_FLOAT32, TENSOR_FLOAT16, TENSOR_QUANT8_ASYMM \
-                 or TENSOR_QUANT8_ASYMM_SIGNED, is {}",
-                other.name()
-            )));
-        }
+        )
+    } else {
+        (t, t, t)
     };
     let ft = float_scalar(t);
     c.is(1, t, "bounding box deltas")?;

@@ -1,11 +1,13 @@
 //! ROI_ALIGN and ROI_POOLING: fixed-size feature maps cut out of a 4-D input, one per region
 //! of interest, in NHWC or NCHW layout.
 
-use super::super::quant::{mbqm, quantize_multiplier};
+use super::super::quant::{mbqm, q8_values, quantize_multiplier};
 use super::super::{
     KResult, OpCtx, count, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor, to_layout, to_u32,
 };
-use super::{check_box_quant, check_const_fpos, check_const_pos, check_rank, real_values};
+use super::{
+    check_box_quant, check_const_fpos, check_const_pos, check_rank, float_or_q8, is_q8, real_values,
+};
 use crate::check::{Ck, Issue, float_scalar};
 use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
@@ -26,18 +28,8 @@ const MAX_WORK: u64 = 1 << 31;
 /// The checks both operations share: inputs 0..=6 and the output type.
 fn check_common(c: &Ck<'_>, n_inputs: usize) -> Result<OperandType, Issue> {
     c.counts(&[n_inputs], 1)?;
-    let t = c.ty(0)?;
-    let roi_t = match t {
-        T::TensorFloat32 | T::TensorFloat16 => t,
-        T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => T::TensorQuant16Asymm,
-        other => {
-            return Err(Issue::Invalid(format!(
-                "input 0 must be TENSOR_FLOAT32, TENSOR_FLOAT16, TENSOR_QUANT8_ASYMM or \
-                 TENSOR_QUANT8_ASYMM_SIGNED, is {}",
-                other.name()
-            )));
-        }
-    };
+    let t = float_or_q8(c, "input 0")?;
+    let roi_t = if is_q8(t) { T::TensorQuant16Asymm } else { t };
     let ft = float_scalar(t);
     c.is(1, roi_t, "rois")?;
     check_box_quant(c, 1, "rois")?;
@@ -339,7 +331,7 @@ pub(super) fn roi_align(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             Tensor::new(d, Data::F32(v))
         }
         Data::U8(_) | Data::I8(_) => {
-            let x = nhwc_data(&super::q8_values(ctx, 0)?, &it.dims, c.nchw);
+            let x = nhwc_data(&q8_values(ctx, 0)?.1, &it.dims, c.nchw);
             let (izp, iscale) = (ctx.operand(0)?.zero_point, ctx.operand(0)?.scale);
             let o_op = ctx.out(0)?;
             let (lo, hi) = q8_range(ty);
@@ -458,7 +450,7 @@ pub(super) fn roi_pooling(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             Tensor::new(d, Data::F32(v))
         }
         Data::U8(_) | Data::I8(_) => {
-            let x = nhwc_data(&super::q8_values(ctx, 0)?, &it.dims, c.nchw);
+            let x = nhwc_data(&q8_values(ctx, 0)?.1, &it.dims, c.nchw);
             let zp = ctx.operand(0)?.zero_point;
             let mut out = vec![0i32; n_out];
             pool(&c, &x, &regions, dims, zp, &mut out);

@@ -853,3 +853,18 @@ fn rank_of_symmetric_and_16_bit_quantized_tensors() {
     let (out, _) = run_bytes(b.g, &[(vec![0; 6], vec![])]);
     assert_eq!(i32_vals(&out), vec![4]);
 }
+
+#[test]
+fn average_pool_quant8_signed_rounds_ties_away_from_zero_like_tflite() {
+    // TFLite's int8 average pool rounds the integer mean half away from zero:
+    // (-127 - 126 - 125 - 124) = -502, (-502 - 2) / 4 = -126 (the uint8 kernel's
+    // (502 + 2) / 4 = 126 for the unshifted values)
+    let args: Vec<A> = [2, 1, 1, 2, 2, 0].iter().map(|&v| A::I(v)).collect();
+    let (out, _) = run(
+        O::AveragePool2d,
+        vec![i8q(&[1, 2, 2, 1], 0.5, -128, &[-127, -126, -125, -124])],
+        &args,
+        qs(0.5, -128),
+    );
+    assert_eq!(i8_vals(&out), vec![-126]);
+}

@@ -435,3 +435,7 @@ pub(crate) fn check4(ctx: &OpCtx<'_>, dims: &[u32], len: usize, what: &str) -> K
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "type_coverage_tests.rs"]
+mod type_coverage_tests;

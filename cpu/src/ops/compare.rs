@@ -5,8 +5,8 @@
 //! quantized operands are compared by real value, so their scales and zero points may differ.
 
 use super::broadcast::{broadcast, check_broadcastable};
+use super::opdef::OpDef;
 use super::reduce::{invalid, known_rank, out_fits, type_in, value};
-use super::registry::OpDef;
 use super::{KResult, OpCtx};
 use crate::check::{Ck, Issue};
 use crate::model::{OperandType, OperationType};

@@ -5,8 +5,8 @@
 
 use super::conv::{Geometry, Padding, filter_quant};
 use super::normalization::const_i32;
+use super::opdef::OpDef;
 use super::quant::{Requant, centered};
-use super::registry::OpDef;
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_tensor, to_layout,
     to_u32,

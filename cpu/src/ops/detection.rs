@@ -5,7 +5,7 @@
 //! TENSOR_QUANT16_ASYMM with scale 0.125 and zero point 0, as NNAPI requires; the kernels work
 //! on their real values and requantize at the end.
 
-use super::registry::OpDef;
+use super::opdef::OpDef;
 use super::{KResult, OpCtx, const_data};
 use crate::check::{Ck, Issue};
 use crate::model::{OperandType, OperationType};

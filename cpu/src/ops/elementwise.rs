@@ -2,7 +2,7 @@
 
 use super::broadcast::broadcast;
 use super::quant::{act_range_q, mbqm, q8_values, quantize_multiplier, quantize_val};
-use super::{KResult, OpCtx, count, q8_range, q8_tensor, resolve_axis};
+use super::{KResult, OpCtx, count, q8_range, q8_tensor, resolve_axis, split_axis};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
@@ -249,13 +249,6 @@ pub(crate) fn quantize(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     Ok(q8_tensor(out.ty, d.to_vec(), v))
 }
 
-/// Splits `dims` around `axis` into (outer, axis extent, inner).
-pub(crate) fn split_axis(dims: &[u32], axis: usize) -> (usize, usize, usize) {
-    let outer: usize = dims[..axis].iter().map(|&d| d as usize).product();
-    let inner: usize = dims[axis + 1..].iter().map(|&d| d as usize).product();
-    (outer, dims[axis] as usize, inner)
-}
-
 /// Input `i` as floats (8-bit values dequantized), checked against its dimensions.
 pub(crate) fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f32>)> {
     let op = ctx.operand(i)?;
@@ -297,7 +290,7 @@ pub(crate) fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KRes
     }
 }
 
-/// [`split_axis`] at the axis given by optional INT32 input `i` (default: the last one).
+/// [`split_axis`](super::split_axis) at the axis given by optional INT32 input `i` (default: the last one).
 fn split_at_axis_arg(ctx: &OpCtx<'_>, dims: &[u32], i: usize) -> KResult<(usize, usize, usize)> {
     let axis = if ctx.has(i) { ctx.scalar_i32(i)? } else { -1 };
     if dims.is_empty() {

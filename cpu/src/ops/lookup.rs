@@ -1,7 +1,7 @@
 //! Lookups and hashing: EMBEDDING_LOOKUP, HASHTABLE_LOOKUP, LSH_PROJECTION (with FarmHash
 //! Fingerprint64) and RANDOM_MULTINOMIAL.
 
-use super::registry::OpDef;
+use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, to_u32};
 use crate::check::{Ck, FLOAT, Issue};
 use crate::model::{Graph, Lifetime, OperandType, OperationType};

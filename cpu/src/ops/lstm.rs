@@ -15,7 +15,7 @@ use crate::check::{Ck, FLOAT, Issue, float_scalar};
 use crate::model::{Lifetime, OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
-use super::registry::OpDef;
+use super::opdef::OpDef;
 
 use OperandType as T;
 

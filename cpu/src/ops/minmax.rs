@@ -8,8 +8,8 @@
 //! input_scale·alpha_scale / output_scale, both with gemmlowp fixed-point multipliers.
 
 use super::broadcast::broadcast;
+use super::opdef::OpDef;
 use super::quant::{mbqm, q8_values, quantize_multiplier};
-use super::registry::OpDef;
 use super::{KResult, OpCtx, q8_range, q8_tensor};
 use crate::check::{ARITH, Ck, F32_Q8, Issue};
 use crate::model::{OperandType, OperationType};

@@ -18,6 +18,7 @@ mod lstm;
 mod minmax;
 mod movement;
 mod normalization;
+mod opdef;
 mod pool;
 mod quant;
 mod reduce;
@@ -279,6 +280,13 @@ pub(crate) fn strides(dims: &[u32]) -> Vec<usize> {
         s[i] = s[i + 1] * dims[i + 1] as usize;
     }
     s
+}
+
+/// Splits `dims` around `axis` into (outer, axis extent, inner).
+pub(crate) fn split_axis(dims: &[u32], axis: usize) -> (usize, usize, usize) {
+    let outer: usize = dims[..axis].iter().map(|&d| d as usize).product();
+    let inner: usize = dims[axis + 1..].iter().map(|&d| d as usize).product();
+    (outer, dims[axis] as usize, inner)
 }
 
 /// Resolves a possibly negative axis against `rank`.

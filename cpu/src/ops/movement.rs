@@ -6,8 +6,8 @@
 //! each kernel computes, for every output element, the index of its source element (or
 //! [`PAD`] for a padding element) and [`pick`] copies them.
 
+use super::opdef::OpDef;
 use super::reduce::const_i32s;
-use super::registry::OpDef;
 use super::{KResult, OpCtx, count, resolve_axis, strides, to_u32};
 use crate::check::{Ck, Issue, MOVE_TENSOR, float_scalar};
 use crate::model::{OperandType, OperationType};

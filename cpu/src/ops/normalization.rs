@@ -1,7 +1,7 @@
 //! LOCAL_RESPONSE_NORMALIZATION and INSTANCE_NORMALIZATION (float32 and float16), and the
 //! constant-argument readers the static checks of this helper's families share.
 
-use super::registry::OpDef;
+use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, nchw_to_nhwc, nhwc_input, resolve_axis, to_layout};
 use crate::check::{Ck, FLOAT, Issue, float_scalar};
 use crate::model::{Lifetime, OperandType, OperationType};
@@ -131,7 +131,7 @@ fn lrn(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let beta = ctx.scalar_f32(4)?;
     let axis = if ctx.has(5) { ctx.scalar_i32(5)? } else { -1 };
     let axis = resolve_axis(ctx, axis, d.len())?;
-    let (outer, n, inner) = super::elementwise::split_axis(d, axis);
+    let (outer, n, inner) = super::split_axis(d, axis);
     let mut out = vec![0f32; x.len()];
     for o in 0..outer {
         for i in 0..inner {

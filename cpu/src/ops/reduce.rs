@@ -6,7 +6,7 @@
 //! the input's scale and zero point, so the order of stored values is the order of real ones).
 
 use super::normalization::const_bool;
-use super::registry::OpDef;
+use super::opdef::OpDef;
 use super::{KResult, OpCtx, advance, count, resolve_axis, to_u32};
 use crate::check::{Ck, Issue, float_scalar};
 use crate::model::{Lifetime, OperandType, OperationType};

@@ -8,25 +8,9 @@
 //! first; operations not (yet) in a family table go through the older per-type match.
 
 use crate::check::{Ck, Issue};
-use crate::model::{Graph, OperandType, Operation, OperationType};
-use crate::tensor::Tensor;
+use crate::model::{Graph, Operation, OperationType};
 
-use super::{KResult, OpCtx};
-
-/// One operation type the executor runs.
-pub(crate) struct OpDef {
-    /// The operation type.
-    pub(crate) op: OperationType,
-    /// The primary tensor types implemented (of input 0, unless the check says otherwise):
-    /// what the coverage table and `getSupportedOperations` report.
-    pub(crate) types: &'static [OperandType],
-    /// The static check of one operation as written: argument count and types, fixed output
-    /// quantization, shapes known before execution. `Issue::Invalid` when it breaks the
-    /// operation's NNAPI definition, `Issue::Unsupported` when it is valid but not implemented.
-    pub(crate) check: fn(&Ck<'_>) -> Result<(), Issue>,
-    /// The kernel: the outputs in order.
-    pub(crate) run: fn(&OpCtx<'_>) -> KResult<Vec<Tensor>>,
-}
+pub(crate) use super::opdef::OpDef;
 
 /// Every family's table.
 static FAMILIES: &[&[OpDef]] = &[

@@ -3,7 +3,7 @@
 //! FLOAT16 for a TENSOR_FLOAT16 input), with align_corners and half_pixel_centers.
 
 use super::normalization::{const_bool, const_f32, const_i32, rank_in};
-use super::registry::OpDef;
+use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, nchw_to_nhwc, nhwc_input, to_layout, to_u32};
 use crate::check::{Ck, F32_Q8, Issue, float_scalar};
 use crate::model::{OperandType, OperationType};

@@ -2,7 +2,7 @@
 //! BIDIRECTIONAL_SEQUENCE_RNN (float32 and float16, computed in f32).
 
 use super::lookup::{agree, const_bool, const_i32, ext, invalid, known_rank};
-use super::registry::OpDef;
+use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, to_u32};
 use crate::check::{Ck, FLOAT, Issue};
 use crate::model::{OperandType, OperationType};

@@ -1,8 +1,8 @@
 //! Data-movement kernels: RESHAPE, SQUEEZE, TRANSPOSE, PAD, CONCATENATION, SPACE_TO_DEPTH,
 //! DEPTH_TO_SPACE, MEAN.
 
-use super::elementwise::{float_result, float_view, split_axis};
-use super::{KResult, OpCtx, advance, count, resolve_axis, strides, to_u32};
+use super::elementwise::{float_result, float_view};
+use super::{KResult, OpCtx, advance, count, resolve_axis, split_axis, strides, to_u32};
 use crate::model::OperandType;
 use crate::tensor::{Data, Tensor};
 

@@ -304,6 +304,25 @@ fn character_device_as_pool_is_refused_and_the_device_stays_everyones() {
     refused_as_pool(OwnedFd::from(null), "character device");
 }
 
+/// Prepares until a new model is placed on the device again (within 10 s, scaled): the
+/// daemon probes a missing or dead device at most once a second.
+#[track_caller]
+fn wait_for_device_placement(hald: &Hald, c: &ServiceClient, what: &str) {
+    let deadline = Instant::now() + scaled(Duration::from_secs(10));
+    loop {
+        let pm = prepare(c, &binary_model(OperationType::Add, N)).unwrap();
+        if pm.runs_on_device() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} was never adopted; log:\n{}",
+            hald.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The simulator killed, then a new one started on the same path: the running daemon adopts
 /// it again (no restart), says so in its info, and new models run on the device. Fails before
 /// the fix: a gone device stayed gone until the service restarted.
@@ -338,19 +357,7 @@ fn a_device_that_dies_and_comes_back_is_adopted_again_without_a_restart() {
         assert!(info.driver.contains("gone"), "info while gone: {info:?}");
 
         let second = Sim::start_at(first.path(), &[]);
-        let deadline = Instant::now() + scaled(Duration::from_secs(10));
-        loop {
-            let pm = prepare(&c, &binary_model(OperationType::Add, N)).unwrap();
-            if pm.runs_on_device() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the device that came back was never adopted; log:\n{}",
-                hald.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_for_device_placement(&hald, &c, "the device that came back");
         assert_eq!(hald.pid(), pid);
         assert_serves_on_device(&hald, "after the device came back");
         let info = c.info().unwrap();
@@ -392,19 +399,7 @@ fn a_device_that_appears_after_the_service_started_is_adopted_without_a_restart(
         assert!(info.driver.contains("not answering yet"), "info: {info:?}");
 
         let sim = Sim::start_at(&node, &[]);
-        let deadline = Instant::now() + scaled(Duration::from_secs(10));
-        loop {
-            let pm = prepare(&c, &binary_model(OperationType::Add, N)).unwrap();
-            if pm.runs_on_device() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the device that appeared was never adopted; log:\n{}",
-                hald.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_for_device_placement(&hald, &c, "the device that appeared");
         assert_eq!(hald.pid(), pid, "the daemon restarted");
         assert_serves_on_device(&hald, "after the device appeared");
         assert!(hald.log().contains("adopted"), "the adoption is logged");

@@ -10,6 +10,9 @@ use crate::model::{Graph, Lifetime, Operand, OperandType};
 use OperandType as T;
 
 pub(crate) const FLOAT: &[OperandType] = &[T::TensorFloat32, T::TensorFloat16];
+/// Float tensors and TENSOR_INT32 (ABS, NEG).
+pub(crate) const FLOAT_INT32: &[OperandType] =
+    &[T::TensorFloat32, T::TensorFloat16, T::TensorInt32];
 pub(crate) const F32_Q8: &[OperandType] = &[
     T::TensorFloat32,
     T::TensorFloat16,

@@ -636,8 +636,8 @@ pub mod hal {
     pub const RELU: i32 = 19;
     /// `ABS`.
     pub const ABS: i32 = 38;
-    /// `NEG`.
-    pub const NEG: i32 = 67;
+    /// `EXP`.
+    pub const EXP: i32 = 49;
     /// `WHILE`.
     pub const WHILE: i32 = 97;
     /// Fused activation: none.

@@ -149,6 +149,21 @@ pub(crate) fn unary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                 Data::F32(x.iter().map(|&v| f(v)).collect()),
             ))
         }
+        // NNAPI lists TENSOR_INT32 for ABS (feature level 4) and NEG (level 3). The most
+        // negative value has no positive counterpart: it wraps to itself, as two's
+        // complement does (TFLite's std::abs leaves it undefined).
+        OperandType::TensorInt32 => {
+            let (d, x) = ctx.i32s(0)?;
+            let f: fn(i32) -> i32 = match op {
+                O::Abs => i32::wrapping_abs,
+                O::Neg => i32::wrapping_neg,
+                _ => return Err(ctx.err("no TENSOR_INT32 kernel")),
+            };
+            Ok(Tensor::new(
+                d.to_vec(),
+                Data::I32(x.iter().map(|&v| f(v)).collect()),
+            ))
+        }
         OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned => {
             let (d, x) = q8_values(ctx, 0)?;
             let inp = ctx.operand(0)?;

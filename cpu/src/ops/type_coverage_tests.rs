@@ -868,3 +868,32 @@ fn average_pool_quant8_signed_rounds_ties_away_from_zero_like_tflite() {
     );
     assert_eq!(i8_vals(&out), vec![-126]);
 }
+
+/// ABS and NEG on TENSOR_INT32 (NNAPI feature levels 4 and 3): by hand, with the extremes.
+/// The most negative value wraps to itself under both, as two's complement does.
+#[test]
+fn abs_and_neg_on_int32_with_the_extremes() {
+    let x = [-3, 0, 7, i32::MIN, i32::MAX];
+    for (op, want) in [
+        (O::Abs, [3, 0, 7, i32::MIN, i32::MAX]),
+        (O::Neg, [3, 0, -7, i32::MIN, -i32::MAX]),
+    ] {
+        let mut b = B::new();
+        let i = b.input(T::TensorInt32, &[5]);
+        let o = b.output(T::TensorInt32, &[5]);
+        b.op(op, &[i], &[o]);
+        let (out, dims) = run_bytes(b.g, &[(i32_bytes(&x), vec![])]);
+        assert_eq!(dims, [5]);
+        assert_eq!(i32_vals(&out), want, "{op:?}");
+    }
+}
+
+/// An INT32 ABS whose output is declared float breaks the operation's definition.
+#[test]
+fn abs_on_int32_with_a_float_output_is_refused() {
+    let mut b = B::new();
+    let i = b.input(T::TensorInt32, &[2]);
+    let o = b.output(T::TensorFloat32, &[2]);
+    b.op(O::Abs, &[i], &[o]);
+    invalid(b.g);
+}

@@ -162,3 +162,49 @@ pub(crate) fn float_scalar(t: OperandType) -> OperandType {
         T::Float32
     }
 }
+
+// ---------------------------------------------------------------- constant arguments
+
+/// The bytes of input `i` when it is a CONSTANT_COPY operand of `len` bytes.
+fn const_bytes<'a>(c: &Ck<'a>, i: usize, len: usize) -> Option<&'a [u8]> {
+    let idx = *c.ins.get(i)? as usize;
+    let o = c.g.operands.get(idx)?;
+    match o.lifetime {
+        Lifetime::ConstantCopy { offset, length } if length == len => {
+            c.g.operand_values.get(offset..offset.checked_add(len)?)
+        }
+        _ => None,
+    }
+}
+
+/// The value of INT32 scalar input `i` when it is a constant of the model.
+pub(crate) fn const_i32(c: &Ck<'_>, i: usize) -> Option<i32> {
+    if c.ty(i).ok()? != T::Int32 {
+        return None;
+    }
+    let b = const_bytes(c, i, 4)?;
+    Some(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The value of BOOL scalar input `i` when it is a constant of the model.
+pub(crate) fn const_bool(c: &Ck<'_>, i: usize) -> Option<bool> {
+    if c.ty(i).ok()? != T::Bool {
+        return None;
+    }
+    Some(const_bytes(c, i, 1)?[0] != 0)
+}
+
+/// The value of FLOAT32 or FLOAT16 scalar input `i` when it is a constant of the model.
+pub(crate) fn const_f32(c: &Ck<'_>, i: usize) -> Option<f32> {
+    match c.ty(i).ok()? {
+        T::Float32 => {
+            let b = const_bytes(c, i, 4)?;
+            Some(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        }
+        T::Float16 => {
+            let b = const_bytes(c, i, 2)?;
+            Some(crate::tensor::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+        }
+        _ => None,
+    }
+}

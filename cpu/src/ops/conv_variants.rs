@@ -4,14 +4,13 @@
 //! reference kernels.
 
 use super::conv::{Geometry, Padding, filter_quant};
-use super::normalization::const_i32;
 use super::opdef::OpDef;
 use super::quant::{Requant, centered};
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_tensor, to_layout,
     to_u32,
 };
-use crate::check::{Ck, F32_Q8, FLOAT, Issue};
+use crate::check::{Ck, F32_Q8, FLOAT, Issue, const_i32};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor, is_float};
 

@@ -3,8 +3,8 @@
 
 use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, to_u32};
-use crate::check::{Ck, FLOAT, Issue};
-use crate::model::{Graph, Lifetime, OperandType, OperationType};
+use crate::check::{Ck, FLOAT, Issue, const_i32};
+use crate::model::{Lifetime, OperandType, OperationType};
 use crate::tensor::{Data, Tensor, kind_of};
 
 use OperandType as T;
@@ -49,26 +49,6 @@ const EMBEDDING_VALUES: &[OperandType] = &[
 
 /// Value types of HASHTABLE_LOOKUP.
 const HASHTABLE_VALUES: &[OperandType] = &[T::TensorFloat32, T::TensorInt32, T::TensorQuant8Asymm];
-
-/// The value of constant INT32 scalar input `i`, when it is a CONSTANT_COPY.
-pub(crate) fn const_i32(c: &Ck<'_>, i: usize) -> Option<i32> {
-    const_bytes(c.g, &c.inp(i).ok()?.lifetime, 4)
-        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-}
-
-/// The value of constant BOOL scalar input `i`, when it is a CONSTANT_COPY.
-pub(crate) fn const_bool(c: &Ck<'_>, i: usize) -> Option<bool> {
-    const_bytes(c.g, &c.inp(i).ok()?.lifetime, 1).map(|b| b[0] != 0)
-}
-
-fn const_bytes<'g>(g: &'g Graph, l: &Lifetime, n: usize) -> Option<&'g [u8]> {
-    match *l {
-        Lifetime::ConstantCopy { offset, length } if length == n => {
-            g.operand_values.get(offset..offset.checked_add(n)?)
-        }
-        _ => None,
-    }
-}
 
 /// Declared rank of input `i`, when known (non-empty dimensions).
 pub(crate) fn known_rank(c: &Ck<'_>, i: usize) -> Option<usize> {

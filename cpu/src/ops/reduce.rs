@@ -5,10 +5,9 @@
 //! decode, and quantized REDUCE_MAX / REDUCE_MIN work on the stored values (the output carries
 //! the input's scale and zero point, so the order of stored values is the order of real ones).
 
-use super::normalization::const_bool;
 use super::opdef::OpDef;
 use super::{KResult, OpCtx, advance, count, resolve_axis, to_u32};
-use crate::check::{Ck, Issue, float_scalar};
+use crate::check::{Ck, Issue, const_bool, float_scalar};
 use crate::model::{Lifetime, OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 

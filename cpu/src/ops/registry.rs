@@ -32,9 +32,23 @@ pub(crate) fn all() -> impl Iterator<Item = &'static OpDef> {
     FAMILIES.iter().flat_map(|f| f.iter())
 }
 
-/// The table row of `op`, if a family defines it.
+/// The table row of `op`, if a family defines it. Execution asks for every operation it runs,
+/// so the rows are indexed by operation code once rather than searched each time.
 pub(crate) fn find(op: OperationType) -> Option<&'static OpDef> {
-    all().find(|d| d.op == op)
+    static BY_CODE: std::sync::OnceLock<Vec<Option<&'static OpDef>>> = std::sync::OnceLock::new();
+    let index = BY_CODE.get_or_init(|| {
+        let mut v = vec![None; OperationType::ALL.len()];
+        for d in all() {
+            if let Some(slot) = usize::try_from(d.op.code()).ok().and_then(|i| v.get_mut(i)) {
+                // The first family to define an operation wins, as the search did.
+                slot.get_or_insert(d);
+            }
+        }
+        v
+    });
+    usize::try_from(op.code())
+        .ok()
+        .and_then(|i| index.get(i).copied().flatten())
 }
 
 /// Runs `def`'s check on `op` of `g`, then checks that input 0's type is one `def`

@@ -2,10 +2,10 @@
 //! and signed), NHWC and NCHW, output size given as INT32 extents or as scales (FLOAT32, or
 //! FLOAT16 for a TENSOR_FLOAT16 input), with align_corners and half_pixel_centers.
 
-use super::normalization::{const_bool, const_f32, const_i32, rank_in};
+use super::normalization::rank_in;
 use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, nchw_to_nhwc, nhwc_input, to_layout, to_u32};
-use crate::check::{Ck, F32_Q8, Issue, float_scalar};
+use crate::check::{Ck, F32_Q8, Issue, const_bool, const_f32, const_i32, float_scalar};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 

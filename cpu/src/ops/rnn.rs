@@ -1,10 +1,10 @@
 //! Simple recurrent layers: RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN and
 //! BIDIRECTIONAL_SEQUENCE_RNN (float32 and float16, computed in f32).
 
-use super::lookup::{agree, const_bool, const_i32, ext, invalid, known_rank};
+use super::lookup::{agree, ext, invalid, known_rank};
 use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, to_u32};
-use crate::check::{Ck, FLOAT, Issue};
+use crate::check::{Ck, FLOAT, Issue, const_bool, const_i32};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 

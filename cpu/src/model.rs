@@ -73,6 +73,8 @@ code_enum! {
         TensorQuant16Asymm = 12 => "TENSOR_QUANT16_ASYMM",
         TensorQuant8Symm = 13 => "TENSOR_QUANT8_SYMM",
         TensorQuant8AsymmSigned = 14 => "TENSOR_QUANT8_ASYMM_SIGNED",
+        /// A reference to one of the model's referenced subgraphs (IF and WHILE bodies).
+        Subgraph = 15 => "SUBGRAPH",
     }
 }
 
@@ -89,13 +91,16 @@ impl OperandType {
             | TensorQuant8Symm
             | TensorQuant8AsymmSigned => 1,
             TensorQuant16Symm | TensorFloat16 | Float16 | TensorQuant16Asymm => 2,
+            // A SUBGRAPH operand carries no bytes: its location names a subgraph.
+            Subgraph => 0,
         }
     }
 
-    /// Whether this is a scalar type (FLOAT32, INT32, UINT32, BOOL, FLOAT16).
+    /// Whether this is a scalar type (FLOAT32, INT32, UINT32, BOOL, FLOAT16, and SUBGRAPH,
+    /// which NNAPI counts as a scalar of size 0).
     pub fn is_scalar(self) -> bool {
         use OperandType::*;
-        matches!(self, Float32 | Int32 | Uint32 | Bool | Float16)
+        matches!(self, Float32 | Int32 | Uint32 | Bool | Float16 | Subgraph)
     }
 
     /// Whether this is a quantized tensor type carrying scale and zero point.
@@ -257,6 +262,12 @@ pub enum Lifetime {
     },
     /// An omitted optional argument.
     NoValue,
+    /// A reference to subgraph `index` of the root graph's `referenced` list (IF and WHILE
+    /// operands of type SUBGRAPH).
+    Subgraph {
+        /// Index into the root graph's `referenced`.
+        index: u32,
+    },
 }
 
 /// One operand of a graph.
@@ -347,4 +358,8 @@ pub struct Graph {
     pub operand_values: Vec<u8>,
     /// Whether FLOAT32 may be computed with FLOAT16 range and precision.
     pub relax_float32_to_float16: bool,
+    /// The subgraphs that SUBGRAPH operands name (NN HAL 1.3 `Model.referenced`), each
+    /// self-contained (its own `operand_values`, CONSTANT_REFERENCE into the same pools). Only the
+    /// root graph has any: a referenced graph's SUBGRAPH operands index the root's list too.
+    pub referenced: Vec<Graph>,
 }

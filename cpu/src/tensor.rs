@@ -38,7 +38,8 @@ pub(crate) fn kind_of(ty: OperandType) -> Kind {
     match ty {
         Float32 | TensorFloat32 | Float16 | TensorFloat16 => Kind::F32,
         Int32 | Uint32 | TensorInt32 => Kind::I32,
-        TensorQuant8Asymm | Bool | TensorBool8 => Kind::U8,
+        // SUBGRAPH operands hold no elements; U8 keeps their (empty) data harmless.
+        TensorQuant8Asymm | Bool | TensorBool8 | Subgraph => Kind::U8,
         TensorQuant8Symm | TensorQuant8SymmPerChannel | TensorQuant8AsymmSigned => Kind::I8,
         TensorQuant16Symm => Kind::I16,
         TensorQuant16Asymm => Kind::U16,

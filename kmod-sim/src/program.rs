@@ -252,6 +252,8 @@ fn to_graph(p: &Program) -> Result<Graph, Errno> {
         output_indexes: p.outputs.clone(),
         operand_values: p.constants.clone(),
         relax_float32_to_float16: p.relax_f32_to_f16,
+        // Device programs carry no subgraphs: IF and WHILE run on the CPU executor.
+        referenced: Vec::new(),
     })
 }
 

@@ -71,6 +71,7 @@ pub(crate) fn model_to_graph(model: &Model) -> Graph {
         output_indexes: model.output_indexes.clone(),
         operand_values: model.operand_values.clone(),
         relax_float32_to_float16: model.relax_computation_float32_to_float16,
+        referenced: Vec::new(),
     }
 }
 

@@ -143,6 +143,12 @@ fn validate_operand(model: &Model, i: usize, o: &Operand) -> Result<(), Validati
 
     // Lifetime and location.
     let loc = &o.location;
+    if (ty == OperandType::Subgraph) != (o.lifetime == OperandLifetime::Subgraph) {
+        return invalid(format!(
+            "operand {i}: type SUBGRAPH goes with lifetime SUBGRAPH and only with it (has {tn}, {})",
+            o.lifetime.name()
+        ));
+    }
     match o.lifetime {
         OperandLifetime::Subgraph => {
             return invalid(format!(
@@ -258,7 +264,8 @@ fn validate_quantization(i: usize, o: &Operand) -> Result<(), ValidationError> {
         | T::TensorFloat32
         | T::TensorFloat16
         | T::TensorBool8
-        | T::TensorQuant8SymmPerChannel => {
+        | T::TensorQuant8SymmPerChannel
+        | T::Subgraph => {
             if scale != 0.0 {
                 return invalid(format!("operand {i}: {tn} must have scale 0, has {scale}"));
             }

@@ -516,6 +516,8 @@ fn int_range(ty: OperandType) -> Option<(i128, i128)> {
         }
         T::TensorQuant16Symm => (i128::from(i16::MIN), i128::from(i16::MAX)),
         T::TensorQuant16Asymm => (0, i128::from(u16::MAX)),
+        // A SUBGRAPH operand has no elements to range-check.
+        T::Subgraph => return None,
     })
 }
 
@@ -586,6 +588,10 @@ fn float_value(x: f32) -> Value {
 pub fn output_values(ty: OperandType, bytes: &[u8]) -> Vec<Value> {
     use OperandType as T;
     let size = ty.element_size();
+    if size == 0 {
+        // SUBGRAPH: no elements (and chunks_exact(0) would panic).
+        return Vec::new();
+    }
     bytes
         .chunks_exact(size)
         .map(|c| match ty {
@@ -604,6 +610,7 @@ pub fn output_values(ty: OperandType, bytes: &[u8]) -> Vec<Value> {
             }
             T::TensorQuant16Symm => Value::from(i16::from_le_bytes([c[0], c[1]])),
             T::TensorQuant16Asymm => Value::from(u16::from_le_bytes([c[0], c[1]])),
+            T::Subgraph => Value::Null,
         })
         .collect()
 }

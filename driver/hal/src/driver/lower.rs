@@ -175,6 +175,9 @@ impl DevicePlan {
             .iter()
             .map(|o| {
                 let location = match o.lifetime {
+                    // Device programs carry no subgraphs; placement keeps IF and WHILE on the
+                    // CPU executor, so a SUBGRAPH operand never reaches a device program.
+                    Lifetime::Subgraph { .. } => return Err(einval()),
                     Lifetime::TemporaryVariable => Location::Temporary,
                     Lifetime::SubgraphInput => Location::Input,
                     Lifetime::SubgraphOutput => Location::Output,
@@ -193,9 +196,9 @@ impl DevicePlan {
                         length: length as u64,
                     },
                 };
-                program_operand(o, location)
+                Ok(program_operand(o, location))
             })
-            .collect();
+            .collect::<io::Result<Vec<_>>>()?;
         let program = Program {
             operands,
             operations: graph

@@ -1054,6 +1054,8 @@ mod tests {
         m.operands.push(opnd(T::TensorFloat32, &[], L::NoValue));
         validate_model(&m).unwrap();
         m.operands[4].lifetime = L::Subgraph;
+        assert_mentions(&model_err(&m), &["operand 4", "SUBGRAPH", "only with it"]);
+        m.operands[4].operand_type = T::Subgraph;
         assert_mentions(&model_err(&m), &["operand 4", "SUBGRAPH", "not supported"]);
     }
 

@@ -488,6 +488,7 @@ pub fn model_from_wire(w: WireModel, fds: &mut ReceivedFds) -> Result<Model, Pro
         operand_values: w.operand_values,
         pools,
         relax_computation_float32_to_float16: w.relax,
+        referenced: Vec::new(),
     })
 }
 

@@ -872,6 +872,7 @@ pub fn parse_model(json: &str) -> Result<LoadedModelFile> {
         operand_values: Vec::new(),
         pools: Vec::new(),
         relax_computation_float32_to_float16: relax,
+        referenced: Vec::new(),
     };
     place_copies(&mut model, copies)?;
     place_references(&mut model, refs)?;

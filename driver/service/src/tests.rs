@@ -94,6 +94,7 @@ fn add_model() -> Model {
         operand_values: 0i32.to_le_bytes().to_vec(),
         pools: vec![],
         relax_computation_float32_to_float16: false,
+        referenced: vec![],
     }
 }
 

@@ -158,6 +158,7 @@ impl CachedModel {
             operand_values: Vec::new(),
             pools: Vec::new(),
             relax_computation_float32_to_float16: self.relax_computation_float32_to_float16,
+            referenced: Vec::new(),
         })
     }
 }
@@ -241,6 +242,7 @@ fn encode_with(model: &Model, on_device: bool, with_data: bool) -> Result<Encode
         operand_values: Vec::new(),
         pools: Vec::new(),
         relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
+        referenced: Vec::new(),
     };
     let body = postcard::to_stdvec(&CachedModel::from_model(&skeleton, data_len))
         .map_err(|e| CacheError::Encode(e.to_string()))?;
@@ -364,6 +366,7 @@ pub(crate) fn with_large_copies_referenced(model: &Model) -> Result<Option<Model
         output_indexes: model.output_indexes.clone(),
         operand_values: Vec::new(),
         pools: model.pools.clone(),
+        referenced: Vec::new(),
         relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
     };
     split_constants(&mut out, data)?;
@@ -454,6 +457,7 @@ mod tests {
             operand_values,
             pools: vec![],
             relax_computation_float32_to_float16: false,
+            referenced: vec![],
         }
     }
 

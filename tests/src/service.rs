@@ -470,12 +470,8 @@ impl ModelBuilder {
 
     /// A SUBGRAPH operand naming referenced subgraph `index`.
     pub fn subgraph_operand(&mut self, index: u32) -> u32 {
-        self.operand(
-            OperandType::Subgraph,
-            &[],
-            OperandLifetime::Subgraph,
-            loc(0, index, 0),
-        )
+        self.model.operands.push(Operand::subgraph(index));
+        (self.model.operands.len() - 1) as u32
     }
 
     /// [`Self::add_referenced`] and a SUBGRAPH operand naming it.

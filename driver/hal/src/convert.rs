@@ -288,24 +288,14 @@ mod tests {
         let model = Model {
             operands: vec![
                 scalar(OperandLifetime::ConstantCopy, at(0, 4)),
-                operand(
-                    OperandType::Subgraph,
-                    &[],
-                    OperandLifetime::Subgraph,
-                    at(1, 0),
-                ),
+                HalOperand::subgraph(1),
             ],
             referenced: vec![
                 sub(vec![scalar(OperandLifetime::SubgraphInput, at(0, 0))]),
                 sub(vec![
                     scalar(OperandLifetime::ConstantCopy, at(8, 4)),
                     scalar(OperandLifetime::ConstantCopy, at(4, 4)),
-                    operand(
-                        OperandType::Subgraph,
-                        &[],
-                        OperandLifetime::Subgraph,
-                        at(0, 0),
-                    ),
+                    HalOperand::subgraph(0),
                     scalar(OperandLifetime::ConstantCopy, at(12, 4)),
                 ]),
             ],

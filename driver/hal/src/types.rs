@@ -137,6 +137,27 @@ pub struct Operand {
     pub extra_params: Option<SymmPerChannelQuantParams>,
 }
 
+impl Operand {
+    /// A SUBGRAPH operand naming referenced subgraph `index` (type and lifetime SUBGRAPH,
+    /// location pool 0, offset `index`, length 0, as the HAL spells it).
+    pub fn subgraph(index: u32) -> Self {
+        Self {
+            operand_type: OperandType::Subgraph,
+            dimensions: Vec::new(),
+            scale: 0.0,
+            zero_point: 0,
+            lifetime: OperandLifetime::Subgraph,
+            location: DataLocation {
+                pool_index: 0,
+                offset: index,
+                length: 0,
+                padding: 0,
+            },
+            extra_params: None,
+        }
+    }
+}
+
 /// One operation (1.3 `Operation`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operation {
@@ -235,6 +256,20 @@ pub struct Model {
 }
 
 impl Model {
+    /// The model's structure without its constants: `operand_values` empty, `pools` as given.
+    pub fn without_values(&self, pools: Vec<Memory>) -> Model {
+        Model {
+            operands: self.operands.clone(),
+            operations: self.operations.clone(),
+            input_indexes: self.input_indexes.clone(),
+            output_indexes: self.output_indexes.clone(),
+            referenced: self.referenced.clone(),
+            operand_values: Vec::new(),
+            pools,
+            relax_computation_float32_to_float16: self.relax_computation_float32_to_float16,
+        }
+    }
+
     /// The operands of the main subgraph, then those of each referenced subgraph in order.
     pub fn all_operands(&self) -> impl Iterator<Item = &Operand> {
         self.operands

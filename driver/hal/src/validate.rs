@@ -973,7 +973,7 @@ mod tests {
             opnd(T::TensorFloat32, &[4], L::SubgraphInput),
             opnd(T::TensorFloat32, &[4], L::SubgraphOutput),
         ];
-        operands.extend(refers.iter().map(|&r| subgraph_operand(r)));
+        operands.extend(refers.iter().map(|&r| Operand::subgraph(r)));
         Subgraph {
             operands,
             operations: vec![Operation {
@@ -986,19 +986,12 @@ mod tests {
         }
     }
 
-    fn subgraph_operand(index: u32) -> Operand {
-        Operand {
-            location: loc(0, index, 0),
-            ..opnd(T::Subgraph, &[], L::Subgraph)
-        }
-    }
-
     /// [`model`] with SUBGRAPH operands naming `main_refers` (appended as operands 4, 5, ...)
     /// and one [`relu_subgraph`] per entry of `subgraphs`, naming the subgraphs listed there.
     fn model_with_subgraphs(main_refers: &[u32], subgraphs: &[&[u32]]) -> Model {
         let mut m = model();
         m.operands
-            .extend(main_refers.iter().map(|&r| subgraph_operand(r)));
+            .extend(main_refers.iter().map(|&r| Operand::subgraph(r)));
         m.referenced = subgraphs.iter().map(|r| relu_subgraph(r)).collect();
         m
     }

@@ -653,7 +653,6 @@ mod tests {
             },
             extra_params: None,
         };
-        let reference = |k| operand(OperandType::Subgraph, &[], OperandLifetime::Subgraph, k);
         let mut per_channel = operand(
             OperandType::TensorQuant8SymmPerChannel,
             &[2, 1],
@@ -665,7 +664,7 @@ mod tests {
             channel_dim: 0,
         });
         Model {
-            operands: vec![reference(1)],
+            operands: vec![Operand::subgraph(1)],
             referenced: vec![
                 Subgraph {
                     operands: vec![
@@ -692,7 +691,7 @@ mod tests {
                     output_indexes: vec![1],
                 },
                 Subgraph {
-                    operands: vec![reference(0)],
+                    operands: vec![Operand::subgraph(0)],
                     ..Subgraph::default()
                 },
             ],

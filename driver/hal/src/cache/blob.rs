@@ -265,16 +265,7 @@ fn encode_with(model: &Model, on_device: bool, with_data: bool) -> Result<Encode
         Vec::new()
     };
     let mut data_len = model.operand_values.len() as u64;
-    let mut skeleton = Model {
-        operands: model.operands.clone(),
-        operations: model.operations.clone(),
-        input_indexes: model.input_indexes.clone(),
-        output_indexes: model.output_indexes.clone(),
-        referenced: model.referenced.clone(),
-        operand_values: Vec::new(),
-        pools: Vec::new(),
-        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
-    };
+    let mut skeleton = model.without_values(Vec::new());
     let mut mapped: Vec<Option<MappedPool>> = (0..model.pools.len()).map(|_| None).collect();
     for o in skeleton.all_operands_mut() {
         if o.lifetime != OperandLifetime::ConstantReference {
@@ -433,16 +424,7 @@ pub(crate) fn with_large_copies_referenced(model: &Model) -> Result<Option<Model
     let mut data = MemfdBuffer::new();
     data.append(&model.operand_values)
         .map_err(|e| CacheError::Encode(e.to_string()))?;
-    let mut out = Model {
-        operands: model.operands.clone(),
-        operations: model.operations.clone(),
-        input_indexes: model.input_indexes.clone(),
-        output_indexes: model.output_indexes.clone(),
-        referenced: model.referenced.clone(),
-        operand_values: Vec::new(),
-        pools: model.pools.clone(),
-        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
-    };
+    let mut out = model.without_values(model.pools.clone());
     split_constants(&mut out, data)?;
     Ok(Some(out))
 }
@@ -634,20 +616,11 @@ mod tests {
             },
             extra_params: None,
         };
-        let subgraph = |refers: u32| {
-            operand(
-                OperandType::Subgraph,
-                vec![],
-                OperandLifetime::Subgraph,
-                refers,
-                0,
-            )
-        };
-        m.operands.push(subgraph(0));
+        m.operands.push(Operand::subgraph(0));
         m.referenced = vec![
             Subgraph {
                 operands: vec![
-                    subgraph(1),
+                    Operand::subgraph(1),
                     operand(
                         OperandType::TensorFloat32,
                         vec![4],

@@ -277,6 +277,13 @@ impl Model {
             .chain(self.referenced.iter().flat_map(|s| s.operands.iter()))
     }
 
+    /// The operations of the main subgraph, then those of each referenced subgraph in order.
+    pub fn all_operations(&self) -> impl Iterator<Item = &Operation> {
+        self.operations
+            .iter()
+            .chain(self.referenced.iter().flat_map(|s| s.operations.iter()))
+    }
+
     /// [`Model::all_operands`], mutable.
     pub fn all_operands_mut(&mut self) -> impl Iterator<Item = &mut Operand> {
         self.operands.iter_mut().chain(

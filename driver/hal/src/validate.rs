@@ -15,6 +15,11 @@
 //!   with GENERAL_FAILURE. A request argument in one must use the whole memory (offset = length
 //!   = 0), as the NNAPI requires for non-BLOB buffers and as for token pools.
 //! - Request dimensions on a scalar operand are rejected (a scalar's rank is known to be 0).
+//! - Referenced subgraphs: besides AOSP's rules (SUBGRAPH location, every subgraph valid, no
+//!   reference cycle), every referenced subgraph must be reachable from the main one (the NNAPI
+//!   runtime never hands a driver an unused one), and a model may have at most
+//!   [`MAX_REFERENCED_SUBGRAPHS`] nested at most [`MAX_SUBGRAPH_NESTING`] deep, to bound the
+//!   work a hostile model causes.
 
 use nnaccel_cpu::Graph;
 

@@ -1069,6 +1069,185 @@ fn place_references(model: &mut Model, refs: Vec<PendingConstant>) -> Result<()>
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/// The constant bytes of `o` (its location in `model.operand_values` or in a pool, pools
+/// mapped once into `mapped`).
+fn constant_bytes_of(
+    model: &Model,
+    o: &Operand,
+    mapped: &mut [Option<nnaccel_hal::MappedPool>],
+    path: &str,
+) -> Result<Vec<u8>> {
+    let loc = o.location;
+    let (offset, length) = (loc.offset as usize, loc.length as usize);
+    if o.lifetime == OperandLifetime::ConstantCopy {
+        return offset
+            .checked_add(length)
+            .and_then(|end| model.operand_values.get(offset..end))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| ModelFileError::invalid(path, "the constant is outside operandValues"));
+    }
+    let p = loc.pool_index as usize;
+    let (Some(slot), Some(memory)) = (mapped.get_mut(p), model.pools.get(p)) else {
+        return Err(ModelFileError::invalid(
+            path,
+            format!("the constant names pool {p}, which the model does not have"),
+        ));
+    };
+    if slot.is_none() {
+        *slot =
+            Some(nnaccel_hal::MappedPool::map_constants(memory).map_err(|s| {
+                ModelFileError::invalid(path, format!("cannot read pool {p}: {s:?}"))
+            })?);
+    }
+    slot.as_ref()
+        .ok_or_else(|| ModelFileError::invalid(path, format!("cannot read pool {p}")))?
+        .read(offset, length)
+        .map_err(|s| {
+            ModelFileError::invalid(path, format!("the constant is outside pool {p}: {s:?}"))
+        })
+}
+
+/// One operand as a model-file object; `main` picks the MODEL_INPUT/MODEL_OUTPUT spelling.
+fn operand_json(
+    model: &Model,
+    o: &Operand,
+    main: bool,
+    mapped: &mut [Option<nnaccel_hal::MappedPool>],
+    path: &str,
+) -> Result<Value> {
+    let mut map = Map::new();
+    map.insert("type".into(), Value::from(o.operand_type.name()));
+    if !o.dimensions.is_empty() {
+        map.insert("dimensions".into(), Value::from(o.dimensions.clone()));
+    }
+    if o.scale != 0.0 {
+        map.insert("scale".into(), float_value(o.scale));
+    }
+    if o.zero_point != 0 {
+        map.insert("zeroPoint".into(), Value::from(o.zero_point));
+    }
+    let lifetime = match o.lifetime {
+        OperandLifetime::SubgraphInput if main => "MODEL_INPUT",
+        OperandLifetime::SubgraphOutput if main => "MODEL_OUTPUT",
+        l => l.name(),
+    };
+    map.insert("lifetime".into(), Value::from(lifetime));
+    match o.lifetime {
+        OperandLifetime::ConstantCopy | OperandLifetime::ConstantReference => {
+            let bytes = constant_bytes_of(model, o, mapped, path)?;
+            let values = output_values(o.operand_type, &bytes);
+            if values.iter().any(Value::is_null) {
+                return Err(ModelFileError::invalid(
+                    &join(path, "value"),
+                    "a NaN or infinite constant cannot be written in JSON",
+                ));
+            }
+            map.insert("value".into(), Value::Array(values));
+        }
+        OperandLifetime::Subgraph => {
+            map.insert("subgraph".into(), Value::from(o.location.offset));
+        }
+        _ => {}
+    }
+    if let Some(p) = &o.extra_params {
+        let scales = p.scales.iter().map(|&x| float_value(x)).collect();
+        let mut cq = Map::new();
+        cq.insert("channelDim".into(), Value::from(p.channel_dim));
+        cq.insert("scales".into(), Value::Array(scales));
+        map.insert("channelQuant".into(), Value::Object(cq));
+    }
+    Ok(Value::Object(map))
+}
+
+/// One subgraph's four lists into `map`.
+fn subgraph_json(
+    model: &Model,
+    g: &Subgraph,
+    main: bool,
+    path: &str,
+    mapped: &mut [Option<nnaccel_hal::MappedPool>],
+    map: &mut Map<String, Value>,
+) -> Result<()> {
+    let opath = join(path, "operands");
+    let operands = g
+        .operands
+        .iter()
+        .enumerate()
+        .map(|(i, o)| operand_json(model, o, main, mapped, &index(&opath, i)))
+        .collect::<Result<Vec<Value>>>()?;
+    let operations = g
+        .operations
+        .iter()
+        .map(|op| {
+            let mut m = Map::new();
+            m.insert("type".into(), Value::from(op.operation_type.name()));
+            m.insert("inputs".into(), Value::from(op.inputs.clone()));
+            m.insert("outputs".into(), Value::from(op.outputs.clone()));
+            Value::Object(m)
+        })
+        .collect();
+    map.insert("operands".into(), Value::Array(operands));
+    map.insert("operations".into(), Value::Array(operations));
+    map.insert("inputIndexes".into(), Value::from(g.input_indexes.clone()));
+    map.insert(
+        "outputIndexes".into(),
+        Value::from(g.output_indexes.clone()),
+    );
+    Ok(())
+}
+
+/// Writes `model` as a model file that [`parse_model`] reads back into the same model:
+/// version 1, or 2 when it has referenced subgraphs. Constants are read from
+/// `operand_values` and from the pools (mapped for reading); one that cannot be read, or a
+/// NaN or infinite float (JSON cannot spell it), is an error naming its JSON path.
+pub fn model_to_json(model: &Model) -> Result<String> {
+    let mut mapped: Vec<Option<nnaccel_hal::MappedPool>> =
+        (0..model.pools.len()).map(|_| None).collect();
+    let version = if model.referenced.is_empty() {
+        1
+    } else {
+        SUBGRAPHS_VERSION
+    };
+    let mut map = Map::new();
+    map.insert("version".into(), Value::from(version));
+    let main = Subgraph {
+        operands: model.operands.clone(),
+        operations: model.operations.clone(),
+        input_indexes: model.input_indexes.clone(),
+        output_indexes: model.output_indexes.clone(),
+    };
+    subgraph_json(model, &main, true, "", &mut mapped, &mut map)?;
+    map.insert(
+        "relaxComputationFloat32toFloat16".into(),
+        Value::from(model.relax_computation_float32_to_float16),
+    );
+    if !model.referenced.is_empty() {
+        let referenced = model
+            .referenced
+            .iter()
+            .enumerate()
+            .map(|(k, g)| {
+                let mut m = Map::new();
+                subgraph_json(
+                    model,
+                    g,
+                    false,
+                    &index("referenced", k),
+                    &mut mapped,
+                    &mut m,
+                )?;
+                Ok(Value::Object(m))
+            })
+            .collect::<Result<Vec<Value>>>()?;
+        map.insert("referenced".into(), Value::Array(referenced));
+    }
+    serde_json::to_string_pretty(&Value::Object(map))
+        .map_err(|e| ModelFileError::invalid("", e.to_string()))
+}
+
 /// Largest model or inputs file read, in bytes (64 MiB). A bigger file is refused before
 /// anything is read; the bound also holds for a file that grows while it is read.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
@@ -2000,5 +2179,109 @@ mod tests {
         assert_eq!(back.operands, m.operands);
         assert_eq!(back.referenced, m.referenced);
         assert_eq!(back.operand_values, m.operand_values);
+    }
+
+    /// Everything a parsed model holds, constants read out of its pool.
+    fn content(m: &Model) -> (String, Vec<u8>, Vec<Vec<u8>>) {
+        let pools = m
+            .pools
+            .iter()
+            .map(|p| {
+                nnaccel_hal::MappedPool::map_constants(p)
+                    .unwrap()
+                    .read(0, p.size as usize)
+                    .unwrap()
+            })
+            .collect();
+        (
+            format!(
+                "{:?} {:?} {:?} {:?} {:?} {}",
+                m.operands,
+                m.operations,
+                m.input_indexes,
+                m.output_indexes,
+                m.referenced,
+                m.relax_computation_float32_to_float16
+            ),
+            m.operand_values.clone(),
+            pools,
+        )
+    }
+
+    #[test]
+    fn every_example_round_trips_through_the_writer() {
+        for (name, json) in [
+            ("add", include_str!("../../../examples/add.json")),
+            ("mlp", include_str!("../../../examples/mlp.json")),
+            ("cnn", include_str!("../../../examples/cnn.json")),
+            ("quant", include_str!("../../../examples/quant.json")),
+            (
+                "slice_int8",
+                include_str!("../../../examples/slice_int8.json"),
+            ),
+            (
+                "if_select",
+                include_str!("../../../examples/if_select.json"),
+            ),
+            (
+                "while_loop",
+                include_str!("../../../examples/while_loop.json"),
+            ),
+        ] {
+            let m = parse_model(json).unwrap().model;
+            let written = model_to_json(&m).unwrap();
+            let back = parse_model(&written)
+                .unwrap_or_else(|e| panic!("{name}: {e}\n{written}"))
+                .model;
+            assert_eq!(content(&back), content(&m), "{name}");
+            let version = if m.referenced.is_empty() { 1 } else { 2 };
+            assert!(
+                written.contains(&format!("\"version\": {version}")),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn written_values_keep_every_type_and_the_per_channel_scales() {
+        let m = parse_model(&one_operand(
+            r#"{"type": "TENSOR_QUANT8_SYMM_PER_CHANNEL", "dimensions": [2], "lifetime": "CONSTANT_COPY",
+                "value": [-128, 127], "channelQuant": {"channelDim": 0, "scales": [0.1, 3e-7]}}"#,
+        ))
+        .unwrap()
+        .model;
+        let back = parse_model(&model_to_json(&m).unwrap()).unwrap().model;
+        assert_eq!(back.operands, m.operands);
+        assert_eq!(back.operand_values, m.operand_values);
+        for (ty, values) in [
+            ("TENSOR_FLOAT16", "[65504, -0.000061035156, 0.1]"),
+            ("TENSOR_FLOAT32", "[3.4028235e38, 1e-45, 0.1]"),
+            ("TENSOR_INT32", "[-2147483648, 2147483647, 0]"),
+            ("TENSOR_BOOL8", "[1, 0, 1]"),
+            ("TENSOR_QUANT16_ASYMM", "[0, 65535, 7]"),
+        ] {
+            let m = parse_model(&one_operand(&format!(
+                r#"{{"type": "{ty}", "dimensions": [3], "lifetime": "CONSTANT_COPY", "value": {values}}}"#
+            )))
+            .unwrap()
+            .model;
+            let back = parse_model(&model_to_json(&m).unwrap()).unwrap().model;
+            assert_eq!(back.operand_values, m.operand_values, "{ty}");
+        }
+    }
+
+    #[test]
+    fn a_constant_json_cannot_spell_is_a_write_error() {
+        let mut m = parse_model(&one_operand(
+            r#"{"type": "TENSOR_FLOAT32", "dimensions": [2], "lifetime": "CONSTANT_COPY", "value": [1, 2]}"#,
+        ))
+        .unwrap()
+        .model;
+        m.operand_values[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+        let e = model_to_json(&m).unwrap_err().to_string();
+        assert!(e.starts_with("operands[0].value: a NaN"), "{e}");
+        m.operands[0].location.offset = 4;
+        let e = model_to_json(&m).unwrap_err().to_string();
+        assert!(e.starts_with("operands[0]: the constant is outside"), "{e}");
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use nnaccel_hal::{
     DataLocation, ExecutionPreference, ExecutionResult, HalDevice, HalPreparedModel, MeasureTiming,
     Memory, MemoryPool, Model, Operand, OperandLifetime, OperandType, Operation, OperationType,
-    Priority, Request, RequestArgument,
+    Priority, Request, RequestArgument, Subgraph,
 };
 use nnaccel_protocol::client::ServiceClient;
 use nnaccel_protocol::pools::MappedClientPool;
@@ -395,6 +395,91 @@ impl ModelBuilder {
         });
     }
 
+    /// A model input of any type (e.g. the TENSOR_BOOL8 `[1]` condition of an IF).
+    pub fn input_of(&mut self, ty: OperandType, dims: &[u32]) -> u32 {
+        let k = self.operand(
+            ty,
+            dims,
+            OperandLifetime::SubgraphInput,
+            DataLocation::default(),
+        );
+        self.model.input_indexes.push(k);
+        k
+    }
+
+    /// A model output of any type.
+    pub fn output_of(&mut self, ty: OperandType, dims: &[u32]) -> u32 {
+        let k = self.operand(
+            ty,
+            dims,
+            OperandLifetime::SubgraphOutput,
+            DataLocation::default(),
+        );
+        self.model.output_indexes.push(k);
+        k
+    }
+
+    /// A temporary of any type.
+    pub fn temporary_of(&mut self, ty: OperandType, dims: &[u32]) -> u32 {
+        self.operand(
+            ty,
+            dims,
+            OperandLifetime::TemporaryVariable,
+            DataLocation::default(),
+        )
+    }
+
+    /// Adds the model `sub` builds as a referenced subgraph (an IF branch, a WHILE condition
+    /// or body; its inputs and outputs are the subgraph's) and returns its index. Its
+    /// constants move into this model's `operand_values` and pools, and its own referenced
+    /// subgraphs into this model's list, every location and SUBGRAPH index rebased.
+    pub fn add_referenced(&mut self, sub: ModelBuilder) -> u32 {
+        let sub = sub.model;
+        while self.model.operand_values.len() % 8 != 0 {
+            self.model.operand_values.push(0);
+        }
+        let values = self.model.operand_values.len() as u32;
+        let pools = self.model.pools.len() as u32;
+        let subgraphs = self.model.referenced.len() as u32;
+        let rebase = |o: &mut Operand| match o.lifetime {
+            OperandLifetime::ConstantCopy => o.location.offset += values,
+            OperandLifetime::ConstantReference => o.location.pool_index += pools,
+            OperandLifetime::Subgraph => o.location.offset += subgraphs,
+            _ => {}
+        };
+        let mut main = Subgraph {
+            operands: sub.operands,
+            operations: sub.operations,
+            input_indexes: sub.input_indexes,
+            output_indexes: sub.output_indexes,
+        };
+        main.operands.iter_mut().for_each(rebase);
+        let mut nested = sub.referenced;
+        nested
+            .iter_mut()
+            .flat_map(|s| s.operands.iter_mut())
+            .for_each(rebase);
+        self.model
+            .operand_values
+            .extend_from_slice(&sub.operand_values);
+        self.model.pools.extend(sub.pools);
+        self.model.referenced.extend(nested);
+        self.model.referenced.push(main);
+        (self.model.referenced.len() - 1) as u32
+    }
+
+    /// A SUBGRAPH operand naming referenced subgraph `index`.
+    pub fn subgraph_operand(&mut self, index: u32) -> u32 {
+        self.model.operands.push(Operand::subgraph(index));
+        (self.model.operands.len() - 1) as u32
+    }
+
+    /// [`Self::add_referenced`] and a SUBGRAPH operand naming it.
+    pub fn subgraph(&mut self, sub: ModelBuilder) -> u32 {
+        let index = self.add_referenced(sub);
+        self.subgraph_operand(index)
+    }
+
     /// The model.
     pub fn build(self) -> Model {
         self.model
@@ -700,4 +785,65 @@ pub fn result_after_killing<R: Send + 'static>(
         move || call.join().expect("the call panicked")
     });
     (r, answered.saturating_duration_since(killed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `out = a + b` over `[4]`, with its own INT32 activation constant; optionally naming a
+    /// subgraph of its own.
+    fn add_branch(nested: Option<ModelBuilder>) -> ModelBuilder {
+        let mut b = ModelBuilder::new();
+        let x = b.input(&[4]);
+        let y = b.input(&[4]);
+        let act = b.int32(0);
+        let out = b.output(&[4]);
+        b.operation(OperationType::Add, &[x, y, act], &[out]);
+        if let Some(n) = nested {
+            b.subgraph(n);
+        }
+        b
+    }
+
+    #[test]
+    fn referenced_subgraphs_are_merged_with_their_constants_rebased() {
+        let mut main = ModelBuilder::new();
+        let c = main.input_of(OperandType::TensorBool8, &[1]);
+        let a = main.input(&[4]);
+        let ones = main.constant_copy(&[4], &[1.0; 4]); // bytes 0..16
+        let pool = |size| Memory {
+            kind: nnaccel_hal::MemoryKind::Ashmem,
+            fd: Arc::new(nnaccel_uapi::sys::memfd_create(c"t", size).unwrap()),
+            size,
+        };
+        main.pool(pool(64));
+        let mut inner = add_branch(None);
+        let big = inner.pool(pool(64));
+        inner.constant_reference(&[4], loc(big, 16, 16));
+        let then = main.subgraph(add_branch(Some(inner)));
+        let otherwise = main.subgraph(add_branch(None));
+        let out = main.output(&[4]);
+        main.operation(OperationType::If, &[c, then, otherwise, a, ones], &[out]);
+        let m = main.build();
+        // add_branch(inner) went in as 1 after its nested subgraph 0; the else branch is 2.
+        assert_eq!(m.referenced.len(), 3);
+        assert_eq!(m.operands[then as usize].location.offset, 1);
+        assert_eq!(m.operands[otherwise as usize].location.offset, 2);
+        assert_eq!(m.referenced[1].operands[4].location.offset, 0);
+        // Constants: main's 16 bytes; the then-branch's values (its activation, then the
+        // nested one's at its next 8-byte boundary, 8) come in at 16, so the then-branch's
+        // activation is at 16 and the nested one's at 24; the else-branch's at 32.
+        let act_offsets: Vec<u32> = m
+            .referenced
+            .iter()
+            .map(|s| s.operands[2].location.offset)
+            .collect();
+        assert_eq!(act_offsets, [24, 16, 32]);
+        assert_eq!(m.operand_values.len(), 36);
+        // The nested subgraph's pool 0 is the model's pool 1, after main's.
+        assert_eq!(m.referenced[0].operands[4].location.pool_index, 1);
+        assert_eq!(m.pools.len(), 2);
+        nnaccel_hal::validate::validate_model_structure(&m).unwrap();
+    }
 }

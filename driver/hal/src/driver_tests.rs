@@ -111,6 +111,7 @@ fn add_model(dims: &[u32]) -> Model {
         operand_values: values,
         pools: vec![],
         relax_computation_float32_to_float16: false,
+        referenced: vec![],
     }
 }
 

@@ -45,7 +45,8 @@ nnaccel_cpu::code_enum! {
         ConstantReference = 4 => "CONSTANT_REFERENCE",
         /// An omitted optional argument.
         NoValue = 5 => "NO_VALUE",
-        /// A reference to a subgraph (control flow; not supported by this driver).
+        /// A reference to one of `Model::referenced` (IF and WHILE operands); the location's
+        /// offset is the subgraph's index, pool index and length are 0.
         Subgraph = 6 => "SUBGRAPH",
     }
 }
@@ -136,6 +137,27 @@ pub struct Operand {
     pub extra_params: Option<SymmPerChannelQuantParams>,
 }
 
+impl Operand {
+    /// A SUBGRAPH operand naming referenced subgraph `index` (type and lifetime SUBGRAPH,
+    /// location pool 0, offset `index`, length 0, as the HAL spells it).
+    pub fn subgraph(index: u32) -> Self {
+        Self {
+            operand_type: OperandType::Subgraph,
+            dimensions: Vec::new(),
+            scale: 0.0,
+            zero_point: 0,
+            lifetime: OperandLifetime::Subgraph,
+            location: DataLocation {
+                pool_index: 0,
+                offset: index,
+                length: 0,
+                padding: 0,
+            },
+            extra_params: None,
+        }
+    }
+}
+
 /// One operation (1.3 `Operation`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operation {
@@ -197,7 +219,22 @@ pub enum MemoryPool {
     Token(u32),
 }
 
-/// A model (1.3 `Model`'s main subgraph plus its data).
+/// A referenced subgraph of a model (1.3 `Subgraph`): the body of an IF branch or of a WHILE
+/// condition or body. Its constants live in the model's `operand_values` and `pools`, as the
+/// main subgraph's do; its SUBGRAPH operands index the model's `referenced` list.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Subgraph {
+    /// Operands.
+    pub operands: Vec<Operand>,
+    /// Operations.
+    pub operations: Vec<Operation>,
+    /// Operand indexes of the inputs (SUBGRAPH_INPUT), in the calling operation's order.
+    pub input_indexes: Vec<u32>,
+    /// Operand indexes of the outputs (SUBGRAPH_OUTPUT).
+    pub output_indexes: Vec<u32>,
+}
+
+/// A model (1.3 `Model`: the main subgraph's fields, the referenced subgraphs, their data).
 #[derive(Clone, Debug, Default)]
 pub struct Model {
     /// Operands.
@@ -208,12 +245,53 @@ pub struct Model {
     pub input_indexes: Vec<u32>,
     /// Operand indexes of the outputs, in request order.
     pub output_indexes: Vec<u32>,
-    /// CONSTANT_COPY bytes.
+    /// The subgraphs that SUBGRAPH operands name (by index), for IF and WHILE.
+    pub referenced: Vec<Subgraph>,
+    /// CONSTANT_COPY bytes (of the main and the referenced subgraphs).
     pub operand_values: Vec<u8>,
     /// Pools holding CONSTANT_REFERENCE values.
     pub pools: Vec<Memory>,
     /// Float32 may be computed with float16 range and precision.
     pub relax_computation_float32_to_float16: bool,
+}
+
+impl Model {
+    /// The model's structure without its constants: `operand_values` empty, `pools` as given.
+    pub fn without_values(&self, pools: Vec<Memory>) -> Model {
+        Model {
+            operands: self.operands.clone(),
+            operations: self.operations.clone(),
+            input_indexes: self.input_indexes.clone(),
+            output_indexes: self.output_indexes.clone(),
+            referenced: self.referenced.clone(),
+            operand_values: Vec::new(),
+            pools,
+            relax_computation_float32_to_float16: self.relax_computation_float32_to_float16,
+        }
+    }
+
+    /// The operands of the main subgraph, then those of each referenced subgraph in order.
+    pub fn all_operands(&self) -> impl Iterator<Item = &Operand> {
+        self.operands
+            .iter()
+            .chain(self.referenced.iter().flat_map(|s| s.operands.iter()))
+    }
+
+    /// The operations of the main subgraph, then those of each referenced subgraph in order.
+    pub fn all_operations(&self) -> impl Iterator<Item = &Operation> {
+        self.operations
+            .iter()
+            .chain(self.referenced.iter().flat_map(|s| s.operations.iter()))
+    }
+
+    /// [`Model::all_operands`], mutable.
+    pub fn all_operands_mut(&mut self) -> impl Iterator<Item = &mut Operand> {
+        self.operands.iter_mut().chain(
+            self.referenced
+                .iter_mut()
+                .flat_map(|s| s.operands.iter_mut()),
+        )
+    }
 }
 
 /// One input or output of a request (1.3 `RequestArgument`).

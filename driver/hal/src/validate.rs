@@ -15,12 +15,27 @@
 //!   with GENERAL_FAILURE. A request argument in one must use the whole memory (offset = length
 //!   = 0), as the NNAPI requires for non-BLOB buffers and as for token pools.
 //! - Request dimensions on a scalar operand are rejected (a scalar's rank is known to be 0).
+//! - Referenced subgraphs: besides AOSP's rules (SUBGRAPH location, every subgraph valid, no
+//!   reference cycle), every referenced subgraph must be reachable from the main one (the NNAPI
+//!   runtime never hands a driver an unused one), and a model may have at most
+//!   [`MAX_REFERENCED_SUBGRAPHS`] nested at most [`MAX_SUBGRAPH_NESTING`] deep, to bound the
+//!   work a hostile model causes.
+
+use nnaccel_cpu::Graph;
 
 use crate::convert::model_to_graph;
 use crate::{
     DataLocation, Memory, MemoryKind, MemoryPool, Model, Operand, OperandLifetime, OperandType,
-    Request, RequestArgument,
+    Operation, Request, RequestArgument,
 };
+
+/// Most referenced subgraphs a model may have (bounds the work a hostile model causes; NNAPI
+/// models use a handful).
+pub const MAX_REFERENCED_SUBGRAPHS: usize = 256;
+
+/// Deepest nesting of subgraph references: the main subgraph calls a subgraph at depth 1, which
+/// may call one at depth 2, and so on.
+pub const MAX_SUBGRAPH_NESTING: usize = 16;
 
 /// A model or request breaks a HAL rule; always answered with INVALID_ARGUMENT.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,40 +84,158 @@ fn is_zero_location(loc: &DataLocation) -> bool {
 // Models
 // ---------------------------------------------------------------------------------------------
 
-/// Every model rule: operand/operation index ranges; lifetimes and their locations
+/// Every model rule, for the main subgraph and each referenced one: operand/operation index
+/// ranges; lifetimes and their locations
 /// (CONSTANT_COPY: poolIndex 0, offset+length inside operand_values, length == the operand's
 /// byte size; CONSTANT_REFERENCE: pool_index < pools.len(), offset+length(+padding) <= pool
-/// size computed without overflow, length == byte size; other lifetimes: location all zero);
-/// a constant with unknown dimensions; input/output index lists matching SUBGRAPH_INPUT /
+/// size computed without overflow, length == byte size; SUBGRAPH: type SUBGRAPH, pool index 0,
+/// length 0, offset (the subgraph index) < referenced.len(); other lifetimes: location all
+/// zero); a constant with unknown dimensions; input/output index lists matching SUBGRAPH_INPUT /
 /// SUBGRAPH_OUTPUT lifetimes exactly once each; each operand written by at most one operation,
 /// temporaries (and outputs) written exactly once, no cycles; quantization parameters per type
 /// (scale > 0 for quant types, zero point ranges: [0,255] QUANT8_ASYMM, [-128,127] ..._SIGNED,
 /// 0 for SYMM types, [0,65535] QUANT16_ASYMM; scale 0/zp 0 for non-quant types, TENSOR_INT32
 /// scale >= 0); per-channel params only on TENSOR_QUANT8_SYMM_PER_CHANNEL with scales.len() ==
-/// dims[channel_dim] and scales > 0; scalar types with empty dimensions; SUBGRAPH lifetime not
-/// supported; pools: hardware_buffer is fine structurally, size must be > 0 for other kinds;
-/// and finally the per-operation signature checks of the CPU executor's `Graph::validate`.
+/// dims[channel_dim] and scales > 0; scalar types with empty dimensions; pools:
+/// hardware_buffer is fine structurally, size must be > 0 for other kinds; at most
+/// [`MAX_REFERENCED_SUBGRAPHS`], each reachable from the main subgraph, no subgraph referring
+/// to itself (directly or not), nesting at most [`MAX_SUBGRAPH_NESTING`] deep; and finally
+/// the per-operation signature checks of the CPU executor's `Graph::validate` (which also
+/// check the operands of IF and WHILE against the subgraphs they call).
 pub fn validate_model(model: &Model) -> Result<(), ValidationError> {
+    validate_model_structure(model)?
+        .validate()
+        .map_err(|e| ValidationError(format!("{e}")))
+}
+
+/// Every rule of [`validate_model`] except the executor's per-operation checks, and the graph
+/// the model converts to (not yet checked by the executor). Errors in a referenced subgraph
+/// start with `referenced subgraph K: `.
+pub fn validate_model_structure(model: &Model) -> Result<Graph, ValidationError> {
     validate_model_pools(&model.pools)?;
-    for (index, operand) in model.operands.iter().enumerate() {
+    if model.referenced.len() > MAX_REFERENCED_SUBGRAPHS {
+        return invalid(format!(
+            "the model has {} referenced subgraphs, more than the {MAX_REFERENCED_SUBGRAPHS} \
+             this driver accepts",
+            model.referenced.len()
+        ));
+    }
+    validate_subgraph(model, &View::main(model))?;
+    for (k, s) in model.referenced.iter().enumerate() {
+        let view = View {
+            operands: &s.operands,
+            operations: &s.operations,
+            input_indexes: &s.input_indexes,
+            output_indexes: &s.output_indexes,
+        };
+        validate_subgraph(model, &view)
+            .map_err(|e| ValidationError(format!("referenced subgraph {k}: {}", e.0)))?;
+    }
+    validate_references(model)?;
+    Ok(model_to_graph(model))
+}
+
+/// The lists of one subgraph (the main one, or one of `Model::referenced`).
+struct View<'a> {
+    operands: &'a [Operand],
+    operations: &'a [Operation],
+    input_indexes: &'a [u32],
+    output_indexes: &'a [u32],
+}
+
+impl<'a> View<'a> {
+    fn main(model: &'a Model) -> Self {
+        Self {
+            operands: &model.operands,
+            operations: &model.operations,
+            input_indexes: &model.input_indexes,
+            output_indexes: &model.output_indexes,
+        }
+    }
+}
+
+/// The rules of one subgraph; constants are checked against the model's values and pools.
+fn validate_subgraph(model: &Model, g: &View<'_>) -> Result<(), ValidationError> {
+    for (index, operand) in g.operands.iter().enumerate() {
         validate_operand(model, index, operand)?;
     }
     validate_io_list(
-        model,
-        &model.input_indexes,
+        g.operands,
+        g.input_indexes,
         OperandLifetime::SubgraphInput,
         "input",
     )?;
     validate_io_list(
-        model,
-        &model.output_indexes,
+        g.operands,
+        g.output_indexes,
         OperandLifetime::SubgraphOutput,
         "output",
     )?;
-    validate_operations(model)?;
-    model_to_graph(model)
-        .validate()
-        .map_err(|e| ValidationError(format!("{e}")))
+    validate_operations(g)
+}
+
+/// The referenced subgraphs a subgraph's SUBGRAPH operands name (indexes already checked).
+fn references(operands: &[Operand]) -> impl Iterator<Item = usize> + '_ {
+    operands
+        .iter()
+        .filter(|o| o.lifetime == OperandLifetime::Subgraph)
+        .map(|o| o.location.offset as usize)
+}
+
+/// Where the walk over subgraph references has been.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Visit {
+    Unseen,
+    OnPath,
+    /// Done; the deepest nesting below and including this subgraph.
+    Done(usize),
+}
+
+/// Every referenced subgraph reachable from the main one, no reference cycle, nesting within
+/// [`MAX_SUBGRAPH_NESTING`]. Each subgraph is walked once (depths are remembered), and the
+/// recursion is at most `referenced.len()` deep because a cycle stops it.
+fn validate_references(model: &Model) -> Result<(), ValidationError> {
+    fn walk(model: &Model, k: usize, seen: &mut [Visit]) -> Result<usize, ValidationError> {
+        match seen.get(k).copied() {
+            Some(Visit::Done(depth)) => return Ok(depth),
+            Some(Visit::OnPath) => {
+                return invalid(format!(
+                    "referenced subgraph {k} refers to itself (through a cycle of SUBGRAPH \
+                     operands); recursion is not allowed"
+                ));
+            }
+            Some(Visit::Unseen) => {}
+            None => return invalid(format!("referenced subgraph {k} does not exist")),
+        }
+        seen[k] = Visit::OnPath;
+        let mut below = 0;
+        if let Some(s) = model.referenced.get(k) {
+            for r in references(&s.operands) {
+                below = below.max(walk(model, r, seen)?);
+            }
+        }
+        let depth = below + 1;
+        seen[k] = Visit::Done(depth);
+        Ok(depth)
+    }
+    let mut seen = vec![Visit::Unseen; model.referenced.len()];
+    let mut depth = 0;
+    for r in references(&model.operands) {
+        depth = depth.max(walk(model, r, &mut seen)?);
+    }
+    if depth > MAX_SUBGRAPH_NESTING {
+        return invalid(format!(
+            "subgraph references nest {depth} deep, more than the {MAX_SUBGRAPH_NESTING} this \
+             driver accepts"
+        ));
+    }
+    if let Some(k) = seen.iter().position(|v| *v == Visit::Unseen) {
+        return invalid(format!(
+            "referenced subgraph {k} is not reachable from the main subgraph (every referenced \
+             subgraph must be used)"
+        ));
+    }
+    Ok(())
 }
 
 fn validate_model_pools(pools: &[Memory]) -> Result<(), ValidationError> {
@@ -151,9 +284,21 @@ fn validate_operand(model: &Model, i: usize, o: &Operand) -> Result<(), Validati
     }
     match o.lifetime {
         OperandLifetime::Subgraph => {
-            return invalid(format!(
-                "operand {i}: lifetime SUBGRAPH (control flow) is not supported by this driver"
-            ));
+            if loc.pool_index != 0 || loc.length != 0 || loc.padding != 0 {
+                return invalid(format!(
+                    "operand {i}: a SUBGRAPH operand's location must have pool index 0, length \
+                     0 and padding 0, has [pool {}, length {}, padding {}]",
+                    loc.pool_index, loc.length, loc.padding
+                ));
+            }
+            if loc.offset as usize >= model.referenced.len() {
+                return invalid(format!(
+                    "operand {i}: SUBGRAPH operand names subgraph {}, out of range (the model \
+                     has {} referenced subgraphs)",
+                    loc.offset,
+                    model.referenced.len()
+                ));
+            }
         }
         OperandLifetime::ConstantCopy | OperandLifetime::ConstantReference => {
             let lt = o.lifetime.name();
@@ -338,16 +483,16 @@ fn validate_quantization(i: usize, o: &Operand) -> Result<(), ValidationError> {
 }
 
 fn validate_io_list(
-    model: &Model,
+    operands: &[Operand],
     list: &[u32],
     want: OperandLifetime,
     what: &str,
 ) -> Result<(), ValidationError> {
-    let n = model.operands.len();
+    let n = operands.len();
     let mut listed = vec![false; n];
     for (k, &idx) in list.iter().enumerate() {
         let x = idx as usize;
-        let Some(o) = model.operands.get(x) else {
+        let Some(o) = operands.get(x) else {
             return invalid(format!(
                 "model {what} {k} names operand {idx}, out of range (the model has {n} operands)"
             ));
@@ -365,7 +510,7 @@ fn validate_io_list(
             ));
         }
     }
-    if let Some(x) = (0..n).find(|&x| model.operands[x].lifetime == want && !listed[x]) {
+    if let Some(x) = (0..n).find(|&x| operands[x].lifetime == want && !listed[x]) {
         return invalid(format!(
             "operand {x} has lifetime {} but is not listed as a model {what}",
             want.name()
@@ -374,7 +519,7 @@ fn validate_io_list(
     Ok(())
 }
 
-fn validate_operations(model: &Model) -> Result<(), ValidationError> {
+fn validate_operations(model: &View<'_>) -> Result<(), ValidationError> {
     let n = model.operands.len();
     let mut writer: Vec<Option<usize>> = vec![None; n];
     for (oi, op) in model.operations.iter().enumerate() {
@@ -687,7 +832,7 @@ mod tests {
 
     use super::*;
     use crate::ErrorStatus;
-    use crate::{Operation, OperationType, SymmPerChannelQuantParams};
+    use crate::{Operation, OperationType, Subgraph, SymmPerChannelQuantParams};
 
     use OperandLifetime as L;
     use OperandType as T;
@@ -754,6 +899,7 @@ mod tests {
             operand_values: vec![0; 4],
             pools: Vec::new(),
             relax_computation_float32_to_float16: false,
+            referenced: Vec::new(),
         }
     }
 
@@ -823,6 +969,36 @@ mod tests {
         for p in parts {
             assert!(msg.contains(p), "{msg:?} does not mention {p:?}");
         }
+    }
+
+    /// A referenced subgraph: RELU of a [4] TENSOR_FLOAT32 input, plus one SUBGRAPH operand
+    /// per entry of `refers` naming that subgraph.
+    fn relu_subgraph(refers: &[u32]) -> Subgraph {
+        let mut operands = vec![
+            opnd(T::TensorFloat32, &[4], L::SubgraphInput),
+            opnd(T::TensorFloat32, &[4], L::SubgraphOutput),
+        ];
+        operands.extend(refers.iter().map(|&r| Operand::subgraph(r)));
+        Subgraph {
+            operands,
+            operations: vec![Operation {
+                operation_type: OperationType::Relu,
+                inputs: vec![0],
+                outputs: vec![1],
+            }],
+            input_indexes: vec![0],
+            output_indexes: vec![1],
+        }
+    }
+
+    /// [`model`] with SUBGRAPH operands naming `main_refers` (appended as operands 4, 5, ...)
+    /// and one [`relu_subgraph`] per entry of `subgraphs`, naming the subgraphs listed there.
+    fn model_with_subgraphs(main_refers: &[u32], subgraphs: &[&[u32]]) -> Model {
+        let mut m = model();
+        m.operands
+            .extend(main_refers.iter().map(|&r| Operand::subgraph(r)));
+        m.referenced = subgraphs.iter().map(|r| relu_subgraph(r)).collect();
+        m
     }
 
     // --- valid baselines ----------------------------------------------------------------------
@@ -1049,17 +1225,228 @@ mod tests {
     }
 
     #[test]
-    fn subgraph_lifetime_is_invalid() {
+    fn subgraph_type_and_lifetime_go_together() {
         let mut m = model();
-        m.operands.push(opnd(T::TensorFloat32, &[], L::NoValue));
-        validate_model(&m).unwrap();
-        m.operands[4].lifetime = L::Subgraph;
+        m.operands[4 - 1].lifetime = L::Subgraph;
+        assert_mentions(&model_err(&m), &["operand 3", "SUBGRAPH", "only with it"]);
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.operands[4].lifetime = L::TemporaryVariable;
         assert_mentions(&model_err(&m), &["operand 4", "SUBGRAPH", "only with it"]);
-        m.operands[4].operand_type = T::Subgraph;
-        assert_mentions(&model_err(&m), &["operand 4", "SUBGRAPH", "not supported"]);
     }
 
-    // --- input and output lists ---------------------------------------------------------------
+    // --- referenced subgraphs -----------------------------------------------------------------
+
+    #[test]
+    fn a_model_with_nested_subgraphs_is_structurally_valid() {
+        // main -> 1 -> 0, main -> 2 -> 0: subgraph 0 is shared, nothing is recursive.
+        let m = model_with_subgraphs(&[1, 2], &[&[], &[0], &[0]]);
+        let g = validate_model_structure(&m).unwrap();
+        assert_eq!(g.referenced.len(), 3);
+        assert_eq!(
+            g.operands[5].lifetime,
+            nnaccel_cpu::Lifetime::Subgraph { index: 2 }
+        );
+        assert_eq!(g.referenced[1].operands.len(), 3);
+        assert_eq!(g.referenced[1].input_indexes, vec![0]);
+        assert_eq!(g.referenced[2].operations[0].op, OperationType::Relu);
+    }
+
+    #[test]
+    fn subgraph_operand_with_a_pool_index_or_length_is_invalid() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.operands[4].location.pool_index = 1;
+        assert_mentions(&model_err(&m), &["operand 4", "SUBGRAPH", "pool index 0"]);
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.operands[4].location.length = 4;
+        assert_mentions(&model_err(&m), &["operand 4", "SUBGRAPH", "length 4"]);
+    }
+
+    #[test]
+    fn subgraph_operand_naming_a_missing_subgraph_is_invalid() {
+        let m = model_with_subgraphs(&[1], &[&[]]);
+        assert_mentions(
+            &model_err(&m),
+            &["operand 4", "subgraph 1", "out of range", "1 referenced"],
+        );
+        let m = model_with_subgraphs(&[0], &[&[7]]);
+        assert_mentions(
+            &model_err(&m),
+            &[
+                "referenced subgraph 0: operand 2",
+                "subgraph 7",
+                "out of range",
+            ],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_operand_errors_name_the_subgraph() {
+        let mut m = model_with_subgraphs(&[0, 1, 2], &[&[], &[], &[]]);
+        m.referenced[2].operands.push(Operand {
+            scale: 1.0,
+            ..opnd(T::TensorFloat32, &[4], L::TemporaryVariable)
+        });
+        assert_mentions(
+            &model_err(&m),
+            &["referenced subgraph 2: operand 2", "scale 0"],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_constant_outside_operand_values_is_invalid() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        let mut c = opnd(T::Int32, &[], L::ConstantCopy);
+        c.location = loc(0, 2, 4); // operand_values has 4 bytes
+        m.referenced[0].operands.push(c);
+        assert_mentions(
+            &model_err(&m),
+            &[
+                "referenced subgraph 0: operand 2",
+                "CONSTANT_COPY",
+                "outside operand_values",
+            ],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_constant_reference_outside_its_pool_is_invalid() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.pools = vec![ashmem(16)];
+        let mut c = opnd(T::TensorFloat32, &[4], L::ConstantReference);
+        c.location = loc(0, 8, 16);
+        m.referenced[0].operands.push(c);
+        assert_mentions(
+            &model_err(&m),
+            &["referenced subgraph 0: operand 2", "outside pool 0"],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_input_must_be_subgraph_input() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.referenced[0].operands[0].lifetime = L::TemporaryVariable;
+        assert_mentions(
+            &model_err(&m),
+            &["referenced subgraph 0: model input 0", "SUBGRAPH_INPUT"],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_output_not_listed_is_invalid() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.referenced[0].output_indexes.clear();
+        assert_mentions(
+            &model_err(&m),
+            &[
+                "referenced subgraph 0: operand 1",
+                "SUBGRAPH_OUTPUT",
+                "not listed",
+            ],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_input_index_out_of_range_is_invalid() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.referenced[0].input_indexes.push(9);
+        assert_mentions(
+            &model_err(&m),
+            &[
+                "referenced subgraph 0: model input 1",
+                "operand 9",
+                "out of range",
+            ],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_operation_index_out_of_range_is_invalid() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.referenced[0].operations[0].inputs = vec![5];
+        assert_mentions(
+            &model_err(&m),
+            &[
+                "referenced subgraph 0: operation 0 (RELU)",
+                "operand 5",
+                "out of range",
+            ],
+        );
+    }
+
+    #[test]
+    fn referenced_subgraph_output_never_written_is_invalid() {
+        let mut m = model_with_subgraphs(&[0], &[&[]]);
+        m.referenced[0].operations.clear();
+        assert_mentions(
+            &model_err(&m),
+            &["referenced subgraph 0: operand 1", "never written"],
+        );
+    }
+
+    #[test]
+    fn an_unreachable_referenced_subgraph_is_invalid() {
+        // Subgraph 1 names subgraph 2, but nothing names subgraph 1.
+        let m = model_with_subgraphs(&[0], &[&[], &[2], &[]]);
+        assert_mentions(&model_err(&m), &["referenced subgraph 1", "not reachable"]);
+    }
+
+    #[test]
+    fn a_subgraph_referring_to_itself_is_invalid() {
+        let m = model_with_subgraphs(&[0], &[&[0]]);
+        assert_mentions(
+            &model_err(&m),
+            &["referenced subgraph 0", "refers to itself"],
+        );
+    }
+
+    #[test]
+    fn a_reference_cycle_through_several_subgraphs_is_invalid() {
+        // main -> 0 -> 1 -> 2 -> 1.
+        let m = model_with_subgraphs(&[0], &[&[1], &[2], &[1]]);
+        assert_mentions(
+            &model_err(&m),
+            &["referenced subgraph 1", "refers to itself", "recursion"],
+        );
+    }
+
+    #[test]
+    fn more_referenced_subgraphs_than_the_cap_are_invalid() {
+        let n = MAX_REFERENCED_SUBGRAPHS + 1;
+        let main: Vec<u32> = (0..n as u32).collect();
+        let subs = vec![&[][..]; n];
+        let m = model_with_subgraphs(&main, &subs);
+        assert_mentions(
+            &model_err(&m),
+            &[&format!("{n} referenced subgraphs"), "more than"],
+        );
+        // At the cap it is fine.
+        let m = model_with_subgraphs(&main[..n - 1], &subs[..n - 1]);
+        validate_model_structure(&m).unwrap();
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_cap_is_invalid() {
+        // A chain main -> 0 -> 1 -> ... -> depth-1: `depth` levels.
+        let chain = |depth: usize| {
+            let next: Vec<Vec<u32>> = (0..depth)
+                .map(|k| {
+                    if k + 1 < depth {
+                        vec![k as u32 + 1]
+                    } else {
+                        vec![]
+                    }
+                })
+                .collect();
+            let refs: Vec<&[u32]> = next.iter().map(Vec::as_slice).collect();
+            model_with_subgraphs(&[0], &refs)
+        };
+        validate_model_structure(&chain(MAX_SUBGRAPH_NESTING)).unwrap();
+        let deep = MAX_SUBGRAPH_NESTING + 1;
+        assert_mentions(
+            &model_err(&chain(deep)),
+            &[&format!("nest {deep} deep"), "more than"],
+        );
+    }
 
     #[test]
     fn model_input_with_wrong_lifetime_is_invalid() {

@@ -16,8 +16,10 @@ pub mod client;
 pub mod modelfile;
 pub mod pools;
 
-/// Protocol version; the handshake fails on any other.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Protocol version; the handshake fails on any other. Version 2 added
+/// [`WireModel::referenced`] (IF and WHILE subgraphs), which changed the encoding of every
+/// message that carries a model.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Messages
@@ -70,6 +72,22 @@ pub struct WireModel {
     pub pools: Vec<WireMemory>,
     /// Relaxed float32.
     pub relax: bool,
+    /// The referenced subgraphs (NN HAL 1.3 `Model.referenced`), at most
+    /// [`nnaccel_hal::validate::MAX_REFERENCED_SUBGRAPHS`].
+    pub referenced: Vec<WireSubgraph>,
+}
+
+/// A referenced subgraph on the wire; its constants are in the model's values and pools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireSubgraph {
+    /// Operands.
+    pub operands: Vec<WireOperand>,
+    /// Operations.
+    pub operations: Vec<WireOperation>,
+    /// Inputs.
+    pub input_indexes: Vec<u32>,
+    /// Outputs.
+    pub output_indexes: Vec<u32>,
 }
 
 /// A request argument on the wire.
@@ -383,39 +401,55 @@ fn unloc(l: [u32; 4]) -> DataLocation {
     }
 }
 
+fn operands_to_wire(operands: &[Operand]) -> Vec<WireOperand> {
+    operands
+        .iter()
+        .map(|o| WireOperand {
+            operand_type: o.operand_type.code(),
+            dimensions: o.dimensions.clone(),
+            scale: o.scale,
+            zero_point: o.zero_point,
+            lifetime: o.lifetime.code(),
+            location: loc(&o.location),
+            channel_quant: o
+                .extra_params
+                .as_ref()
+                .map(|p| (p.scales.clone(), p.channel_dim)),
+        })
+        .collect()
+}
+
+fn operations_to_wire(operations: &[Operation]) -> Vec<WireOperation> {
+    operations
+        .iter()
+        .map(|o| WireOperation {
+            operation_type: o.operation_type.code(),
+            inputs: o.inputs.clone(),
+            outputs: o.outputs.clone(),
+        })
+        .collect()
+}
+
 /// A model for the wire; its pools' fds are added to `fds`.
 pub fn model_to_wire<'a>(model: &'a Model, fds: &mut FdList<'a>) -> WireModel {
     WireModel {
-        operands: model
-            .operands
-            .iter()
-            .map(|o| WireOperand {
-                operand_type: o.operand_type.code(),
-                dimensions: o.dimensions.clone(),
-                scale: o.scale,
-                zero_point: o.zero_point,
-                lifetime: o.lifetime.code(),
-                location: loc(&o.location),
-                channel_quant: o
-                    .extra_params
-                    .as_ref()
-                    .map(|p| (p.scales.clone(), p.channel_dim)),
-            })
-            .collect(),
-        operations: model
-            .operations
-            .iter()
-            .map(|o| WireOperation {
-                operation_type: o.operation_type.code(),
-                inputs: o.inputs.clone(),
-                outputs: o.outputs.clone(),
-            })
-            .collect(),
+        operands: operands_to_wire(&model.operands),
+        operations: operations_to_wire(&model.operations),
         input_indexes: model.input_indexes.clone(),
         output_indexes: model.output_indexes.clone(),
         operand_values: model.operand_values.clone(),
         pools: model.pools.iter().map(|m| fds.add(m)).collect(),
         relax: model.relax_computation_float32_to_float16,
+        referenced: model
+            .referenced
+            .iter()
+            .map(|s| WireSubgraph {
+                operands: operands_to_wire(&s.operands),
+                operations: operations_to_wire(&s.operations),
+                input_indexes: s.input_indexes.clone(),
+                output_indexes: s.output_indexes.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -444,11 +478,10 @@ fn bad(msg: impl Into<String>) -> ProtocolError {
     ProtocolError::BadMessage(msg.into())
 }
 
-/// A model from the wire.
-pub fn model_from_wire(w: WireModel, fds: &mut ReceivedFds) -> Result<Model, ProtocolError> {
-    let mut operands = Vec::with_capacity(w.operands.len());
-    for (i, o) in w.operands.into_iter().enumerate() {
-        operands.push(Operand {
+fn operands_from_wire(operands: Vec<WireOperand>) -> Result<Vec<Operand>, ProtocolError> {
+    let mut out = Vec::with_capacity(operands.len());
+    for (i, o) in operands.into_iter().enumerate() {
+        out.push(Operand {
             operand_type: OperandType::from_code(o.operand_type)
                 .ok_or_else(|| bad(format!("operand {i}: unknown type {}", o.operand_type)))?,
             dimensions: o.dimensions,
@@ -465,15 +498,54 @@ pub fn model_from_wire(w: WireModel, fds: &mut ReceivedFds) -> Result<Model, Pro
                 }),
         });
     }
-    let mut operations = Vec::with_capacity(w.operations.len());
-    for (i, o) in w.operations.into_iter().enumerate() {
-        operations.push(Operation {
+    Ok(out)
+}
+
+fn operations_from_wire(operations: Vec<WireOperation>) -> Result<Vec<Operation>, ProtocolError> {
+    let mut out = Vec::with_capacity(operations.len());
+    for (i, o) in operations.into_iter().enumerate() {
+        out.push(Operation {
             operation_type: OperationType::from_code(o.operation_type)
                 .ok_or_else(|| bad(format!("operation {i}: unknown type {}", o.operation_type)))?,
             inputs: o.inputs,
             outputs: o.outputs,
         });
     }
+    Ok(out)
+}
+
+fn subgraph_from_wire(s: WireSubgraph) -> Result<Subgraph, ProtocolError> {
+    Ok(Subgraph {
+        operands: operands_from_wire(s.operands)?,
+        operations: operations_from_wire(s.operations)?,
+        input_indexes: s.input_indexes,
+        output_indexes: s.output_indexes,
+    })
+}
+
+/// A model from the wire. More than
+/// [`nnaccel_hal::validate::MAX_REFERENCED_SUBGRAPHS`] referenced subgraphs is a bad message.
+pub fn model_from_wire(w: WireModel, fds: &mut ReceivedFds) -> Result<Model, ProtocolError> {
+    let max = nnaccel_hal::validate::MAX_REFERENCED_SUBGRAPHS;
+    if w.referenced.len() > max {
+        return Err(bad(format!(
+            "{} referenced subgraphs, more than {max}",
+            w.referenced.len()
+        )));
+    }
+    let operands = operands_from_wire(w.operands)?;
+    let operations = operations_from_wire(w.operations)?;
+    let referenced = w
+        .referenced
+        .into_iter()
+        .enumerate()
+        .map(|(k, s)| {
+            subgraph_from_wire(s).map_err(|e| match e {
+                ProtocolError::BadMessage(m) => bad(format!("referenced subgraph {k}: {m}")),
+                e => e,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let pools = w
         .pools
         .iter()
@@ -485,6 +557,7 @@ pub fn model_from_wire(w: WireModel, fds: &mut ReceivedFds) -> Result<Model, Pro
         operations,
         input_indexes: w.input_indexes,
         output_indexes: w.output_indexes,
+        referenced,
         operand_values: w.operand_values,
         pools,
         relax_computation_float32_to_float16: w.relax,
@@ -561,5 +634,156 @@ mod tests {
         bytes.push(0);
         assert!(decode::<ClientMessage>(&bytes).is_err());
         assert!(decode::<ClientMessage>(&[0xff, 0xff, 0xff]).is_err());
+    }
+
+    /// Main: one SUBGRAPH operand naming subgraph 1; subgraph 1 names subgraph 0; subgraph
+    /// 0 is a RELU with a per-channel operand, to carry every operand field.
+    fn model_with_subgraphs() -> Model {
+        let operand = |ty, dims: &[u32], lifetime, offset| Operand {
+            operand_type: ty,
+            dimensions: dims.to_vec(),
+            scale: 0.0,
+            zero_point: 0,
+            lifetime,
+            location: DataLocation {
+                pool_index: 0,
+                offset,
+                length: 0,
+                padding: 0,
+            },
+            extra_params: None,
+        };
+        let mut per_channel = operand(
+            OperandType::TensorQuant8SymmPerChannel,
+            &[2, 1],
+            OperandLifetime::TemporaryVariable,
+            0,
+        );
+        per_channel.extra_params = Some(SymmPerChannelQuantParams {
+            scales: vec![0.5, 0.25],
+            channel_dim: 0,
+        });
+        Model {
+            operands: vec![Operand::subgraph(1)],
+            referenced: vec![
+                Subgraph {
+                    operands: vec![
+                        operand(
+                            OperandType::TensorFloat32,
+                            &[4],
+                            OperandLifetime::SubgraphInput,
+                            0,
+                        ),
+                        operand(
+                            OperandType::TensorFloat32,
+                            &[4],
+                            OperandLifetime::SubgraphOutput,
+                            0,
+                        ),
+                        per_channel,
+                    ],
+                    operations: vec![Operation {
+                        operation_type: OperationType::Relu,
+                        inputs: vec![0],
+                        outputs: vec![1],
+                    }],
+                    input_indexes: vec![0],
+                    output_indexes: vec![1],
+                },
+                Subgraph {
+                    operands: vec![Operand::subgraph(0)],
+                    ..Subgraph::default()
+                },
+            ],
+            operand_values: vec![1, 2, 3, 4],
+            relax_computation_float32_to_float16: true,
+            ..Model::default()
+        }
+    }
+
+    fn through_the_wire(m: &Model) -> Result<Model, ProtocolError> {
+        let mut fds = FdList::default();
+        let bytes = encode(&model_to_wire(m, &mut fds))?;
+        assert!(fds.fds().is_empty());
+        model_from_wire(decode::<WireModel>(&bytes)?, &mut ReceivedFds::new(vec![]))
+    }
+
+    #[test]
+    fn referenced_subgraphs_round_trip_through_the_wire() {
+        let m = model_with_subgraphs();
+        let back = through_the_wire(&m).unwrap();
+        assert_eq!(back.operands, m.operands);
+        assert_eq!(back.referenced, m.referenced);
+        assert_eq!(back.operand_values, m.operand_values);
+        assert!(back.relax_computation_float32_to_float16);
+        // And inside a message, whose encoding now includes the list.
+        let mut fds = FdList::default();
+        let msg = ClientMessage::PrepareModel {
+            model: model_to_wire(&m, &mut fds),
+            preference: 1,
+            priority: 100,
+            timeout_ns: None,
+        };
+        assert_eq!(
+            decode::<ClientMessage>(&encode(&msg).unwrap()).unwrap(),
+            msg
+        );
+    }
+
+    #[test]
+    fn a_model_without_subgraphs_round_trips_with_an_empty_list() {
+        let mut m = model_with_subgraphs();
+        m.operands.clear();
+        m.referenced.clear();
+        let back = through_the_wire(&m).unwrap();
+        assert!(back.referenced.is_empty());
+    }
+
+    #[test]
+    fn too_many_referenced_subgraphs_are_a_bad_message() {
+        let mut fds = FdList::default();
+        let mut w = model_to_wire(&model_with_subgraphs(), &mut fds);
+        let max = nnaccel_hal::validate::MAX_REFERENCED_SUBGRAPHS;
+        w.referenced = vec![w.referenced[1].clone(); max + 1];
+        let bytes = encode(&w).unwrap();
+        let err =
+            model_from_wire(decode(&bytes).unwrap(), &mut ReceivedFds::new(vec![])).unwrap_err();
+        assert!(
+            matches!(&err, ProtocolError::BadMessage(m) if m.contains(&format!("{}", max + 1))),
+            "{err}"
+        );
+        w.referenced.truncate(max);
+        model_from_wire(w, &mut ReceivedFds::new(vec![])).unwrap();
+    }
+
+    #[test]
+    fn unknown_codes_in_a_referenced_subgraph_are_a_bad_message_naming_it() {
+        let m = model_with_subgraphs();
+        let mut fds = FdList::default();
+        let mut w = model_to_wire(&m, &mut fds);
+        w.referenced[0].operands[2].lifetime = 99;
+        let err = model_from_wire(w.clone(), &mut ReceivedFds::new(vec![])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("referenced subgraph 0: operand 2: unknown lifetime 99"),
+            "{err}"
+        );
+        let mut w = model_to_wire(&m, &mut fds);
+        w.referenced[0].operations[0].operation_type = -1;
+        let err = model_from_wire(w, &mut ReceivedFds::new(vec![])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("referenced subgraph 0: operation 0: unknown type -1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_truncated_model_with_subgraphs_never_decodes() {
+        let mut fds = FdList::default();
+        let bytes = encode(&model_to_wire(&model_with_subgraphs(), &mut fds)).unwrap();
+        for len in 0..bytes.len() {
+            assert!(decode::<WireModel>(&bytes[..len]).is_err(), "cut at {len}");
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! The JSON model format (version 1) and its inputs file: parsing into [`hal::Model`], encoding
+//! The JSON model format (versions 1 and 2) and its inputs file: parsing into [`hal::Model`], encoding
 //! constant and input values per operand type, and decoding output bytes back into JSON
 //! numbers. The format is documented in `docs/model-format.md`.
 //!
@@ -17,11 +17,15 @@ use serde_json::{Map, Number, Value};
 
 use nnaccel_hal::{
     DataLocation, Memory, MemoryKind, Model, Operand, OperandLifetime, OperandType, Operation,
-    OperationType, SymmPerChannelQuantParams,
+    OperationType, Subgraph, SymmPerChannelQuantParams,
 };
 
-/// The only model format version.
-pub const FORMAT_VERSION: u64 = 1;
+/// The newest model format version. Version 1 files are read too: version 2 added referenced
+/// subgraphs (`"referenced"`, SUBGRAPH operands), and means the same as 1 without them.
+pub const FORMAT_VERSION: u64 = 2;
+
+/// The first version with referenced subgraphs.
+const SUBGRAPHS_VERSION: u64 = 2;
 
 /// Alignment of each CONSTANT_COPY value in `operand_values`.
 pub(crate) const COPY_ALIGN: usize = 4;
@@ -625,7 +629,9 @@ const MODEL_FIELDS: &[&str] = &[
     "inputIndexes",
     "outputIndexes",
     "relaxComputationFloat32toFloat16",
+    "referenced",
 ];
+const SUBGRAPH_FIELDS: &[&str] = &["operands", "operations", "inputIndexes", "outputIndexes"];
 const OPERAND_FIELDS: &[&str] = &[
     "type",
     "dimensions",
@@ -634,6 +640,7 @@ const OPERAND_FIELDS: &[&str] = &[
     "lifetime",
     "value",
     "channelQuant",
+    "subgraph",
 ];
 const CHANNEL_QUANT_FIELDS: &[&str] = &["channelDim", "scales"];
 const OPERATION_FIELDS: &[&str] = &["type", "inputs", "outputs"];
@@ -668,15 +675,68 @@ fn constant_element_count(ty: OperandType, dims: &[u32], path: &str) -> Result<u
 
 /// A constant's bytes, waiting for its place.
 struct PendingConstant {
+    /// None: the main subgraph; Some(k): `referenced[k]`.
+    graph: Option<usize>,
     operand: usize,
     bytes: Vec<u8>,
+}
+
+/// What parsing one subgraph needs to know about the file, and where its constants go.
+struct Parse {
+    version: u64,
+    /// How many referenced subgraphs the file has.
+    subgraphs: usize,
+    copies: Vec<PendingConstant>,
+    refs: Vec<PendingConstant>,
+}
+
+/// The SUBGRAPH operand's `"subgraph"` field: required on lifetime SUBGRAPH (an index into
+/// `"referenced"`), refused elsewhere. The location it gives (the HAL's: pool 0, offset =
+/// the index, length 0).
+fn subgraph_location(
+    map: &Map<String, Value>,
+    path: &str,
+    lifetime: OperandLifetime,
+    p: &Parse,
+) -> Result<DataLocation> {
+    let spath = join(path, "subgraph");
+    match (map.get("subgraph"), lifetime == OperandLifetime::Subgraph) {
+        (None, false) => Ok(DataLocation::default()),
+        (Some(_), false) => Err(ModelFileError::invalid(
+            &spath,
+            "only an operand of lifetime SUBGRAPH names a subgraph",
+        )),
+        (None, true) => Err(ModelFileError::invalid(
+            path,
+            "a SUBGRAPH operand needs a \"subgraph\" (an index into \"referenced\")",
+        )),
+        (Some(v), true) => {
+            let k = u32_of(v, &spath)?;
+            if k as usize >= p.subgraphs {
+                return Err(ModelFileError::invalid(
+                    &spath,
+                    format!(
+                        "names referenced subgraph {k}, but the file has {} (\"referenced\" \
+                         is indexed from 0)",
+                        p.subgraphs
+                    ),
+                ));
+            }
+            Ok(DataLocation {
+                pool_index: 0,
+                offset: k,
+                length: 0,
+                padding: 0,
+            })
+        }
+    }
 }
 
 fn parse_operand(
     v: &Value,
     path: &str,
-    copies: &mut Vec<PendingConstant>,
-    refs: &mut Vec<PendingConstant>,
+    p: &mut Parse,
+    graph: Option<usize>,
     i: usize,
 ) -> Result<Operand> {
     let map = object(v, path, OPERAND_FIELDS)?;
@@ -719,18 +779,23 @@ fn parse_operand(
     };
     let lpath = join(path, "lifetime");
     let lname = string(required(map, path, "lifetime")?, &lpath)?;
-    let lifetime = OperandLifetime::from_name_or_alias(lname)
-        .filter(|l| *l != OperandLifetime::Subgraph)
-        .ok_or_else(|| {
-            ModelFileError::invalid(
-                &lpath,
-                format!(
-                    "unknown lifetime \"{lname}\" (known: TEMPORARY_VARIABLE, MODEL_INPUT, \
-                     MODEL_OUTPUT, CONSTANT_COPY, CONSTANT_REFERENCE, NO_VALUE; SUBGRAPH_INPUT \
-                     and SUBGRAPH_OUTPUT as synonyms)"
-                ),
-            )
-        })?;
+    let lifetime = OperandLifetime::from_name_or_alias(lname).ok_or_else(|| {
+        ModelFileError::invalid(
+            &lpath,
+            format!(
+                "unknown lifetime \"{lname}\" (known: TEMPORARY_VARIABLE, MODEL_INPUT, \
+                 MODEL_OUTPUT, CONSTANT_COPY, CONSTANT_REFERENCE, NO_VALUE, SUBGRAPH; \
+                 SUBGRAPH_INPUT and SUBGRAPH_OUTPUT as synonyms)"
+            ),
+        )
+    })?;
+    if lifetime == OperandLifetime::Subgraph && p.version < SUBGRAPHS_VERSION {
+        return Err(ModelFileError::invalid(
+            &lpath,
+            format!("lifetime SUBGRAPH needs \"version\": {SUBGRAPHS_VERSION}"),
+        ));
+    }
+    let location = subgraph_location(map, path, lifetime, p)?;
     let extra_params = match map.get("channelQuant") {
         None => None,
         Some(c) => {
@@ -771,11 +836,15 @@ fn parse_operand(
                 ));
             }
             let bytes = encode_values(ty, values, &vpath)?;
-            let pending = PendingConstant { operand: i, bytes };
+            let pending = PendingConstant {
+                graph,
+                operand: i,
+                bytes,
+            };
             if lifetime == OperandLifetime::ConstantCopy {
-                copies.push(pending);
+                p.copies.push(pending);
             } else {
-                refs.push(pending);
+                p.refs.push(pending);
             }
         }
         (None, true) => {
@@ -800,7 +869,7 @@ fn parse_operand(
         scale,
         zero_point,
         lifetime,
-        location: DataLocation::default(),
+        location,
         extra_params,
     })
 }
@@ -822,38 +891,80 @@ fn parse_operation(v: &Value, path: &str) -> Result<Operation> {
     })
 }
 
+/// The lists of one subgraph (the main one: `path` "" and `graph` None; or `referenced[k]`).
+fn parse_subgraph(
+    map: &Map<String, Value>,
+    path: &str,
+    p: &mut Parse,
+    graph: Option<usize>,
+) -> Result<Subgraph> {
+    let opath = join(path, "operands");
+    let operands = array(required(map, path, "operands")?, &opath)?
+        .iter()
+        .enumerate()
+        .map(|(i, o)| parse_operand(o, &index(&opath, i), p, graph, i))
+        .collect::<Result<Vec<Operand>>>()?;
+    let oppath = join(path, "operations");
+    let operations = array(required(map, path, "operations")?, &oppath)?
+        .iter()
+        .enumerate()
+        .map(|(i, o)| parse_operation(o, &index(&oppath, i)))
+        .collect::<Result<Vec<Operation>>>()?;
+    let list = |key: &str| u32_list(required(map, path, key)?, &join(path, key));
+    Ok(Subgraph {
+        operands,
+        operations,
+        input_indexes: list("inputIndexes")?,
+        output_indexes: list("outputIndexes")?,
+    })
+}
+
 /// Parses a model file's text. CONSTANT_REFERENCE values, if any, are placed in one new
-/// memfd pool (`model.pools[0]`).
+/// memfd pool (`model.pools[0]`); CONSTANT_COPY values of every subgraph in
+/// `model.operand_values`.
 pub fn parse_model(json: &str) -> Result<LoadedModelFile> {
     let doc = parse_json(json)?;
     let map = object(&doc, "", MODEL_FIELDS)?;
-    let version = required(map, "", "version")?;
-    match integer(version) {
-        Some(1) => {}
+    let version_value = required(map, "", "version")?;
+    let version = match integer(version_value) {
+        Some(v @ 1..=2) => v as u64,
         _ => {
             return Err(ModelFileError::invalid(
                 "version",
                 format!(
-                    "unsupported model format version {} (this nnaccel reads version {FORMAT_VERSION})",
-                    describe(version)
+                    "unsupported model format version {} (this nnaccel reads versions 1 to \
+                     {FORMAT_VERSION})",
+                    describe(version_value)
                 ),
             ));
         }
-    }
-    let mut copies = Vec::new();
-    let mut refs = Vec::new();
-    let operands = array(required(map, "", "operands")?, "operands")?
+    };
+    let referenced_values = match map.get("referenced") {
+        None => &[][..],
+        Some(_) if version < SUBGRAPHS_VERSION => {
+            return Err(ModelFileError::invalid(
+                "referenced",
+                format!("referenced subgraphs need \"version\": {SUBGRAPHS_VERSION}"),
+            ));
+        }
+        Some(r) => array(r, "referenced")?.as_slice(),
+    };
+    let mut p = Parse {
+        version,
+        subgraphs: referenced_values.len(),
+        copies: Vec::new(),
+        refs: Vec::new(),
+    };
+    let main = parse_subgraph(map, "", &mut p, None)?;
+    let referenced = referenced_values
         .iter()
         .enumerate()
-        .map(|(i, o)| parse_operand(o, &index("operands", i), &mut copies, &mut refs, i))
-        .collect::<Result<Vec<Operand>>>()?;
-    let operations = array(required(map, "", "operations")?, "operations")?
-        .iter()
-        .enumerate()
-        .map(|(i, o)| parse_operation(o, &index("operations", i)))
-        .collect::<Result<Vec<Operation>>>()?;
-    let input_indexes = u32_list(required(map, "", "inputIndexes")?, "inputIndexes")?;
-    let output_indexes = u32_list(required(map, "", "outputIndexes")?, "outputIndexes")?;
+        .map(|(k, v)| {
+            let path = index("referenced", k);
+            let smap = object(v, &path, SUBGRAPH_FIELDS)?;
+            parse_subgraph(smap, &path, &mut p, Some(k))
+        })
+        .collect::<Result<Vec<Subgraph>>>()?;
     let relax = match map.get("relaxComputationFloat32toFloat16") {
         None => false,
         Some(Value::Bool(b)) => *b,
@@ -865,17 +976,27 @@ pub fn parse_model(json: &str) -> Result<LoadedModelFile> {
         }
     };
     let mut model = Model {
-        operands,
-        operations,
-        input_indexes,
-        output_indexes,
+        operands: main.operands,
+        operations: main.operations,
+        input_indexes: main.input_indexes,
+        output_indexes: main.output_indexes,
+        referenced,
         operand_values: Vec::new(),
         pools: Vec::new(),
         relax_computation_float32_to_float16: relax,
     };
-    place_copies(&mut model, copies)?;
-    place_references(&mut model, refs)?;
+    place_copies(&mut model, p.copies)?;
+    place_references(&mut model, p.refs)?;
     Ok(LoadedModelFile { path: None, model })
+}
+
+/// Where a pending constant's location goes.
+fn pending_operand<'m>(model: &'m mut Model, c: &PendingConstant) -> Option<&'m mut Operand> {
+    let operands = match c.graph {
+        None => &mut model.operands,
+        Some(k) => &mut model.referenced.get_mut(k)?.operands,
+    };
+    operands.get_mut(c.operand)
 }
 
 fn too_large() -> ModelFileError {
@@ -887,12 +1008,15 @@ fn place_copies(model: &mut Model, copies: Vec<PendingConstant>) -> Result<()> {
         let offset = model.operand_values.len().next_multiple_of(COPY_ALIGN);
         model.operand_values.resize(offset, 0);
         model.operand_values.extend_from_slice(&c.bytes);
-        model.operands[c.operand].location = DataLocation {
+        let location = DataLocation {
             pool_index: 0,
             offset: u32::try_from(offset).map_err(|_| too_large())?,
             length: u32::try_from(c.bytes.len()).map_err(|_| too_large())?,
             padding: 0,
         };
+        if let Some(o) = pending_operand(model, &c) {
+            o.location = location;
+        }
     }
     let end = model.operand_values.len().next_multiple_of(COPY_ALIGN);
     model.operand_values.resize(end, 0);
@@ -928,12 +1052,14 @@ fn place_references(model: &mut Model, refs: Vec<PendingConstant>) -> Result<()>
     }
     for (r, &offset) in refs.iter().zip(&offsets) {
         // Both below `size`, which fits u32.
-        model.operands[r.operand].location = DataLocation {
-            pool_index: 0,
-            offset: offset as u32,
-            length: r.bytes.len() as u32,
-            padding: 0,
-        };
+        if let Some(o) = pending_operand(model, r) {
+            o.location = DataLocation {
+                pool_index: 0,
+                offset: offset as u32,
+                length: r.bytes.len() as u32,
+                padding: 0,
+            };
+        }
     }
     model.pools.push(Memory {
         kind: MemoryKind::Ashmem,
@@ -941,6 +1067,185 @@ fn place_references(model: &mut Model, refs: Vec<PendingConstant>) -> Result<()>
         size: u64::from(size_u32),
     });
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/// The constant bytes of `o` (its location in `model.operand_values` or in a pool, pools
+/// mapped once into `mapped`).
+fn constant_bytes_of(
+    model: &Model,
+    o: &Operand,
+    mapped: &mut [Option<nnaccel_hal::MappedPool>],
+    path: &str,
+) -> Result<Vec<u8>> {
+    let loc = o.location;
+    let (offset, length) = (loc.offset as usize, loc.length as usize);
+    if o.lifetime == OperandLifetime::ConstantCopy {
+        return offset
+            .checked_add(length)
+            .and_then(|end| model.operand_values.get(offset..end))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| ModelFileError::invalid(path, "the constant is outside operandValues"));
+    }
+    let p = loc.pool_index as usize;
+    let (Some(slot), Some(memory)) = (mapped.get_mut(p), model.pools.get(p)) else {
+        return Err(ModelFileError::invalid(
+            path,
+            format!("the constant names pool {p}, which the model does not have"),
+        ));
+    };
+    if slot.is_none() {
+        *slot =
+            Some(nnaccel_hal::MappedPool::map_constants(memory).map_err(|s| {
+                ModelFileError::invalid(path, format!("cannot read pool {p}: {s:?}"))
+            })?);
+    }
+    slot.as_ref()
+        .ok_or_else(|| ModelFileError::invalid(path, format!("cannot read pool {p}")))?
+        .read(offset, length)
+        .map_err(|s| {
+            ModelFileError::invalid(path, format!("the constant is outside pool {p}: {s:?}"))
+        })
+}
+
+/// One operand as a model-file object; `main` picks the MODEL_INPUT/MODEL_OUTPUT spelling.
+fn operand_json(
+    model: &Model,
+    o: &Operand,
+    main: bool,
+    mapped: &mut [Option<nnaccel_hal::MappedPool>],
+    path: &str,
+) -> Result<Value> {
+    let mut map = Map::new();
+    map.insert("type".into(), Value::from(o.operand_type.name()));
+    if !o.dimensions.is_empty() {
+        map.insert("dimensions".into(), Value::from(o.dimensions.clone()));
+    }
+    if o.scale != 0.0 {
+        map.insert("scale".into(), float_value(o.scale));
+    }
+    if o.zero_point != 0 {
+        map.insert("zeroPoint".into(), Value::from(o.zero_point));
+    }
+    let lifetime = match o.lifetime {
+        OperandLifetime::SubgraphInput if main => "MODEL_INPUT",
+        OperandLifetime::SubgraphOutput if main => "MODEL_OUTPUT",
+        l => l.name(),
+    };
+    map.insert("lifetime".into(), Value::from(lifetime));
+    match o.lifetime {
+        OperandLifetime::ConstantCopy | OperandLifetime::ConstantReference => {
+            let bytes = constant_bytes_of(model, o, mapped, path)?;
+            let values = output_values(o.operand_type, &bytes);
+            if values.iter().any(Value::is_null) {
+                return Err(ModelFileError::invalid(
+                    &join(path, "value"),
+                    "a NaN or infinite constant cannot be written in JSON",
+                ));
+            }
+            map.insert("value".into(), Value::Array(values));
+        }
+        OperandLifetime::Subgraph => {
+            map.insert("subgraph".into(), Value::from(o.location.offset));
+        }
+        _ => {}
+    }
+    if let Some(p) = &o.extra_params {
+        let scales = p.scales.iter().map(|&x| float_value(x)).collect();
+        let mut cq = Map::new();
+        cq.insert("channelDim".into(), Value::from(p.channel_dim));
+        cq.insert("scales".into(), Value::Array(scales));
+        map.insert("channelQuant".into(), Value::Object(cq));
+    }
+    Ok(Value::Object(map))
+}
+
+/// One subgraph's four lists into `map`.
+fn subgraph_json(
+    model: &Model,
+    g: &Subgraph,
+    main: bool,
+    path: &str,
+    mapped: &mut [Option<nnaccel_hal::MappedPool>],
+    map: &mut Map<String, Value>,
+) -> Result<()> {
+    let opath = join(path, "operands");
+    let operands = g
+        .operands
+        .iter()
+        .enumerate()
+        .map(|(i, o)| operand_json(model, o, main, mapped, &index(&opath, i)))
+        .collect::<Result<Vec<Value>>>()?;
+    let operations = g
+        .operations
+        .iter()
+        .map(|op| {
+            let mut m = Map::new();
+            m.insert("type".into(), Value::from(op.operation_type.name()));
+            m.insert("inputs".into(), Value::from(op.inputs.clone()));
+            m.insert("outputs".into(), Value::from(op.outputs.clone()));
+            Value::Object(m)
+        })
+        .collect();
+    map.insert("operands".into(), Value::Array(operands));
+    map.insert("operations".into(), Value::Array(operations));
+    map.insert("inputIndexes".into(), Value::from(g.input_indexes.clone()));
+    map.insert(
+        "outputIndexes".into(),
+        Value::from(g.output_indexes.clone()),
+    );
+    Ok(())
+}
+
+/// Writes `model` as a model file that [`parse_model`] reads back into the same model:
+/// version 1, or 2 when it has referenced subgraphs. Constants are read from
+/// `operand_values` and from the pools (mapped for reading); one that cannot be read, or a
+/// NaN or infinite float (JSON cannot spell it), is an error naming its JSON path.
+pub fn model_to_json(model: &Model) -> Result<String> {
+    let mut mapped: Vec<Option<nnaccel_hal::MappedPool>> =
+        (0..model.pools.len()).map(|_| None).collect();
+    let version = if model.referenced.is_empty() {
+        1
+    } else {
+        SUBGRAPHS_VERSION
+    };
+    let mut map = Map::new();
+    map.insert("version".into(), Value::from(version));
+    let main = Subgraph {
+        operands: model.operands.clone(),
+        operations: model.operations.clone(),
+        input_indexes: model.input_indexes.clone(),
+        output_indexes: model.output_indexes.clone(),
+    };
+    subgraph_json(model, &main, true, "", &mut mapped, &mut map)?;
+    map.insert(
+        "relaxComputationFloat32toFloat16".into(),
+        Value::from(model.relax_computation_float32_to_float16),
+    );
+    if !model.referenced.is_empty() {
+        let referenced = model
+            .referenced
+            .iter()
+            .enumerate()
+            .map(|(k, g)| {
+                let mut m = Map::new();
+                subgraph_json(
+                    model,
+                    g,
+                    false,
+                    &index("referenced", k),
+                    &mut mapped,
+                    &mut m,
+                )?;
+                Ok(Value::Object(m))
+            })
+            .collect::<Result<Vec<Value>>>()?;
+        map.insert("referenced".into(), Value::Array(referenced));
+    }
+    serde_json::to_string_pretty(&Value::Object(map))
+        .map_err(|e| ModelFileError::invalid("", e.to_string()))
 }
 
 /// Largest model or inputs file read, in bytes (64 MiB). A bigger file is refused before
@@ -1170,12 +1475,14 @@ mod tests {
 
     #[test]
     fn a_bad_version_is_rejected() {
-        let j = ADD.replace("\"version\": 1", "\"version\": 2");
+        let j = ADD.replace("\"version\": 1", "\"version\": 3");
         let e = err(&j);
         assert!(
-            e.contains("version: unsupported model format version 2"),
+            e.contains("version: unsupported model format version 3"),
             "{e}"
         );
+        let j = ADD.replace("\"version\": 1", "\"version\": 0");
+        assert!(err(&j).contains("unsupported model format version 0"));
         let j = ADD.replace("\"version\": 1,", "");
         assert!(err(&j).contains("missing required field \"version\""));
         let j = ADD.replace("\"version\": 1", "\"version\": \"1\"");
@@ -1464,6 +1771,44 @@ mod tests {
     }
 
     #[test]
+    fn int32_and_bool8_inputs_and_zero_sized_values_are_encoded() {
+        let m = parse_model(
+            r#"{"version": 1, "operands": [
+                {"type": "TENSOR_INT32", "dimensions": [2], "lifetime": "MODEL_INPUT"},
+                {"type": "TENSOR_BOOL8", "dimensions": [3], "lifetime": "MODEL_INPUT"},
+                {"type": "TENSOR_FLOAT32", "dimensions": [0, 2], "lifetime": "MODEL_INPUT"},
+                {"type": "TENSOR_FLOAT32", "lifetime": "NO_VALUE"}
+              ], "operations": [], "inputIndexes": [0, 1, 2], "outputIndexes": []}"#,
+        )
+        .unwrap()
+        .model;
+        // An omitted optional operand: NO_VALUE, no location.
+        assert_eq!(m.operands[3].lifetime, OperandLifetime::NoValue);
+        assert_eq!(m.operands[3].location, DataLocation::default());
+        let v = parse_inputs(
+            r#"{"inputs": [[-1, 2147483647], [true, 0, 1], []],
+                "inputDimensions": [[], [], [0, 2]]}"#,
+            &m,
+        )
+        .unwrap();
+        let int32: Vec<u8> = [(-1i32).to_le_bytes(), i32::MAX.to_le_bytes()].concat();
+        assert_eq!(v[0].bytes, int32);
+        assert_eq!(v[1].bytes, vec![1, 0, 1]);
+        // A zero-sized input: no values, no bytes, its dimensions kept for the driver.
+        assert_eq!((v[2].element_count, v[2].bytes.len()), (0, 0));
+        assert_eq!(v[2].dimensions, vec![0, 2]);
+        assert!(!v[2].has_no_value);
+        assert!(parse_inputs(r#"{"inputs": [[2147483648], [], []]}"#, &m).is_err());
+        assert!(parse_inputs(r#"{"inputs": [[0], [2], []]}"#, &m).is_err());
+        // A zero-sized output decodes to no values.
+        assert!(output_values(OperandType::TensorFloat32, &[]).is_empty());
+        assert_eq!(
+            output_values(OperandType::TensorInt32, &int32),
+            vec![Value::from(-1), Value::from(i32::MAX)]
+        );
+    }
+
+    #[test]
     fn files_are_named_in_errors() {
         let dir = std::env::temp_dir().join(format!("nnaccel-modelfile-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1598,5 +1943,345 @@ mod tests {
         let e = load_model(&big).unwrap_err().to_string();
         assert!(e.contains("more than the limit"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // --- referenced subgraphs (version 2) -----------------------------------------------------
+
+    /// Main: a SUBGRAPH operand naming subgraph `main_ref`; one referenced subgraph (a RELU)
+    /// with a CONSTANT_COPY INT32 `7` and a CONSTANT_REFERENCE `[4]` of 0.5s.
+    fn with_subgraph(version: u32, main_ref: &str) -> String {
+        format!(
+            r#"{{"version": {version},
+              "operands": [
+                {{"type": "INT32", "lifetime": "CONSTANT_COPY", "value": [3]}},
+                {{"type": "SUBGRAPH", "lifetime": "SUBGRAPH", {main_ref}}}
+              ],
+              "operations": [], "inputIndexes": [], "outputIndexes": [],
+              "referenced": [
+                {{"operands": [
+                   {{"type": "TENSOR_FLOAT32", "dimensions": [4], "lifetime": "SUBGRAPH_INPUT"}},
+                   {{"type": "TENSOR_FLOAT32", "dimensions": [4], "lifetime": "SUBGRAPH_OUTPUT"}},
+                   {{"type": "INT32", "lifetime": "CONSTANT_COPY", "value": [7]}},
+                   {{"type": "TENSOR_FLOAT32", "dimensions": [4], "lifetime": "CONSTANT_REFERENCE",
+                     "value": [0.5, 0.5, 0.5, 0.5]}}
+                 ],
+                 "operations": [{{"type": "RELU", "inputs": [0], "outputs": [1]}}],
+                 "inputIndexes": [0], "outputIndexes": [1]}}
+              ]}}"#
+        )
+    }
+
+    #[test]
+    fn referenced_subgraphs_parse_with_their_constants() {
+        let m = parse_model(&with_subgraph(2, r#""subgraph": 0"#))
+            .unwrap()
+            .model;
+        assert_eq!(m.operands[1].operand_type, OperandType::Subgraph);
+        assert_eq!(m.operands[1].lifetime, OperandLifetime::Subgraph);
+        assert_eq!(
+            m.operands[1].location,
+            DataLocation {
+                pool_index: 0,
+                offset: 0,
+                length: 0,
+                padding: 0
+            }
+        );
+        assert_eq!(m.referenced.len(), 1);
+        let s = &m.referenced[0];
+        assert_eq!(s.input_indexes, vec![0]);
+        assert_eq!(s.output_indexes, vec![1]);
+        assert_eq!(s.operations[0].operation_type, OperationType::Relu);
+        // Main's constant at 0, the subgraph's at the next 4-byte boundary, same buffer.
+        assert_eq!(m.operands[0].location.offset, 0);
+        let c = s.operands[2].location;
+        assert_eq!((c.pool_index, c.offset, c.length), (0, 4, 4));
+        assert_eq!(m.operand_values, [3, 0, 0, 0, 7, 0, 0, 0]);
+        // The CONSTANT_REFERENCE went to the one shared pool.
+        let r = s.operands[3].location;
+        assert_eq!((r.pool_index, r.offset, r.length), (0, 0, 16));
+        assert_eq!(m.pools.len(), 1);
+        let pool = nnaccel_hal::MappedPool::map_constants(&m.pools[0]).unwrap();
+        assert_eq!(pool.read(0, 4).unwrap(), 0.5f32.to_le_bytes());
+    }
+
+    #[test]
+    fn a_subgraph_index_out_of_range_is_rejected_with_its_path() {
+        let e = err(&with_subgraph(2, r#""subgraph": 1"#));
+        assert!(
+            e.starts_with("operands[1].subgraph: names referenced subgraph 1, but the file has 1"),
+            "{e}"
+        );
+        let j = with_subgraph(2, r#""subgraph": 0"#).replace(
+            r#""lifetime": "CONSTANT_COPY", "value": [7]}"#,
+            r#""lifetime": "CONSTANT_COPY", "value": [7]},
+               {"type": "SUBGRAPH", "lifetime": "SUBGRAPH", "subgraph": 4}"#,
+        );
+        let e = err(&j);
+        assert!(
+            e.starts_with("referenced[0].operands[3].subgraph: names referenced subgraph 4"),
+            "{e}"
+        );
+        let e = err(&with_subgraph(2, r#""subgraph": -1"#));
+        assert!(e.starts_with("operands[1].subgraph:"), "{e}");
+    }
+
+    #[test]
+    fn a_subgraph_operand_needs_its_index_and_only_it_has_one() {
+        let e = err(&with_subgraph(2, r#""dimensions": []"#));
+        assert!(
+            e.starts_with("operands[1]: a SUBGRAPH operand needs a \"subgraph\""),
+            "{e}"
+        );
+        let e = err(&with_subgraph(2, r#""subgraph": 0"#).replace(
+            r#""lifetime": "CONSTANT_COPY", "value": [3]"#,
+            r#""lifetime": "CONSTANT_COPY", "value": [3], "subgraph": 0"#,
+        ));
+        assert!(
+            e.starts_with("operands[0].subgraph: only an operand of lifetime SUBGRAPH"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn version_1_files_have_no_subgraphs() {
+        let e = err(&one_operand(
+            r#"{"type": "SUBGRAPH", "lifetime": "SUBGRAPH", "subgraph": 0}"#,
+        ));
+        assert!(
+            e.starts_with("operands[0].lifetime: lifetime SUBGRAPH needs \"version\": 2"),
+            "{e}"
+        );
+        let e = err(&with_subgraph(1, r#""subgraph": 0"#));
+        assert!(
+            e.starts_with("referenced: referenced subgraphs need \"version\": 2"),
+            "{e}"
+        );
+        let j = ADD.replace(
+            "\"relaxComputationFloat32toFloat16\": false",
+            "\"relaxComputationFloat32toFloat16\": false, \"referenced\": []",
+        );
+        assert!(
+            err(&j).starts_with("referenced: referenced subgraphs need \"version\": 2"),
+            "{}",
+            err(&j)
+        );
+        // Version 2 reads a version 1 file's content the same way.
+        let v2 = parse_model(&ADD.replace("\"version\": 1", "\"version\": 2"))
+            .unwrap()
+            .model;
+        let v1 = parse_model(ADD).unwrap().model;
+        assert_eq!(v2.operands, v1.operands);
+        assert_eq!(v2.operand_values, v1.operand_values);
+        assert!(v2.referenced.is_empty());
+    }
+
+    #[test]
+    fn a_referenced_subgraph_is_parsed_as_strictly_as_the_main_one() {
+        let base = with_subgraph(2, r#""subgraph": 0"#);
+        let e = err(&base.replace(r#""inputIndexes": [0], "outputIndexes": [1]"#, r#""inputIndexes": [0], "outputIndexes": [1], "relaxComputationFloat32toFloat16": true"#));
+        assert!(
+            e.starts_with("referenced[0].relaxComputationFloat32toFloat16: unknown field"),
+            "{e}"
+        );
+        let e = err(&base.replace(r#""inputIndexes": [0], "#, ""));
+        assert!(e.starts_with("referenced[0]"), "{e}");
+        assert!(e.contains("inputIndexes"), "{e}");
+        let e = err(&base.replace("\"RELU\"", "\"RELU9\""));
+        assert!(e.starts_with("referenced[0].operations[0].type"), "{e}");
+        let e = err(&base.replace("[0.5, 0.5, 0.5, 0.5]", "[0.5]"));
+        assert!(e.starts_with("referenced[0].operands[3].value"), "{e}");
+        let e = err(&base.replace(r#""referenced": ["#, r#""referenced": [1, "#));
+        assert!(e.starts_with("referenced[0]"), "{e}");
+    }
+
+    /// The example models with control flow (examples/README.md): they parse, pass the HAL's
+    /// structural validation and convert into graphs with the subgraphs in place. (Running
+    /// them needs the executor's IF and WHILE.)
+    #[test]
+    fn the_control_flow_examples_parse_validate_and_convert() {
+        use nnaccel_cpu::Lifetime;
+        use nnaccel_hal::validate::validate_model_structure;
+
+        let m = parse_model(include_str!("../../../examples/if_select.json"))
+            .unwrap()
+            .model;
+        let g = validate_model_structure(&m).unwrap();
+        assert_eq!(g.operations[0].op, OperationType::If);
+        assert_eq!(g.referenced.len(), 2);
+        assert_eq!(g.operands[3].lifetime, Lifetime::Subgraph { index: 0 });
+        assert_eq!(g.operands[4].lifetime, Lifetime::Subgraph { index: 1 });
+        assert_eq!(g.referenced[0].operations[0].op, OperationType::Add);
+        assert_eq!(g.referenced[1].operations[0].op, OperationType::Mul);
+        for r in &g.referenced {
+            assert_eq!((r.input_indexes.len(), r.output_indexes.len()), (2, 1));
+            // Each branch's fused-activation constant, rebased into its own values.
+            assert_eq!(
+                r.operands[2].lifetime,
+                Lifetime::ConstantCopy {
+                    offset: 0,
+                    length: 4
+                }
+            );
+            assert_eq!(r.operand_values, 0i32.to_le_bytes());
+            assert!(r.referenced.is_empty());
+        }
+
+        let m = parse_model(include_str!("../../../examples/while_loop.json"))
+            .unwrap()
+            .model;
+        let g = validate_model_structure(&m).unwrap();
+        assert_eq!(g.operations[0].op, OperationType::While);
+        assert_eq!(g.operations[0].inputs, vec![3, 4, 1, 2, 0]);
+        assert_eq!(g.referenced.len(), 4);
+        let shape: Vec<(usize, usize, usize)> = g
+            .referenced
+            .iter()
+            .map(|r| {
+                (
+                    r.input_indexes.len(),
+                    r.output_indexes.len(),
+                    r.operations.len(),
+                )
+            })
+            .collect();
+        assert_eq!(shape, [(3, 1, 1), (3, 2, 3), (2, 1, 1), (2, 1, 2)]);
+        let body = &g.referenced[1];
+        assert_eq!(body.operations[2].op, OperationType::If);
+        assert_eq!(body.operands[7].lifetime, Lifetime::Subgraph { index: 2 });
+        assert_eq!(body.operands[8].lifetime, Lifetime::Subgraph { index: 3 });
+        // The body's constants 1.0, 0 and 3.0, 8-byte aligned in its own values.
+        assert_eq!(
+            body.operand_values,
+            [
+                &1.0f32.to_le_bytes()[..],
+                &[0; 4],
+                &0i32.to_le_bytes(),
+                &[0; 4],
+                &3.0f32.to_le_bytes()
+            ]
+            .concat()
+        );
+    }
+
+    #[test]
+    fn a_file_with_subgraphs_round_trips_through_the_wire() {
+        let m = parse_model(include_str!("../../../examples/while_loop.json"))
+            .unwrap()
+            .model;
+        let mut fds = crate::FdList::default();
+        let bytes = crate::encode(&crate::model_to_wire(&m, &mut fds)).unwrap();
+        let back = crate::model_from_wire(
+            crate::decode(&bytes).unwrap(),
+            &mut crate::ReceivedFds::new(vec![]),
+        )
+        .unwrap();
+        assert_eq!(back.operands, m.operands);
+        assert_eq!(back.referenced, m.referenced);
+        assert_eq!(back.operand_values, m.operand_values);
+    }
+
+    /// Everything a parsed model holds, constants read out of its pool.
+    fn content(m: &Model) -> (String, Vec<u8>, Vec<Vec<u8>>) {
+        let pools = m
+            .pools
+            .iter()
+            .map(|p| {
+                nnaccel_hal::MappedPool::map_constants(p)
+                    .unwrap()
+                    .read(0, p.size as usize)
+                    .unwrap()
+            })
+            .collect();
+        (
+            format!(
+                "{:?} {:?} {:?} {:?} {:?} {}",
+                m.operands,
+                m.operations,
+                m.input_indexes,
+                m.output_indexes,
+                m.referenced,
+                m.relax_computation_float32_to_float16
+            ),
+            m.operand_values.clone(),
+            pools,
+        )
+    }
+
+    #[test]
+    fn every_example_round_trips_through_the_writer() {
+        for (name, json) in [
+            ("add", include_str!("../../../examples/add.json")),
+            ("mlp", include_str!("../../../examples/mlp.json")),
+            ("cnn", include_str!("../../../examples/cnn.json")),
+            ("quant", include_str!("../../../examples/quant.json")),
+            (
+                "slice_int8",
+                include_str!("../../../examples/slice_int8.json"),
+            ),
+            (
+                "if_select",
+                include_str!("../../../examples/if_select.json"),
+            ),
+            (
+                "while_loop",
+                include_str!("../../../examples/while_loop.json"),
+            ),
+        ] {
+            let m = parse_model(json).unwrap().model;
+            let written = model_to_json(&m).unwrap();
+            let back = parse_model(&written)
+                .unwrap_or_else(|e| panic!("{name}: {e}\n{written}"))
+                .model;
+            assert_eq!(content(&back), content(&m), "{name}");
+            let version = if m.referenced.is_empty() { 1 } else { 2 };
+            assert!(
+                written.contains(&format!("\"version\": {version}")),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn written_values_keep_every_type_and_the_per_channel_scales() {
+        let m = parse_model(&one_operand(
+            r#"{"type": "TENSOR_QUANT8_SYMM_PER_CHANNEL", "dimensions": [2], "lifetime": "CONSTANT_COPY",
+                "value": [-128, 127], "channelQuant": {"channelDim": 0, "scales": [0.1, 3e-7]}}"#,
+        ))
+        .unwrap()
+        .model;
+        let back = parse_model(&model_to_json(&m).unwrap()).unwrap().model;
+        assert_eq!(back.operands, m.operands);
+        assert_eq!(back.operand_values, m.operand_values);
+        for (ty, values) in [
+            ("TENSOR_FLOAT16", "[65504, -0.000061035156, 0.1]"),
+            ("TENSOR_FLOAT32", "[3.4028235e38, 1e-45, 0.1]"),
+            ("TENSOR_INT32", "[-2147483648, 2147483647, 0]"),
+            ("TENSOR_BOOL8", "[1, 0, 1]"),
+            ("TENSOR_QUANT16_ASYMM", "[0, 65535, 7]"),
+        ] {
+            let m = parse_model(&one_operand(&format!(
+                r#"{{"type": "{ty}", "dimensions": [3], "lifetime": "CONSTANT_COPY", "value": {values}}}"#
+            )))
+            .unwrap()
+            .model;
+            let back = parse_model(&model_to_json(&m).unwrap()).unwrap().model;
+            assert_eq!(back.operand_values, m.operand_values, "{ty}");
+        }
+    }
+
+    #[test]
+    fn a_constant_json_cannot_spell_is_a_write_error() {
+        let mut m = parse_model(&one_operand(
+            r#"{"type": "TENSOR_FLOAT32", "dimensions": [2], "lifetime": "CONSTANT_COPY", "value": [1, 2]}"#,
+        ))
+        .unwrap()
+        .model;
+        m.operand_values[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+        let e = model_to_json(&m).unwrap_err().to_string();
+        assert!(e.starts_with("operands[0].value: a NaN"), "{e}");
+        m.operands[0].location.offset = 4;
+        let e = model_to_json(&m).unwrap_err().to_string();
+        assert!(e.starts_with("operands[0]: the constant is outside"), "{e}");
     }
 }

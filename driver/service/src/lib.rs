@@ -450,13 +450,13 @@ impl Service {
         for (what, n, max, key) in [
             (
                 "operations",
-                model.operations.len(),
+                model.all_operations().count(),
                 c.max_model_operations,
                 "max_model_operations",
             ),
             (
                 "operands",
-                model.operands.len(),
+                model.all_operands().count(),
                 c.max_model_operands,
                 "max_model_operands",
             ),
@@ -821,11 +821,11 @@ impl Service {
 }
 
 /// Bytes a prepared `model` plans: its constants, its temporaries whose shapes are known, and
-/// [`PREPARED_BYTES_PER_OPERATION`] per operation, computed before anything is allocated.
+/// [`PREPARED_BYTES_PER_OPERATION`] per operation, in the main and every referenced subgraph,
+/// computed before anything is allocated.
 pub(crate) fn planned_bytes(model: &Model) -> u64 {
     let operands = model
-        .operands
-        .iter()
+        .all_operands()
         .filter(|o| {
             matches!(
                 o.lifetime,
@@ -836,7 +836,7 @@ pub(crate) fn planned_bytes(model: &Model) -> u64 {
         })
         .filter_map(|o| nnaccel_hal::validate::byte_size(o.operand_type, &o.dimensions))
         .fold(0u64, u64::saturating_add);
-    (model.operations.len() as u64)
+    (model.all_operations().count() as u64)
         .saturating_mul(PREPARED_BYTES_PER_OPERATION)
         .saturating_add(operands)
 }

@@ -94,6 +94,7 @@ fn add_model() -> Model {
         operand_values: 0i32.to_le_bytes().to_vec(),
         pools: vec![],
         relax_computation_float32_to_float16: false,
+        referenced: vec![],
     }
 }
 
@@ -433,4 +434,38 @@ fn one_connection_runs_at_most_its_share_of_bursts_and_leaves_room_for_others() 
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_eq!(held.len(), 2);
+}
+
+#[test]
+fn planned_bytes_and_limits_count_referenced_subgraphs() {
+    let temporary = |n: u32| Operand {
+        operand_type: OperandType::TensorFloat32,
+        dimensions: vec![n],
+        scale: 0.0,
+        zero_point: 0,
+        lifetime: OperandLifetime::TemporaryVariable,
+        location: DataLocation::default(),
+        extra_params: None,
+    };
+    let relu = Operation {
+        operation_type: OperationType::Relu,
+        inputs: vec![0],
+        outputs: vec![0],
+    };
+    let model = Model {
+        operands: vec![temporary(10), Operand::subgraph(0)],
+        operations: vec![relu.clone()],
+        referenced: vec![Subgraph {
+            operands: vec![temporary(1000)],
+            operations: vec![relu.clone(), relu],
+            ..Subgraph::default()
+        }],
+        ..Model::default()
+    };
+    // 3 operations in all; temporaries of 10 and 1000 floats.
+    assert_eq!(
+        planned_bytes(&model),
+        3 * PREPARED_BYTES_PER_OPERATION + 4 * 10 + 4 * 1000
+    );
+    assert_eq!(model.all_operands().count(), 3);
 }

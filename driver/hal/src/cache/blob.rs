@@ -6,8 +6,9 @@
 //! completely. The schema is the cache's own, versioned by [`FORMAT_VERSION`] and independent
 //! of the service's wire protocol; a file of another version is refused with
 //! [`CacheError::Format`] (the caller then compiles afresh). Version 1 (until the crate split)
-//! was the wire protocol's model message; version 2 names only what a cached model holds. Data cache: the constants, concatenated (each at an 8-byte aligned
-//! offset); CONSTANT_REFERENCE operands are rewritten to CONSTANT_COPY into these bytes, so a
+//! was the wire protocol's model message; version 2 named only what a cached model holds;
+//! version 3 adds the referenced subgraphs (IF and WHILE bodies). Data cache: the constants,
+//! concatenated (each at an 8-byte aligned offset); CONSTANT_REFERENCE operands are rewritten to CONSTANT_COPY into these bytes, so a
 //! cached model needs no client pool. Decoding trusts nothing: codes, lengths and indexes are
 //! checked here and by the model validator before anything is compiled.
 
@@ -21,23 +22,31 @@ use crate::types::*;
 /// Model-cache magic.
 const MAGIC: [u8; 4] = *b"NNCM";
 /// Bumped whenever the encoding changes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Bytes before the postcard body: magic, version, placement.
 const HEADER: usize = 9;
 
-/// What the model cache holds after the header (schema version 2). A model in the cache has
-/// no pools and no inline values: every constant is CONSTANT_COPY at an offset of the data
-/// cache.
+/// What the model cache holds after the header (schema version 3). A model in the cache has
+/// no pools and no inline values: every constant, in the main subgraph or a referenced one,
+/// is CONSTANT_COPY at an offset of the data cache.
 #[derive(Debug, Serialize, Deserialize)]
 struct CachedModel {
+    main: CachedSubgraph,
+    /// The referenced subgraphs (IF and WHILE bodies), in `Model::referenced` order.
+    referenced: Vec<CachedSubgraph>,
+    relax_computation_float32_to_float16: bool,
+    /// Length of the data cache.
+    data_len: u64,
+}
+
+/// One subgraph: the main one or a referenced one.
+#[derive(Debug, Serialize, Deserialize)]
+struct CachedSubgraph {
     operands: Vec<CachedOperand>,
     operations: Vec<CachedOperation>,
     input_indexes: Vec<u32>,
     output_indexes: Vec<u32>,
-    relax_computation_float32_to_float16: bool,
-    /// Length of the data cache.
-    data_len: u64,
 }
 
 /// An operand: HAL codes as integers, checked when read.
@@ -48,7 +57,8 @@ struct CachedOperand {
     scale: f32,
     zero_point: i32,
     lifetime: i32,
-    /// Where a constant's bytes are in the data cache: (offset, length).
+    /// Where a constant's bytes are in the data cache: (offset, length); for a SUBGRAPH
+    /// operand (subgraph index, 0); (0, 0) otherwise.
     data: (u32, u32),
     /// Per-channel quantization: (scales, channel dimension).
     channel_quant: Option<(Vec<f32>, u32)>,
@@ -62,12 +72,16 @@ struct CachedOperation {
     outputs: Vec<u32>,
 }
 
-impl CachedModel {
-    /// The schema form of `model`, whose constants are all CONSTANT_COPY into the data cache.
-    fn from_model(model: &Model, data_len: u64) -> Self {
+impl CachedSubgraph {
+    /// The schema form of one subgraph's lists.
+    fn from_parts(
+        operands: &[Operand],
+        operations: &[Operation],
+        input_indexes: &[u32],
+        output_indexes: &[u32],
+    ) -> Self {
         Self {
-            operands: model
-                .operands
+            operands: operands
                 .iter()
                 .map(|o| CachedOperand {
                     operand_type: o.operand_type.code(),
@@ -82,8 +96,7 @@ impl CachedModel {
                         .map(|p| (p.scales.clone(), p.channel_dim)),
                 })
                 .collect(),
-            operations: model
-                .operations
+            operations: operations
                 .iter()
                 .map(|o| CachedOperation {
                     operation_type: o.operation_type.code(),
@@ -91,32 +104,34 @@ impl CachedModel {
                     outputs: o.outputs.clone(),
                 })
                 .collect(),
-            input_indexes: model.input_indexes.clone(),
-            output_indexes: model.output_indexes.clone(),
-            relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
-            data_len,
+            input_indexes: input_indexes.to_vec(),
+            output_indexes: output_indexes.to_vec(),
         }
     }
 
-    /// The model this describes, every code checked; constants are CONSTANT_COPY locations
-    /// into the data cache, not yet checked against it.
-    fn into_model(self) -> Result<Model, CacheError> {
+    /// The subgraph this describes, every code checked; constants are CONSTANT_COPY
+    /// locations into the data cache, not yet checked against it.
+    fn into_subgraph(self) -> Result<Subgraph, CacheError> {
         let corrupt = |m: String| CacheError::Corrupt(m);
         let mut operands = Vec::with_capacity(self.operands.len());
         for (i, o) in self.operands.into_iter().enumerate() {
             let lifetime = OperandLifetime::from_code(o.lifetime)
                 .ok_or_else(|| corrupt(format!("operand {i}: unknown lifetime {}", o.lifetime)))?;
-            if matches!(
-                lifetime,
-                OperandLifetime::ConstantReference | OperandLifetime::Subgraph
-            ) {
+            if lifetime == OperandLifetime::ConstantReference {
                 return Err(corrupt(format!(
                     "operand {i}: lifetime {lifetime:?} in a cache"
                 )));
             }
             let (offset, length) = o.data;
-            if lifetime != OperandLifetime::ConstantCopy && (offset, length) != (0, 0) {
-                return Err(corrupt(format!("operand {i}: data on a non-constant")));
+            let located = match lifetime {
+                OperandLifetime::ConstantCopy => true,
+                OperandLifetime::Subgraph => length == 0,
+                _ => (offset, length) == (0, 0),
+            };
+            if !located {
+                return Err(corrupt(format!(
+                    "operand {i}: data ({offset}, {length}) on a {lifetime:?} operand"
+                )));
             }
             operands.push(Operand {
                 operand_type: OperandType::from_code(o.operand_type).ok_or_else(|| {
@@ -150,11 +165,72 @@ impl CachedModel {
                 outputs: o.outputs,
             });
         }
-        Ok(Model {
+        Ok(Subgraph {
             operands,
             operations,
             input_indexes: self.input_indexes,
             output_indexes: self.output_indexes,
+        })
+    }
+}
+
+impl CachedModel {
+    /// The schema form of `model`, whose constants are all CONSTANT_COPY into the data cache.
+    fn from_model(model: &Model, data_len: u64) -> Self {
+        Self {
+            main: CachedSubgraph::from_parts(
+                &model.operands,
+                &model.operations,
+                &model.input_indexes,
+                &model.output_indexes,
+            ),
+            referenced: model
+                .referenced
+                .iter()
+                .map(|s| {
+                    CachedSubgraph::from_parts(
+                        &s.operands,
+                        &s.operations,
+                        &s.input_indexes,
+                        &s.output_indexes,
+                    )
+                })
+                .collect(),
+            relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
+            data_len,
+        }
+    }
+
+    /// The model this describes, every code checked (see [`CachedSubgraph::into_subgraph`]).
+    /// More than [`crate::validate::MAX_REFERENCED_SUBGRAPHS`] subgraphs is corrupt.
+    fn into_model(self) -> Result<Model, CacheError> {
+        let max = crate::validate::MAX_REFERENCED_SUBGRAPHS;
+        if self.referenced.len() > max {
+            return Err(CacheError::Corrupt(format!(
+                "{} referenced subgraphs, more than {max}",
+                self.referenced.len()
+            )));
+        }
+        let main = self.main.into_subgraph()?;
+        let referenced = self
+            .referenced
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| {
+                s.into_subgraph().map_err(|e| match e {
+                    CacheError::Corrupt(m) => {
+                        CacheError::Corrupt(format!("referenced subgraph {k}: {m}"))
+                    }
+                    e => e,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Model {
+            operands: main.operands,
+            operations: main.operations,
+            input_indexes: main.input_indexes,
+            output_indexes: main.output_indexes,
+            referenced,
             operand_values: Vec::new(),
             pools: Vec::new(),
             relax_computation_float32_to_float16: self.relax_computation_float32_to_float16,
@@ -189,9 +265,9 @@ fn encode_with(model: &Model, on_device: bool, with_data: bool) -> Result<Encode
         Vec::new()
     };
     let mut data_len = model.operand_values.len() as u64;
-    let mut operands = model.operands.clone();
+    let mut skeleton = model.without_values(Vec::new());
     let mut mapped: Vec<Option<MappedPool>> = (0..model.pools.len()).map(|_| None).collect();
-    for o in &mut operands {
+    for o in skeleton.all_operands_mut() {
         if o.lifetime != OperandLifetime::ConstantReference {
             continue;
         }
@@ -233,15 +309,6 @@ fn encode_with(model: &Model, on_device: bool, with_data: bool) -> Result<Encode
         data.extend_from_slice(&bytes);
     }
     u32::try_from(data_len).map_err(|_| CacheError::Encode("constants exceed 4 GiB".into()))?;
-    let skeleton = Model {
-        operands,
-        operations: model.operations.clone(),
-        input_indexes: model.input_indexes.clone(),
-        output_indexes: model.output_indexes.clone(),
-        operand_values: Vec::new(),
-        pools: Vec::new(),
-        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
-    };
     let body = postcard::to_stdvec(&CachedModel::from_model(&skeleton, data_len))
         .map_err(|e| CacheError::Encode(e.to_string()))?;
     let mut bytes = Vec::with_capacity(HEADER + body.len());
@@ -308,7 +375,7 @@ fn split_constants(model: &mut Model, data: MemfdBuffer) -> Result<(), CacheErro
         u32::try_from(model.pools.len()).map_err(|_| corrupt("too many pools".into()))?;
     let mut values = Vec::new();
     let mut referenced = false;
-    for o in &mut model.operands {
+    for o in model.all_operands_mut() {
         if o.lifetime != OperandLifetime::ConstantCopy {
             continue;
         }
@@ -346,7 +413,7 @@ fn split_constants(model: &mut Model, data: MemfdBuffer) -> Result<(), CacheErro
 /// as a model loaded from a cache has them: the device imports the pool instead of taking
 /// the constants inline in its program, and the CPU plan maps it. None when there are none.
 pub(crate) fn with_large_copies_referenced(model: &Model) -> Result<Option<Model>, CacheError> {
-    let large = model.operands.iter().any(|o| {
+    let large = model.all_operands().any(|o| {
         o.lifetime == OperandLifetime::ConstantCopy
             && o.location.length >= REFERENCE_AT
             && !o.operand_type.is_scalar()
@@ -357,15 +424,7 @@ pub(crate) fn with_large_copies_referenced(model: &Model) -> Result<Option<Model
     let mut data = MemfdBuffer::new();
     data.append(&model.operand_values)
         .map_err(|e| CacheError::Encode(e.to_string()))?;
-    let mut out = Model {
-        operands: model.operands.clone(),
-        operations: model.operations.clone(),
-        input_indexes: model.input_indexes.clone(),
-        output_indexes: model.output_indexes.clone(),
-        operand_values: Vec::new(),
-        pools: model.pools.clone(),
-        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
-    };
+    let mut out = model.without_values(model.pools.clone());
     split_constants(&mut out, data)?;
     Ok(Some(out))
 }
@@ -454,6 +513,7 @@ mod tests {
             operand_values,
             pools: vec![],
             relax_computation_float32_to_float16: false,
+            referenced: vec![],
         }
     }
 
@@ -517,21 +577,130 @@ mod tests {
     /// protocol's model message), made by `encode(&model(), true)` of that driver.
     const V1_MODEL: &[u8] = include_bytes!("testdata/v1-model.cache");
     const V1_DATA: &[u8] = include_bytes!("testdata/v1-data.cache");
+    /// The model cache of format 2 (no referenced subgraphs), made the same way by the driver
+    /// of that format; its data cache was byte for byte `V1_DATA`.
+    const V2_MODEL: &[u8] = include_bytes!("testdata/v2-model.cache");
 
     #[test]
-    fn a_model_cache_of_the_previous_format_is_refused_by_its_version() {
-        assert_eq!(&V1_MODEL[..4], b"NNCM");
-        let err = decode(V1_MODEL, buffer(V1_DATA)).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                CacheError::Format {
-                    found: 1,
-                    expected: FORMAT_VERSION
-                }
-            ),
-            "{err}"
+    fn model_caches_of_previous_formats_are_refused_by_their_version() {
+        for (found, bytes) in [(1, V1_MODEL), (2, V2_MODEL)] {
+            assert_eq!(&bytes[..4], b"NNCM");
+            let err = decode(bytes, buffer(V1_DATA)).unwrap_err();
+            assert!(
+                matches!(err, CacheError::Format { found: f, expected: FORMAT_VERSION } if f == found),
+                "{err}"
+            );
+        }
+    }
+
+    /// [`model`] with a WHILE-shaped use of subgraphs: the main subgraph names subgraph 0,
+    /// which names subgraph 1; subgraph 1 holds a large and a small constant, in the model's
+    /// `operand_values` after the main subgraph's.
+    fn model_with_subgraphs() -> Model {
+        let mut m = model();
+        let base = m.operand_values.len() as u32;
+        m.operand_values
+            .extend((0..1024u32).flat_map(|v| (v as f32 * 0.5).to_le_bytes()));
+        m.operand_values.extend(7i32.to_le_bytes());
+        let operand = |ty, dims: Vec<u32>, lifetime, offset, length| Operand {
+            operand_type: ty,
+            dimensions: dims,
+            scale: 0.0,
+            zero_point: 0,
+            lifetime,
+            location: DataLocation {
+                pool_index: 0,
+                offset,
+                length,
+                padding: 0,
+            },
+            extra_params: None,
+        };
+        m.operands.push(Operand::subgraph(0));
+        m.referenced = vec![
+            Subgraph {
+                operands: vec![
+                    Operand::subgraph(1),
+                    operand(
+                        OperandType::TensorFloat32,
+                        vec![4],
+                        OperandLifetime::SubgraphInput,
+                        0,
+                        0,
+                    ),
+                ],
+                operations: vec![],
+                input_indexes: vec![1],
+                output_indexes: vec![],
+            },
+            Subgraph {
+                operands: vec![
+                    operand(
+                        OperandType::TensorFloat32,
+                        vec![1024],
+                        OperandLifetime::ConstantCopy,
+                        base,
+                        4096,
+                    ),
+                    operand(
+                        OperandType::Int32,
+                        vec![],
+                        OperandLifetime::ConstantCopy,
+                        base + 4096,
+                        4,
+                    ),
+                ],
+                operations: vec![],
+                input_indexes: vec![],
+                output_indexes: vec![],
+            },
+        ];
+        m
+    }
+
+    #[test]
+    fn referenced_subgraphs_round_trip_with_their_constants() {
+        let m = model_with_subgraphs();
+        let enc = encode(&m, false).unwrap();
+        let (back, on_device) = decode(&enc.model, buffer(&enc.data)).unwrap();
+        assert!(!on_device);
+        assert_eq!(back.referenced.len(), 2);
+        assert_eq!(back.operands[4].lifetime, OperandLifetime::Subgraph);
+        assert_eq!(back.operands[4].location.offset, 0);
+        let s0 = &back.referenced[0];
+        assert_eq!(s0.operands[0].lifetime, OperandLifetime::Subgraph);
+        assert_eq!(s0.operands[0].location.offset, 1);
+        assert_eq!(s0.input_indexes, vec![1]);
+        assert_eq!(s0.operands[1], m.referenced[0].operands[1]);
+        // The large constant went to the data pool, the small one to operand_values, with
+        // the bytes the model had.
+        let s1 = &back.referenced[1];
+        let large = s1.operands[0].location;
+        assert_eq!(s1.operands[0].lifetime, OperandLifetime::ConstantReference);
+        assert_eq!(large.length, 4096);
+        let pool = MappedPool::map_constants(&back.pools[large.pool_index as usize]).unwrap();
+        let bytes = pool.read(large.offset as usize, 8).unwrap();
+        assert_eq!(bytes, [0.0f32.to_le_bytes(), 0.5f32.to_le_bytes()].concat());
+        let small = s1.operands[1].location;
+        assert_eq!(s1.operands[1].lifetime, OperandLifetime::ConstantCopy);
+        assert_eq!(
+            &back.operand_values[small.offset as usize..][..4],
+            &7i32.to_le_bytes()
         );
+    }
+
+    #[test]
+    fn a_cached_subgraph_operand_with_a_length_is_corrupt() {
+        let mut m = model_with_subgraphs();
+        m.operands[4].location.length = 1;
+        let enc = encode(&m, false).unwrap();
+        let err = decode(&enc.model, buffer(&enc.data)).unwrap_err();
+        assert!(matches!(err, CacheError::Corrupt(_)), "{err}");
+        let mut m = model_with_subgraphs();
+        m.referenced[0].operands[1].location.offset = 3;
+        let enc = encode(&m, false).unwrap();
+        let err = decode(&enc.model, buffer(&enc.data)).unwrap_err();
+        assert!(err.to_string().contains("referenced subgraph 0"), "{err}");
     }
 
     #[test]

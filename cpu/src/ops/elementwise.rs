@@ -31,7 +31,7 @@ pub(crate) static DEFS: &[OpDef] = &[
     OpDef::new(O::Rsqrt, FLOAT, check_unary, unary),
     OpDef::new(O::Sin, FLOAT, check_unary, unary),
     OpDef::new(O::Sqrt, FLOAT, check_unary, unary),
-    OpDef::new(O::HardSwish, FLOAT, check_unary, unary),
+    OpDef::new(O::HardSwish, F32_Q8, check_unary, unary),
     OpDef::new(O::Elu, FLOAT, check_elu, elu),
     OpDef::new(O::Dequantize, DEQUANT_IN, check_dequantize, dequantize),
     OpDef::new(O::Quantize, FLOAT, check_quantize, quantize),
@@ -304,6 +304,16 @@ fn unary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                 O::Tanh => x
                     .iter()
                     .map(|&v| quantize_val(deq(v).tanh(), out.scale, out.zero_point, qmin, qmax))
+                    .collect(),
+                // NNAPI (feature level 4) lists both 8-bit types; the output may have its
+                // own scale and zero point. Computed through float, as LOGISTIC and TANH.
+                O::HardSwish => x
+                    .iter()
+                    .map(|&v| {
+                        let f = deq(v);
+                        let h = f * (f + 3.0).clamp(0.0, 6.0) / 6.0;
+                        quantize_val(h, out.scale, out.zero_point, qmin, qmax)
+                    })
                     .collect(),
                 _ => return Err(ctx.err("unsupported type for FLOOR")),
             };

@@ -374,3 +374,7 @@ pub(crate) fn check4(ctx: &OpCtx<'_>, dims: &[u32], len: usize, what: &str) -> K
 #[cfg(test)]
 #[path = "type_coverage_tests.rs"]
 mod type_coverage_tests;
+
+#[cfg(test)]
+#[path = "family_tests.rs"]
+mod family_tests;

@@ -26,17 +26,6 @@ pub(crate) const ARITH: &[OperandType] = &[
     T::TensorQuant8Asymm,
     T::TensorQuant8AsymmSigned,
 ];
-pub(crate) const ANY_TENSOR: &[OperandType] = &[
-    T::TensorFloat32,
-    T::TensorInt32,
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-    T::TensorQuant8Symm,
-    T::TensorQuant16Symm,
-    T::TensorQuant16Asymm,
-    T::TensorFloat16,
-    T::TensorBool8,
-];
 pub(crate) const MOVE_TENSOR: &[OperandType] = &[
     T::TensorFloat32,
     T::TensorFloat16,

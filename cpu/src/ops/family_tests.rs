@@ -62,3 +62,74 @@ fn hard_swish_8_bit_saturates_at_the_output_range() {
     // 127 → 127·6/6 = 127 → 127 - 128 = -1
     assert_eq!(i8_vals(&out), vec![-128, -1]);
 }
+
+/// The reason operation 0 of `g` is not supported, asserting that it is not.
+fn unsupported(g: &Graph) -> String {
+    assert!(!g.is_operation_supported(0));
+    g.unsupported_reason(0).unwrap_or_default()
+}
+
+/// Builds an operation's arguments after its tensor input.
+type Args = fn(&mut B) -> Vec<u32>;
+
+/// A graph of one `op` on a `ty` tensor [2, 2] followed by `args` (built by `args`), with an
+/// output of `ty`.
+fn one_op(op: O, ty: T, args: Args) -> Graph {
+    let mut b = B::new();
+    let x = b.input(ty, &[2, 2]);
+    let (s, z) = match ty {
+        T::TensorInt32 | T::TensorBool8 => (0.0, 0),
+        T::TensorQuant8Symm | T::TensorQuant16Symm => (0.5, 0),
+        _ => (0.5, 3),
+    };
+    b.q(x, s, z);
+    let mut ins = vec![x];
+    ins.extend(args(&mut b));
+    let o = b.output(ty, &[]);
+    b.q(o, s, z);
+    b.op(op, &ins, &[o]);
+    b.g
+}
+
+/// NNAPI lists TENSOR_FLOAT16/32 and the two 8-bit asymmetric types for the shape
+/// operations, none of the types below: they are refused (not implemented), not run.
+#[test]
+fn shape_operations_refuse_types_nnapi_does_not_list() {
+    let cases: [(O, Args); 7] = [
+        (O::Reshape, |b| vec![b.i32c(&[1], &[-1])]),
+        (O::Squeeze, |_| vec![]),
+        (O::Transpose, |_| vec![]),
+        (O::Pad, |b| vec![b.i32c(&[2, 2], &[0, 0, 0, 0])]),
+        (O::Concatenation, |b| vec![b.int(0)]),
+        (O::SpaceToDepth, |b| vec![b.int(1)]),
+        (O::DepthToSpace, |b| vec![b.int(1)]),
+    ];
+    for (op, args) in cases {
+        let why = unsupported(&one_op(op, T::TensorInt32, args));
+        assert!(
+            why.contains("on TENSOR_INT32 is not implemented"),
+            "{op:?}: {why}"
+        );
+    }
+    for ty in [
+        T::TensorQuant8Symm,
+        T::TensorQuant16Symm,
+        T::TensorQuant16Asymm,
+        T::TensorBool8,
+    ] {
+        let g = one_op(O::Reshape, ty, |b| vec![b.i32c(&[1], &[-1])]);
+        let why = unsupported(&g);
+        assert!(why.contains("is not implemented"), "{ty:?}: {why}");
+    }
+}
+
+/// The listed types still run: RESHAPE of a signed 8-bit tensor keeps its bytes.
+#[test]
+fn reshape_runs_the_listed_8_bit_signed_type() {
+    let g = one_op(O::Reshape, T::TensorQuant8AsymmSigned, |b| {
+        vec![b.i32c(&[1], &[-1])]
+    });
+    let (out, dims) = run_bytes(g, &[(i8_bytes(&[-1, 2, -3, 4]), vec![])]);
+    assert_eq!(dims, vec![4]);
+    assert_eq!(i8_vals(&out), vec![-1, 2, -3, 4]);
+}

@@ -4,31 +4,24 @@
 use super::elementwise::{float_result, float_view};
 use super::opdef::OpDef;
 use super::{KResult, OpCtx, advance, count, resolve_axis, split_axis, strides, to_u32};
-use crate::check::{ANY_TENSOR, Ck, F32_Q8, Issue, MOVE_TENSOR};
+use crate::check::{Ck, F32_Q8, Issue};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 use OperandType as T;
 use OperationType as O;
 
+/// Every operation here takes the types NNAPI (feature level 4) lists for all of them:
+/// TENSOR_FLOAT16, TENSOR_FLOAT32, TENSOR_QUANT8_ASYMM and TENSOR_QUANT8_ASYMM_SIGNED
+/// (none lists TENSOR_INT32, BOOL8 or the symmetric and 16-bit quantized types).
 pub(crate) static DEFS: &[OpDef] = &[
-    OpDef::new(O::Reshape, ANY_TENSOR, check_reshape, reshape),
-    OpDef::new(O::Squeeze, MOVE_TENSOR, check_squeeze_transpose, squeeze),
-    OpDef::new(
-        O::Transpose,
-        MOVE_TENSOR,
-        check_squeeze_transpose,
-        transpose,
-    ),
-    OpDef::new(O::Pad, MOVE_TENSOR, check_pad, pad),
-    OpDef::new(
-        O::Concatenation,
-        MOVE_TENSOR,
-        check_concatenation,
-        concatenation,
-    ),
-    OpDef::new(O::SpaceToDepth, MOVE_TENSOR, check_block, space_to_depth),
-    OpDef::new(O::DepthToSpace, MOVE_TENSOR, check_block, depth_to_space),
+    OpDef::new(O::Reshape, F32_Q8, check_reshape, reshape),
+    OpDef::new(O::Squeeze, F32_Q8, check_squeeze_transpose, squeeze),
+    OpDef::new(O::Transpose, F32_Q8, check_squeeze_transpose, transpose),
+    OpDef::new(O::Pad, F32_Q8, check_pad, pad),
+    OpDef::new(O::Concatenation, F32_Q8, check_concatenation, concatenation),
+    OpDef::new(O::SpaceToDepth, F32_Q8, check_block, space_to_depth),
+    OpDef::new(O::DepthToSpace, F32_Q8, check_block, depth_to_space),
     OpDef::new(O::Mean, F32_Q8, check_mean, mean),
 ];
 

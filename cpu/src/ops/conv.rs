@@ -167,7 +167,14 @@ impl Padding {
     /// explicit left, right, top and bottom extents. Also returns the next argument's index.
     pub(crate) fn parse(ctx: &OpCtx<'_>, at: usize, implicit: bool) -> KResult<(Padding, usize)> {
         if implicit {
-            return Ok((Padding::Implicit(ctx.scalar_i32(at)?), at + 1));
+            // The HAL lists 0 (NONE), 1 (SAME) and 2 (VALID); NONE pads as VALID does.
+            let scheme = ctx.scalar_i32(at)?;
+            if !(0..=2).contains(&scheme) {
+                return Err(ctx.err(format!(
+                    "padding scheme {scheme} is not 0 (NONE), 1 (SAME) or 2 (VALID)"
+                )));
+            }
+            return Ok((Padding::Implicit(scheme), at + 1));
         }
         let explicit = Padding::Explicit {
             l: ctx.scalar_usize(at, "padding")?,

@@ -18,9 +18,9 @@ pub(crate) static DEFS: &[OpDef] = &[
     OpDef::new(O::Sub, ARITH, check_binary, binary),
     OpDef::new(O::Mul, ARITH, check_binary, binary),
     OpDef::new(O::Div, DIV_TYPES, check_binary, binary),
-    OpDef::new(O::Relu, F32_Q8, check_unary, unary),
-    OpDef::new(O::Relu1, F32_Q8, check_unary, unary),
-    OpDef::new(O::Relu6, F32_Q8, check_unary, unary),
+    OpDef::new(O::Relu, F32_Q8, check_relu, unary),
+    OpDef::new(O::Relu1, F32_Q8, check_relu, unary),
+    OpDef::new(O::Relu6, F32_Q8, check_relu, unary),
     OpDef::new(O::Logistic, F32_Q8, check_logistic, unary),
     OpDef::new(O::Tanh, F32_Q8, check_tanh, unary),
     OpDef::new(O::Floor, FLOAT, check_unary, unary),
@@ -54,6 +54,16 @@ fn check_unary(c: &Ck<'_>) -> Result<(), Issue> {
     let t0 = c.ty(0)?;
     c.counts(&[1], 1)?;
     c.same_out(t0)
+}
+
+/// RELU, RELU1, RELU6: a quantized output has the input's scale and zero point (NNAPI).
+/// (Only for the types implemented: the table reports the others as not implemented.)
+fn check_relu(c: &Ck<'_>) -> Result<(), Issue> {
+    check_unary(c)?;
+    if F32_Q8.contains(&c.ty(0)?) {
+        c.same_quant()?;
+    }
+    Ok(())
 }
 
 /// LOGISTIC: a quantized output has scale 1/256 and zero point 0 (-128 signed).

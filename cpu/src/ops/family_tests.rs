@@ -206,13 +206,18 @@ fn int32_binary_operations_need_activation_none_and_a_nonzero_divisor() {
 /// Both operands of a binary operation have one type.
 #[test]
 fn binary_operands_of_two_types_are_invalid() {
+    says(&refused(float32_and_float16(O::Sub)), "second operand");
+}
+
+/// `op`(float32 [2], float16 [2], INT32 0) with a float32 output.
+fn float32_and_float16(op: O) -> Graph {
     let mut b = B::new();
     let x = b.input(T::TensorFloat32, &[2]);
     let y = b.input(T::TensorFloat16, &[2]);
     let a = b.int(0);
-    let o = b.output(T::TensorFloat32, &[2]);
-    b.op(O::Sub, &[x, y, a], &[o]);
-    says(&refused(b.g), "second operand");
+    let o = b.output(T::TensorFloat32, &[]);
+    b.op(op, &[x, y, a], &[o]);
+    b.g
 }
 
 /// One 8-bit `op` on [2] with input quantization (.5, 10) and output quantization `out`.
@@ -273,27 +278,35 @@ fn fixed_output_quantization_is_enforced() {
         b.op(op, &ins, &[o]);
         b.g
     };
-    let e = refused(with_arg(
-        O::Softmax,
-        T::TensorQuant8Asymm,
-        (1.0 / 128.0, 0),
-        true,
-    ));
-    says(&e, "scale 0.00390625");
-    let e = refused(with_arg(
-        O::Softmax,
-        T::TensorQuant8AsymmSigned,
-        (1.0 / 256.0, 0),
-        true,
-    ));
-    says(&e, "zero point -128");
-    let e = refused(with_arg(
-        O::L2Normalization,
-        T::TensorQuant8Asymm,
-        (1.0 / 128.0, 0),
-        false,
-    ));
-    says(&e, "zero point 128");
+    let cases = [
+        (
+            O::Softmax,
+            T::TensorQuant8Asymm,
+            1.0 / 128.0,
+            0,
+            "scale 0.00390625",
+        ),
+        (
+            O::Softmax,
+            T::TensorQuant8AsymmSigned,
+            1.0 / 256.0,
+            0,
+            "zero point -128",
+        ),
+        (
+            O::L2Normalization,
+            T::TensorQuant8Asymm,
+            1.0 / 128.0,
+            0,
+            "zero point 128",
+        ),
+    ];
+    for (op, ty, scale, zp, want) in cases {
+        says(
+            &refused(with_arg(op, ty, (scale, zp), op == O::Softmax)),
+            want,
+        );
+    }
     let ok = with_arg(
         O::L2Normalization,
         T::TensorQuant8AsymmSigned,
@@ -393,13 +406,8 @@ fn concatenation_rejects_mismatched_tensors_and_axes() {
         &[zeros(4), zeros(4)],
     );
     says(&e, "axis 2 out of range for rank 2");
-    let mut b = B::new();
-    let x = b.input(T::TensorFloat32, &[2]);
-    let y = b.input(T::TensorFloat16, &[2]);
-    let a = b.int(0);
-    let o = b.output(T::TensorFloat32, &[4]);
-    b.op(O::Concatenation, &[x, y, a], &[o]);
-    says(&refused(b.g), "(tensor) must be TENSOR_FLOAT32");
+    let e = refused(float32_and_float16(O::Concatenation));
+    says(&e, "(tensor) must be TENSOR_FLOAT32");
 }
 
 /// SPACE_TO_DEPTH: block_size >= 1 dividing height and width; DEPTH_TO_SPACE: block_size²

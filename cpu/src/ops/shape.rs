@@ -33,9 +33,19 @@ fn same_type_and_quant(c: &Ck<'_>, t0: OperandType) -> Result<(), Issue> {
 
 /// RESHAPE(input, shape).
 fn check_reshape(c: &Ck<'_>) -> Result<(), Issue> {
+    check_int_tensor_arg(c, "shape")
+}
+
+/// PAD(input, paddings).
+fn check_pad(c: &Ck<'_>) -> Result<(), Issue> {
+    check_int_tensor_arg(c, "paddings")
+}
+
+/// (input, `what`): `what` a TENSOR_INT32.
+fn check_int_tensor_arg(c: &Ck<'_>, what: &str) -> Result<(), Issue> {
     let t0 = c.ty(0)?;
     c.counts(&[2], 1)?;
-    c.is(1, T::TensorInt32, "shape")?;
+    c.is(1, T::TensorInt32, what)?;
     same_type_and_quant(c, t0)
 }
 
@@ -44,14 +54,6 @@ fn check_squeeze_transpose(c: &Ck<'_>) -> Result<(), Issue> {
     let t0 = c.ty(0)?;
     c.counts(&[1, 2], 1)?;
     c.opt(1, T::TensorInt32, "axes/permutation")?;
-    same_type_and_quant(c, t0)
-}
-
-/// PAD(input, paddings).
-fn check_pad(c: &Ck<'_>) -> Result<(), Issue> {
-    let t0 = c.ty(0)?;
-    c.counts(&[2], 1)?;
-    c.is(1, T::TensorInt32, "paddings")?;
     same_type_and_quant(c, t0)
 }
 

@@ -5,7 +5,7 @@
 //! A leaf below both `validate` (which runs the checks over a graph) and `ops` (whose families
 //! define them), so neither imports the other for it.
 
-use crate::model::{Graph, Lifetime, Operand, OperandType};
+use crate::model::{Graph, Lifetime, Operand, OperandType, OperationType};
 
 use OperandType as T;
 
@@ -25,17 +25,6 @@ pub(crate) const ARITH: &[OperandType] = &[
     T::TensorInt32,
     T::TensorQuant8Asymm,
     T::TensorQuant8AsymmSigned,
-];
-pub(crate) const ANY_TENSOR: &[OperandType] = &[
-    T::TensorFloat32,
-    T::TensorInt32,
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-    T::TensorQuant8Symm,
-    T::TensorQuant16Symm,
-    T::TensorQuant16Asymm,
-    T::TensorFloat16,
-    T::TensorBool8,
 ];
 pub(crate) const MOVE_TENSOR: &[OperandType] = &[
     T::TensorFloat32,
@@ -137,6 +126,23 @@ impl Ck<'_> {
             ));
         }
         Ok(())
+    }
+    /// Unsupported unless input 0's type is one of `types`, those `op` is implemented for.
+    pub(crate) fn implemented(
+        &self,
+        op: OperationType,
+        types: &[OperandType],
+    ) -> Result<(), Issue> {
+        let t0 = self.ty(0)?;
+        if types.contains(&t0) {
+            Ok(())
+        } else {
+            Err(Issue::Unsupported(format!(
+                "{} on {} is not implemented",
+                op.name(),
+                t0.name()
+            )))
+        }
     }
     pub(crate) fn out_quant(&self, scale: f32, zp_unsigned: i32) -> Result<(), Issue> {
         let o = self.out(0)?;

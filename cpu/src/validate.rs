@@ -1,58 +1,12 @@
 //! Graph validation and per-operation support checks.
 
 pub(crate) use crate::check::Issue;
-use crate::check::*;
 use crate::error::GraphError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, OperationType};
 use crate::ops::registry;
 use crate::order::execution_order;
 
 use OperandType as T;
-use OperationType as O;
-
-/// Operation types with kernels and the primary tensor types each supports.
-static SUPPORTED: &[(OperationType, &[OperandType])] = &[
-    (O::Add, ARITH),
-    (O::Sub, ARITH),
-    (O::Mul, ARITH),
-    (
-        O::Div,
-        &[T::TensorFloat32, T::TensorFloat16, T::TensorInt32],
-    ),
-    (O::Relu, F32_Q8),
-    (O::Relu1, F32_Q8),
-    (O::Relu6, F32_Q8),
-    (O::Logistic, F32_Q8),
-    (O::Tanh, F32_Q8),
-    (O::Floor, FLOAT),
-    (O::Reshape, ANY_TENSOR),
-    (O::FullyConnected, F32_Q8),
-    (O::Conv2d, F32_Q8),
-    (O::DepthwiseConv2d, F32_Q8),
-    (O::AveragePool2d, F32_Q8),
-    (O::MaxPool2d, F32_Q8),
-    (O::L2Pool2d, FLOAT),
-    (O::Softmax, F32_Q8),
-    (O::Concatenation, MOVE_TENSOR),
-    (O::L2Normalization, F32_Q8),
-    (O::Squeeze, MOVE_TENSOR),
-    (O::Transpose, MOVE_TENSOR),
-    (O::Pad, MOVE_TENSOR),
-    (O::Mean, F32_Q8),
-    (O::SpaceToDepth, MOVE_TENSOR),
-    (O::DepthToSpace, MOVE_TENSOR),
-    (O::Dequantize, DEQUANT_IN),
-    (O::Quantize, FLOAT),
-    (O::Abs, FLOAT_INT32),
-    (O::Exp, FLOAT),
-    (O::Log, FLOAT),
-    (O::Neg, FLOAT_INT32),
-    (O::Rsqrt, FLOAT),
-    (O::Sin, FLOAT),
-    (O::Sqrt, FLOAT),
-    (O::HardSwish, FLOAT),
-    (O::Elu, FLOAT),
-];
 
 // The public entry points of validation are defined here rather than in model.rs, so that
 // validation depends on the model and not the other way round.
@@ -95,12 +49,7 @@ pub fn supported_operation_types() -> &'static [(OperationType, &'static [Operan
     static ALL: std::sync::OnceLock<Vec<(OperationType, &'static [OperandType])>> =
         std::sync::OnceLock::new();
     ALL.get_or_init(|| {
-        let mut all: Vec<_> = SUPPORTED
-            .iter()
-            .copied()
-            .filter(|(op, _)| registry::find(*op).is_none())
-            .chain(registry::all().map(|d| (d.op, d.types)))
-            .collect();
+        let mut all: Vec<_> = registry::all().map(|d| (d.op, d.types)).collect();
         all.sort_by_key(|(op, _)| op.code());
         all
     })
@@ -365,219 +314,15 @@ pub(crate) fn check_operation(g: &Graph, oi: usize) -> Result<(), Issue> {
     check_op(g, oi)
 }
 
-fn supported_types(op: OperationType) -> Option<&'static [OperandType]> {
-    SUPPORTED.iter().find(|(o, _)| *o == op).map(|(_, t)| *t)
-}
-
+/// The operation's table row runs its static check; an operation without a row has no
+/// kernel here.
 fn check_op(g: &Graph, oi: usize) -> Result<(), Issue> {
     let op = &g.operations[oi];
-    if let Some(def) = registry::find(op.op) {
-        return registry::check(def, g, op);
-    }
-    let Some(types) = supported_types(op.op) else {
-        return Err(Issue::Unsupported(format!(
+    match registry::find(op.op) {
+        Some(def) => registry::check(def, g, op),
+        None => Err(Issue::Unsupported(format!(
             "{} has no CPU kernel",
             op.op.name()
-        )));
-    };
-    let c = Ck {
-        g,
-        ins: &op.inputs,
-        outs: &op.outputs,
-    };
-    let t0 = c.ty(0)?;
-    let primary_supported = |t: OperandType| -> Result<(), Issue> {
-        if types.contains(&t) {
-            Ok(())
-        } else {
-            Err(Issue::Unsupported(format!(
-                "{} on {} is not implemented",
-                op.op.name(),
-                t.name()
-            )))
-        }
-    };
-    match op.op {
-        O::Add | O::Sub | O::Mul | O::Div => {
-            c.counts(&[3], 1)?;
-            c.is(1, t0, "second operand")?;
-            c.is(2, T::Int32, "fused activation")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::Relu | O::Relu1 | O::Relu6 | O::Logistic | O::Tanh | O::Floor => {
-            c.counts(&[1], 1)?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-            match op.op {
-                O::Logistic => c.out_quant(1.0 / 256.0, 0)?,
-                O::Tanh => c.out_quant(1.0 / 128.0, 128)?,
-                _ => {}
-            }
-        }
-        O::Abs | O::Exp | O::Log | O::Neg | O::Rsqrt | O::Sin | O::Sqrt | O::HardSwish => {
-            c.counts(&[1], 1)?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::Elu => {
-            c.counts(&[2], 1)?;
-            c.is(1, float_scalar(t0), "alpha")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::Dequantize => {
-            c.counts(&[1], 1)?;
-            primary_supported(t0)?;
-            match c.out(0)?.ty {
-                T::TensorFloat32 | T::TensorFloat16 => {}
-                t => return Err(Issue::Invalid(format!("output type {} invalid", t.name()))),
-            }
-        }
-        O::Quantize => {
-            c.counts(&[1], 1)?;
-            primary_supported(t0)?;
-            let ot = c.out(0)?.ty;
-            if !matches!(ot, T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned) {
-                return Err(Issue::Invalid(format!("output type {} invalid", ot.name())));
-            }
-        }
-        O::Reshape => {
-            c.counts(&[2], 1)?;
-            c.is(1, T::TensorInt32, "shape")?;
-            c.same_out(t0)?;
-            c.same_quant()?;
-            primary_supported(t0)?;
-        }
-        O::Squeeze | O::Transpose => {
-            c.counts(&[1, 2], 1)?;
-            c.opt(1, T::TensorInt32, "axes/permutation")?;
-            c.same_out(t0)?;
-            c.same_quant()?;
-            primary_supported(t0)?;
-        }
-        O::Pad => {
-            c.counts(&[2], 1)?;
-            c.is(1, T::TensorInt32, "paddings")?;
-            c.same_out(t0)?;
-            c.same_quant()?;
-            primary_supported(t0)?;
-        }
-        O::Concatenation => {
-            if op.inputs.len() < 2 {
-                return Err(Issue::Invalid(
-                    "needs at least one tensor and the axis".into(),
-                ));
-            }
-            c.counts(&[op.inputs.len()], 1)?;
-            let last = op.inputs.len() - 1;
-            c.is(last, T::Int32, "axis")?;
-            for i in 1..last {
-                c.is(i, t0, "tensor")?;
-            }
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::SpaceToDepth | O::DepthToSpace => {
-            c.counts(&[2, 3], 1)?;
-            c.is(1, T::Int32, "block size")?;
-            c.opt(2, T::Bool, "layout")?;
-            c.same_out(t0)?;
-            c.same_quant()?;
-            primary_supported(t0)?;
-        }
-        O::Mean => {
-            c.counts(&[3], 1)?;
-            c.is(1, T::TensorInt32, "axes")?;
-            c.is(2, T::Int32, "keep_dims")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::Softmax => {
-            c.counts(&[2, 3], 1)?;
-            c.is(1, float_scalar(t0), "beta")?;
-            c.opt(2, T::Int32, "axis")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-            c.out_quant(1.0 / 256.0, 0)?;
-        }
-        O::L2Normalization => {
-            c.counts(&[1, 2], 1)?;
-            c.opt(1, T::Int32, "axis")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-            c.out_quant(1.0 / 128.0, 128)?;
-        }
-        O::FullyConnected => {
-            c.counts(&[4], 1)?;
-            c.is(1, t0, "weights")?;
-            let bias = if FLOAT.contains(&t0) {
-                t0
-            } else {
-                T::TensorInt32
-            };
-            c.is(2, bias, "bias")?;
-            c.is(3, T::Int32, "fused activation")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::Conv2d | O::DepthwiseConv2d => {
-            let dw = usize::from(op.op == O::DepthwiseConv2d);
-            c.counts(&[7 + dw, 8 + dw, 10 + dw, 11 + dw, 13 + dw], 1)?;
-            let n = op.inputs.len();
-            let implicit = n == 7 + dw || n == 8 + dw || (n == 10 + dw && c.ty(7 + dw)? == T::Bool);
-            let ft = c.ty(1)?;
-            let per_channel_ok = ft == T::TensorQuant8SymmPerChannel && !FLOAT.contains(&t0);
-            if ft != t0 && !per_channel_ok {
-                return Err(Issue::Invalid(format!(
-                    "filter type {} does not match input type {}",
-                    ft.name(),
-                    t0.name()
-                )));
-            }
-            if ft == T::TensorQuant8SymmPerChannel {
-                let want_dim = if dw == 1 { 3 } else { 0 };
-                if c.inp(1)?.channel_quant.as_ref().map(|q| q.channel_dim) != Some(want_dim) {
-                    return Err(Issue::Invalid(format!(
-                        "per-channel filter must have channel_dim {want_dim}"
-                    )));
-                }
-            }
-            let bias = if FLOAT.contains(&t0) {
-                t0
-            } else {
-                T::TensorInt32
-            };
-            c.is(2, bias, "bias")?;
-            let first = if implicit { 4 } else { 7 };
-            for i in 3..first + 3 + dw {
-                c.is(i, T::Int32, "padding/stride/multiplier/activation")?;
-            }
-            let act = first + 2 + dw;
-            c.opt(act + 1, T::Bool, "layout")?;
-            c.opt(act + 2, T::Int32, "dilation width")?;
-            c.opt(act + 3, T::Int32, "dilation height")?;
-            c.same_out(t0)?;
-            primary_supported(t0)?;
-        }
-        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => {
-            c.counts(&[7, 8, 10, 11], 1)?;
-            let implicit = op.inputs.len() <= 8;
-            let last = if implicit { 6 } else { 9 };
-            for i in 1..=last {
-                c.is(i, T::Int32, "padding/stride/filter/activation")?;
-            }
-            c.opt(last + 1, T::Bool, "layout")?;
-            c.same_out(t0)?;
-            c.same_quant()?;
-            primary_supported(t0)?;
-        }
-        _ => {
-            return Err(Issue::Unsupported(format!(
-                "{} has no CPU kernel",
-                op.op.name()
-            )));
-        }
+        ))),
     }
-    Ok(())
 }

@@ -1,16 +1,141 @@
-//! FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D (float via GEMM, 8-bit via integer kernels).
+//! FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D (float via GEMM, 8-bit via integer kernels),
+//! and the transposed constant weights their float kernels prepare once.
 
 use std::borrow::Cow;
 
 use super::gemm::{GEMV_MAX_ROWS, gemm_with_threads, gemv_rows, sgemm};
+use super::opdef::OpDef;
 use super::quant::{Requant, centered};
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_tensor, to_layout,
     to_u32,
 };
-use crate::model::OperandType;
+use crate::check::{Ck, F32_Q8, FLOAT, Issue};
+use crate::model::{Graph, OperandType, Operation, OperationType};
 use crate::par;
 use crate::tensor::{Data, Tensor};
+
+use OperandType as T;
+use OperationType as O;
+
+pub(crate) static DEFS: &[OpDef] = &[
+    OpDef::new(
+        O::FullyConnected,
+        F32_Q8,
+        check_fully_connected,
+        fully_connected,
+    ),
+    OpDef::new(O::Conv2d, F32_Q8, check_conv2d, conv2d),
+    OpDef::new(
+        O::DepthwiseConv2d,
+        F32_Q8,
+        check_depthwise_conv2d,
+        depthwise_conv2d,
+    ),
+];
+
+/// The bias type for input type `t0`: the same float type, else TENSOR_INT32.
+fn bias_type(t0: OperandType) -> OperandType {
+    if FLOAT.contains(&t0) {
+        t0
+    } else {
+        T::TensorInt32
+    }
+}
+
+/// FULLY_CONNECTED(input, weights, bias, activation).
+fn check_fully_connected(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[4], 1)?;
+    c.is(1, t0, "weights")?;
+    c.is(2, bias_type(t0), "bias")?;
+    c.is(3, T::Int32, "fused activation")?;
+    c.same_out(t0)
+}
+
+fn check_conv2d(c: &Ck<'_>) -> Result<(), Issue> {
+    check_conv(c, false)
+}
+
+fn check_depthwise_conv2d(c: &Ck<'_>) -> Result<(), Issue> {
+    check_conv(c, true)
+}
+
+/// CONV_2D / DEPTHWISE_CONV_2D in their implicit and explicit padding forms, with the
+/// optional layout and dilation arguments: the filter of the input's type or, for 8-bit
+/// inputs, per-channel (channel 0, or 3 for depthwise); the bias as [`bias_type`].
+fn check_conv(c: &Ck<'_>, depthwise: bool) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    let dw = usize::from(depthwise);
+    c.counts(&[7 + dw, 8 + dw, 10 + dw, 11 + dw, 13 + dw], 1)?;
+    let n = c.ins.len();
+    let implicit = n == 7 + dw || n == 8 + dw || (n == 10 + dw && c.ty(7 + dw)? == T::Bool);
+    let ft = c.ty(1)?;
+    let per_channel_ok = ft == T::TensorQuant8SymmPerChannel && !FLOAT.contains(&t0);
+    if ft != t0 && !per_channel_ok {
+        return Err(Issue::Invalid(format!(
+            "filter type {} does not match input type {}",
+            ft.name(),
+            t0.name()
+        )));
+    }
+    if ft == T::TensorQuant8SymmPerChannel {
+        let want_dim = if depthwise { 3 } else { 0 };
+        if c.inp(1)?.channel_quant.as_ref().map(|q| q.channel_dim) != Some(want_dim) {
+            return Err(Issue::Invalid(format!(
+                "per-channel filter must have channel_dim {want_dim}"
+            )));
+        }
+    }
+    c.is(2, bias_type(t0), "bias")?;
+    let first = if implicit { 4 } else { 7 };
+    for i in 3..first + 3 + dw {
+        c.is(i, T::Int32, "padding/stride/multiplier/activation")?;
+    }
+    let act = first + 2 + dw;
+    c.opt(act + 1, T::Bool, "layout")?;
+    c.opt(act + 2, T::Int32, "dilation width")?;
+    c.opt(act + 3, T::Int32, "dilation height")?;
+    c.same_out(t0)
+}
+
+/// For a FULLY_CONNECTED or CONV_2D with float input and CONSTANT_COPY float weights `[n][k]`
+/// (filters `[n, fh, fw, c]` with k = fh·fw·c), the weights transposed to `[k][n]`.
+pub(crate) fn transposed_weights(
+    graph: &Graph,
+    op: &Operation,
+    consts: &[Option<Tensor>],
+) -> Option<Vec<f32>> {
+    if !matches!(op.op, O::FullyConnected | O::Conv2d) {
+        return None;
+    }
+    let input = graph.operands.get(*op.inputs.first()? as usize)?;
+    if !crate::tensor::is_float(input.ty) {
+        return None;
+    }
+    let w = consts.get(*op.inputs.get(1)? as usize)?.as_ref()?;
+    let Data::F32(v) = &w.data else {
+        return None;
+    };
+    let n = *w.dims.first()? as usize;
+    if n == 0 || v.is_empty() || v.len() % n != 0 {
+        return None;
+    }
+    let k = v.len() / n;
+    let mut t = vec![0f32; v.len()];
+    // Blocked so both sides stay in cache.
+    const BLK: usize = 32;
+    for j0 in (0..n).step_by(BLK) {
+        for k0 in (0..k).step_by(BLK) {
+            for j in j0..(j0 + BLK).min(n) {
+                for kk in k0..(k0 + BLK).min(k) {
+                    t[kk * n + j] = v[j * k + kk];
+                }
+            }
+        }
+    }
+    Some(t)
+}
 
 /// Convolution window geometry.
 #[derive(Clone, Copy, Debug, Default)]
@@ -42,7 +167,14 @@ impl Padding {
     /// explicit left, right, top and bottom extents. Also returns the next argument's index.
     pub(crate) fn parse(ctx: &OpCtx<'_>, at: usize, implicit: bool) -> KResult<(Padding, usize)> {
         if implicit {
-            return Ok((Padding::Implicit(ctx.scalar_i32(at)?), at + 1));
+            // The HAL lists 0 (NONE), 1 (SAME) and 2 (VALID); NONE pads as VALID does.
+            let scheme = ctx.scalar_i32(at)?;
+            if !(0..=2).contains(&scheme) {
+                return Err(ctx.err(format!(
+                    "padding scheme {scheme} is not 0 (NONE), 1 (SAME) or 2 (VALID)"
+                )));
+            }
+            return Ok((Padding::Implicit(scheme), at + 1));
         }
         let explicit = Padding::Explicit {
             l: ctx.scalar_usize(at, "padding")?,
@@ -267,7 +399,7 @@ impl<'a> QuantOperands<'a> {
 }
 
 /// FULLY_CONNECTED(input, weights, bias, act).
-pub(crate) fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let in_ty = ctx.ty(0)?;
     let wt = ctx.t(1)?;
     if wt.dims.len() != 2 {
@@ -305,14 +437,14 @@ pub(crate) fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             sgemm(batch, isz, units, x, b, rsb, csb, &mut out).map_err(|e| ctx.err(e))?;
         }
         bias_act(&mut out, bias, lo, hi);
-        return Ok(Tensor::new(od, Data::F32(out)));
+        return Ok(vec![Tensor::new(od, Data::F32(out))]);
     }
     let q = QuantOperands::new(ctx, false, units, 3)?;
     let mut out = Vec::with_capacity(batch * units);
     for b in 0..batch {
         q.push_dots(&q.x[b * isz..(b + 1) * isz], units, &mut out);
     }
-    Ok(q8_tensor(q.rq.ty, od, out))
+    Ok(vec![q8_tensor(q.rq.ty, od, out)])
 }
 
 /// What CONV_2D and DEPTHWISE_CONV_2D check and derive before their kernels.
@@ -376,7 +508,7 @@ impl<'a> ConvSetup<'a> {
 }
 
 /// CONV_2D in all its argument forms.
-pub(crate) fn conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let s = ConvSetup::new(ctx, false)?;
     let (a, g, oc) = (&s.args, s.g, s.oc);
     let ([n, h, w, c], (fh, fw), (oh, ow)) = (s.nhwc, s.filter_hw, s.out_hw);
@@ -396,7 +528,7 @@ pub(crate) fn conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             oc,
         };
         conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
-        return Ok(finish_f32(s.od, out, a.nchw));
+        return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
     let q = QuantOperands::new(ctx, a.nchw, oc, a.act)?;
     let mut out = Vec::with_capacity(n * oh * ow * oc);
@@ -420,7 +552,7 @@ pub(crate) fn conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             }
         }
     }
-    Ok(finish_q(&q.rq, s.od, out, a.nchw))
+    Ok(vec![finish_q(&q.rq, s.od, out, a.nchw)])
 }
 
 fn finish_f32(od: Vec<u32>, out: Vec<f32>, nchw: bool) -> Tensor {
@@ -434,7 +566,7 @@ fn finish_q(rq: &Requant, od: Vec<u32>, out: Vec<i32>, nchw: bool) -> Tensor {
 }
 
 /// DEPTHWISE_CONV_2D in all its argument forms.
-pub(crate) fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let s = ConvSetup::new(ctx, true)?;
     let (a, g, oc) = (&s.args, s.g, s.oc);
     let ([n, h, w, c], (fh, fw), (oh, ow)) = (s.nhwc, s.filter_hw, s.out_hw);
@@ -446,7 +578,7 @@ pub(crate) fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         let mut out = vec![0f32; n * oh * ow * oc];
         let dw = DepthwiseF32 { win, f, mult };
         dw.run(&mut out);
-        return Ok(finish_f32(s.od, out, a.nchw));
+        return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
     let QuantOperands { x, f, bias, rq } = QuantOperands::new(ctx, a.nchw, oc, a.act)?;
     let mut out = Vec::with_capacity(n * oh * ow * oc);
@@ -481,7 +613,7 @@ pub(crate) fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             }
         }
     }
-    Ok(finish_q(&rq, s.od, out, a.nchw))
+    Ok(vec![finish_q(&rq, s.od, out, a.nchw)])
 }
 
 /// The weights `w[n][k]` as a GEMM B operand `(data, row stride, column stride)`: the

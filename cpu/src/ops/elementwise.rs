@@ -1,10 +1,115 @@
-//! Elementwise kernels: broadcast arithmetic, activations, (de)quantization, softmax, L2 norm.
+//! Elementwise operations: broadcast arithmetic (ADD, SUB, MUL, DIV), activations and unary
+//! math, ELU, QUANTIZE and DEQUANTIZE; and the float view of 8-bit operands other families
+//! compute through.
 
 use super::broadcast::broadcast;
+use super::opdef::OpDef;
 use super::quant::{act_range_q, mbqm, q8_values, quantize_multiplier, quantize_val};
-use super::{KResult, OpCtx, count, q8_range, q8_tensor, resolve_axis, split_axis};
+use super::{KResult, OpCtx, count, q8_range, q8_tensor};
+use crate::check::{ARITH, Ck, DEQUANT_IN, F32_Q8, FLOAT, FLOAT_INT32, Issue, float_scalar};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
+
+use OperandType as T;
+use OperationType as O;
+
+pub(crate) static DEFS: &[OpDef] = &[
+    OpDef::new(O::Add, ARITH, check_binary, binary),
+    OpDef::new(O::Sub, ARITH, check_binary, binary),
+    OpDef::new(O::Mul, ARITH, check_binary, binary),
+    OpDef::new(O::Div, DIV_TYPES, check_binary, binary),
+    OpDef::new(O::Relu, F32_Q8, check_relu, unary),
+    OpDef::new(O::Relu1, F32_Q8, check_relu, unary),
+    OpDef::new(O::Relu6, F32_Q8, check_relu, unary),
+    OpDef::new(O::Logistic, F32_Q8, check_logistic, unary),
+    OpDef::new(O::Tanh, F32_Q8, check_tanh, unary),
+    OpDef::new(O::Floor, FLOAT, check_unary, unary),
+    OpDef::new(O::Abs, FLOAT_INT32, check_unary, unary),
+    OpDef::new(O::Exp, FLOAT, check_unary, unary),
+    OpDef::new(O::Log, FLOAT, check_unary, unary),
+    OpDef::new(O::Neg, FLOAT_INT32, check_unary, unary),
+    OpDef::new(O::Rsqrt, FLOAT, check_unary, unary),
+    OpDef::new(O::Sin, FLOAT, check_unary, unary),
+    OpDef::new(O::Sqrt, FLOAT, check_unary, unary),
+    OpDef::new(O::HardSwish, F32_Q8, check_unary, unary),
+    OpDef::new(O::Elu, FLOAT, check_elu, elu),
+    OpDef::new(O::Dequantize, DEQUANT_IN, check_dequantize, dequantize),
+    OpDef::new(O::Quantize, FLOAT, check_quantize, quantize),
+];
+
+/// DIV: float tensors and TENSOR_INT32 (floor division), no quantized types.
+const DIV_TYPES: &[OperandType] = &[T::TensorFloat32, T::TensorFloat16, T::TensorInt32];
+
+/// ADD / SUB / MUL / DIV(input0, input1, activation): both tensors of one type.
+fn check_binary(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[3], 1)?;
+    c.is(1, t0, "second operand")?;
+    c.is(2, T::Int32, "fused activation")?;
+    c.same_out(t0)
+}
+
+/// One tensor in, one of the same type out.
+fn check_unary(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[1], 1)?;
+    c.same_out(t0)
+}
+
+/// RELU, RELU1, RELU6: a quantized output has the input's scale and zero point (NNAPI).
+/// (Only for the types implemented: the table reports the others as not implemented.)
+fn check_relu(c: &Ck<'_>) -> Result<(), Issue> {
+    check_unary(c)?;
+    if F32_Q8.contains(&c.ty(0)?) {
+        c.same_quant()?;
+    }
+    Ok(())
+}
+
+/// LOGISTIC: a quantized output has scale 1/256 and zero point 0 (-128 signed).
+fn check_logistic(c: &Ck<'_>) -> Result<(), Issue> {
+    check_unary(c)?;
+    c.implemented(O::Logistic, F32_Q8)?;
+    c.out_quant(1.0 / 256.0, 0)
+}
+
+/// TANH: a quantized output has scale 1/128 and zero point 128 (0 signed).
+fn check_tanh(c: &Ck<'_>) -> Result<(), Issue> {
+    check_unary(c)?;
+    c.implemented(O::Tanh, F32_Q8)?;
+    c.out_quant(1.0 / 128.0, 128)
+}
+
+/// ELU(input, alpha): alpha a scalar of the input's float type.
+fn check_elu(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[2], 1)?;
+    c.is(1, float_scalar(t0), "alpha")?;
+    c.same_out(t0)
+}
+
+/// DEQUANTIZE: a float output.
+fn check_dequantize(c: &Ck<'_>) -> Result<(), Issue> {
+    c.ty(0)?;
+    c.counts(&[1], 1)?;
+    c.implemented(O::Dequantize, DEQUANT_IN)?;
+    match c.out(0)?.ty {
+        T::TensorFloat32 | T::TensorFloat16 => Ok(()),
+        t => Err(Issue::Invalid(format!("output type {} invalid", t.name()))),
+    }
+}
+
+/// QUANTIZE: an 8-bit asymmetric output.
+fn check_quantize(c: &Ck<'_>) -> Result<(), Issue> {
+    c.ty(0)?;
+    c.counts(&[1], 1)?;
+    c.implemented(O::Quantize, FLOAT)?;
+    let ot = c.out(0)?.ty;
+    if !matches!(ot, T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned) {
+        return Err(Issue::Invalid(format!("output type {} invalid", ot.name())));
+    }
+    Ok(())
+}
 
 fn floor_div(ctx: &OpCtx<'_>, a: i32, b: i32) -> KResult<i32> {
     if b == 0 {
@@ -19,7 +124,11 @@ fn floor_div(ctx: &OpCtx<'_>, a: i32, b: i32) -> KResult<i32> {
 }
 
 /// ADD, SUB, MUL, DIV.
-pub(crate) fn binary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn binary(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
+    binary_tensor(ctx).map(|t| vec![t])
+}
+
+fn binary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     let op = ctx.op.op;
     let ty = ctx.ty(0)?;
     match ty {
@@ -119,8 +228,12 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
     }
 }
 
-/// RELU, RELU1, RELU6, LOGISTIC, TANH, FLOOR.
-pub(crate) fn unary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+/// RELU, RELU1, RELU6, LOGISTIC, TANH, FLOOR and the unary math operations.
+fn unary(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
+    unary_tensor(ctx).map(|t| vec![t])
+}
+
+fn unary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     use OperationType as O;
     let op = ctx.op.op;
     let ty = ctx.ty(0)?;
@@ -202,6 +315,16 @@ pub(crate) fn unary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                     .iter()
                     .map(|&v| quantize_val(deq(v).tanh(), out.scale, out.zero_point, qmin, qmax))
                     .collect(),
+                // NNAPI (feature level 4) lists both 8-bit types; the output may have its
+                // own scale and zero point. Computed through float, as LOGISTIC and TANH.
+                O::HardSwish => x
+                    .iter()
+                    .map(|&v| {
+                        let f = deq(v);
+                        let h = f * (f + 3.0).clamp(0.0, 6.0) / 6.0;
+                        quantize_val(h, out.scale, out.zero_point, qmin, qmax)
+                    })
+                    .collect(),
                 _ => return Err(ctx.err("unsupported type for FLOOR")),
             };
             Ok(q8_tensor(ty, d, v))
@@ -211,7 +334,7 @@ pub(crate) fn unary(ctx: &OpCtx<'_>) -> KResult<Tensor> {
 }
 
 /// DEQUANTIZE to TENSOR_FLOAT32.
-pub(crate) fn dequantize(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn dequantize(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let inp = ctx.operand(0)?;
     let t = ctx.t(0)?;
     let (scale, zp) = (inp.scale, inp.zero_point);
@@ -249,11 +372,11 @@ pub(crate) fn dequantize(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             .collect(),
         _ => return Err(ctx.err(format!("unsupported input type {}", inp.ty.name()))),
     };
-    Ok(Tensor::new(t.dims.clone(), Data::F32(v)))
+    Ok(vec![Tensor::new(t.dims.clone(), Data::F32(v))])
 }
 
 /// QUANTIZE from TENSOR_FLOAT32 to 8-bit asymmetric.
-pub(crate) fn quantize(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn quantize(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let (d, x) = ctx.f32s(0)?;
     let out = ctx.out(0)?;
     let (qmin, qmax) = q8_range(out.ty);
@@ -261,7 +384,7 @@ pub(crate) fn quantize(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         .iter()
         .map(|&f| quantize_val(f, out.scale, out.zero_point, qmin, qmax))
         .collect();
-    Ok(q8_tensor(out.ty, d.to_vec(), v))
+    Ok(vec![q8_tensor(out.ty, d.to_vec(), v)])
 }
 
 /// Input `i` as floats (8-bit values dequantized), checked against its dimensions.
@@ -305,72 +428,13 @@ pub(crate) fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KRes
     }
 }
 
-/// [`split_axis`](super::split_axis) at the axis given by optional INT32 input `i` (default: the last one).
-fn split_at_axis_arg(ctx: &OpCtx<'_>, dims: &[u32], i: usize) -> KResult<(usize, usize, usize)> {
-    let axis = if ctx.has(i) { ctx.scalar_i32(i)? } else { -1 };
-    if dims.is_empty() {
-        return Err(ctx.err("input must have rank >= 1"));
-    }
-    let axis = resolve_axis(ctx, axis, dims.len())?;
-    Ok(split_axis(dims, axis))
-}
-
-/// SOFTMAX(input, beta, [axis]).
-pub(crate) fn softmax(ctx: &OpCtx<'_>) -> KResult<Tensor> {
-    let (d, x) = float_view(ctx, 0)?;
-    let beta = ctx.scalar_f32(1)?;
-    let (outer, n, inner) = split_at_axis_arg(ctx, &d, 2)?;
-    let mut out = vec![0f32; x.len()];
-    for o in 0..outer {
-        for i in 0..inner {
-            let base = o * n * inner + i;
-            let mut mx = f32::NEG_INFINITY;
-            for k in 0..n {
-                mx = mx.max(x[base + k * inner]);
-            }
-            let mut sum = 0f32;
-            for k in 0..n {
-                let e = ((x[base + k * inner] - mx) * beta).exp();
-                out[base + k * inner] = e;
-                sum += e;
-            }
-            for k in 0..n {
-                out[base + k * inner] /= sum;
-            }
-        }
-    }
-    float_result(ctx, d, out)
-}
-
-/// L2_NORMALIZATION(input, [axis]).
-pub(crate) fn l2_normalization(ctx: &OpCtx<'_>) -> KResult<Tensor> {
-    let (d, x) = float_view(ctx, 0)?;
-    let (outer, n, inner) = split_at_axis_arg(ctx, &d, 1)?;
-    let mut out = vec![0f32; x.len()];
-    for o in 0..outer {
-        for i in 0..inner {
-            let base = o * n * inner + i;
-            let mut sum = 0f32;
-            for k in 0..n {
-                let v = x[base + k * inner];
-                sum += v * v;
-            }
-            let norm = sum.sqrt().max(1e-6);
-            for k in 0..n {
-                out[base + k * inner] = x[base + k * inner] / norm;
-            }
-        }
-    }
-    float_result(ctx, d, out)
-}
-
 /// ELU(input, alpha).
-pub(crate) fn elu(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn elu(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let (d, x) = ctx.f32s(0)?;
     let alpha = ctx.scalar_f32(1)?;
     let v = x
         .iter()
         .map(|&v| if v < 0.0 { alpha * (v.exp() - 1.0) } else { v })
         .collect();
-    Ok(Tensor::new(d.to_vec(), Data::F32(v)))
+    Ok(vec![Tensor::new(d.to_vec(), Data::F32(v))])
 }

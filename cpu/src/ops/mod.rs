@@ -1,14 +1,16 @@
-//! Operation kernels and the per-operation dispatch.
+//! Operation kernels by family, the table that lists them (`registry`), and what kernels
+//! share: the kernel's view of one operation ([`OpCtx`]), layouts and index stepping.
 
 use std::borrow::Cow;
 
 use crate::error::ExecError;
-use crate::model::{Graph, Lifetime, Operand, OperandType, Operation, OperationType};
+use crate::model::{Graph, Lifetime, Operand, OperandType, Operation};
 use crate::tensor::{Data, Tensor};
 
 mod broadcast;
 mod compare;
 mod conv;
+pub(crate) use conv::transposed_weights;
 mod conv_variants;
 mod detection;
 mod elementwise;
@@ -26,6 +28,7 @@ pub(crate) mod registry;
 mod resize;
 mod rnn;
 mod shape;
+mod softmax;
 
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.
 pub(crate) struct OpCtx<'a> {
@@ -187,90 +190,14 @@ impl<'a> OpCtx<'a> {
 
 /// Runs one operation, returning its outputs in order.
 pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
-    use OperationType as O;
-    if let Some(def) = registry::find(ctx.op.op) {
-        return (def.run)(ctx);
+    match registry::find(ctx.op.op) {
+        Some(def) => (def.run)(ctx),
+        None => Err(ExecError::Failed(format!(
+            "operation {} ({}) has no CPU kernel",
+            ctx.index,
+            ctx.op.op.name()
+        ))),
     }
-    let t = match ctx.op.op {
-        O::Add | O::Sub | O::Mul | O::Div => elementwise::binary(ctx)?,
-        O::Relu
-        | O::Relu1
-        | O::Relu6
-        | O::Logistic
-        | O::Tanh
-        | O::Floor
-        | O::Abs
-        | O::Exp
-        | O::Log
-        | O::Neg
-        | O::Rsqrt
-        | O::Sin
-        | O::Sqrt
-        | O::HardSwish => elementwise::unary(ctx)?,
-        O::Elu => elementwise::elu(ctx)?,
-        O::Dequantize => elementwise::dequantize(ctx)?,
-        O::Quantize => elementwise::quantize(ctx)?,
-        O::Reshape => shape::reshape(ctx)?,
-        O::Squeeze => shape::squeeze(ctx)?,
-        O::Transpose => shape::transpose(ctx)?,
-        O::Pad => shape::pad(ctx)?,
-        O::Concatenation => shape::concatenation(ctx)?,
-        O::SpaceToDepth => shape::space_to_depth(ctx)?,
-        O::DepthToSpace => shape::depth_to_space(ctx)?,
-        O::Mean => shape::mean(ctx)?,
-        O::Softmax => elementwise::softmax(ctx)?,
-        O::L2Normalization => elementwise::l2_normalization(ctx)?,
-        O::FullyConnected => conv::fully_connected(ctx)?,
-        O::Conv2d => conv::conv2d(ctx)?,
-        O::DepthwiseConv2d => conv::depthwise_conv2d(ctx)?,
-        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => pool::pool2d(ctx)?,
-        other => {
-            return Err(ExecError::Failed(format!(
-                "operation {} ({}) has no CPU kernel",
-                ctx.index,
-                other.name()
-            )));
-        }
-    };
-    Ok(vec![t])
-}
-
-/// For a FULLY_CONNECTED or CONV_2D with float input and CONSTANT_COPY float weights `[n][k]`
-/// (filters `[n, fh, fw, c]` with k = fh·fw·c), the weights transposed to `[k][n]`.
-pub(crate) fn transposed_weights(
-    graph: &Graph,
-    op: &Operation,
-    consts: &[Option<Tensor>],
-) -> Option<Vec<f32>> {
-    if !matches!(op.op, OperationType::FullyConnected | OperationType::Conv2d) {
-        return None;
-    }
-    let input = graph.operands.get(*op.inputs.first()? as usize)?;
-    if !crate::tensor::is_float(input.ty) {
-        return None;
-    }
-    let w = consts.get(*op.inputs.get(1)? as usize)?.as_ref()?;
-    let Data::F32(v) = &w.data else {
-        return None;
-    };
-    let n = *w.dims.first()? as usize;
-    if n == 0 || v.is_empty() || v.len() % n != 0 {
-        return None;
-    }
-    let k = v.len() / n;
-    let mut t = vec![0f32; v.len()];
-    // Blocked so both sides stay in cache.
-    const BLK: usize = 32;
-    for j0 in (0..n).step_by(BLK) {
-        for k0 in (0..k).step_by(BLK) {
-            for j in j0..(j0 + BLK).min(n) {
-                for kk in k0..(k0 + BLK).min(k) {
-                    t[kk * n + j] = v[j * k + kk];
-                }
-            }
-        }
-    }
-    Some(t)
 }
 
 /// Row-major strides of `dims`.
@@ -447,3 +374,7 @@ pub(crate) fn check4(ctx: &OpCtx<'_>, dims: &[u32], len: usize, what: &str) -> K
 #[cfg(test)]
 #[path = "type_coverage_tests.rs"]
 mod type_coverage_tests;
+
+#[cfg(test)]
+#[path = "family_tests.rs"]
+mod family_tests;

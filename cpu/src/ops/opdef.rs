@@ -21,3 +21,20 @@ pub(crate) struct OpDef {
     /// The kernel: the outputs in order.
     pub(crate) run: fn(&OpCtx<'_>) -> KResult<Vec<Tensor>>,
 }
+
+impl OpDef {
+    /// The row for `op` on `types`, with its `check` and `run`.
+    pub(crate) const fn new(
+        op: OperationType,
+        types: &'static [OperandType],
+        check: fn(&Ck<'_>) -> Result<(), Issue>,
+        run: fn(&OpCtx<'_>) -> KResult<Vec<Tensor>>,
+    ) -> OpDef {
+        OpDef {
+            op,
+            types,
+            check,
+            run,
+        }
+    }
+}

@@ -1,12 +1,38 @@
 //! AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D.
 
 use super::conv::{Geometry, Padding};
+use super::opdef::OpDef;
 use super::{
     KResult, OpCtx, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_range, q8_tensor, to_layout,
     to_u32,
 };
-use crate::model::OperationType;
+use crate::check::{Ck, F32_Q8, FLOAT, Issue};
+use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
+
+use OperationType as O;
+
+pub(crate) static DEFS: &[OpDef] = &[
+    OpDef::new(O::AveragePool2d, F32_Q8, check_pool, pool2d),
+    OpDef::new(O::MaxPool2d, F32_Q8, check_pool, pool2d),
+    OpDef::new(O::L2Pool2d, FLOAT, check_pool, pool2d),
+];
+
+/// The pooling operations in their implicit (7 or 8 inputs) and explicit (10 or 11) padding
+/// forms: INT32 padding, strides, filter and activation, an optional BOOL layout; a quantized
+/// output keeps the input's scale and zero point.
+fn check_pool(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[7, 8, 10, 11], 1)?;
+    let implicit = c.ins.len() <= 8;
+    let last = if implicit { 6 } else { 9 };
+    for i in 1..=last {
+        c.is(i, OperandType::Int32, "padding/stride/filter/activation")?;
+    }
+    c.opt(last + 1, OperandType::Bool, "layout")?;
+    c.same_out(t0)?;
+    c.same_quant()
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PoolKind {
@@ -16,7 +42,7 @@ enum PoolKind {
 }
 
 /// The three 2-D pooling operations in their implicit and explicit padding forms.
-pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn pool2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let kind = match ctx.op.op {
         OperationType::AveragePool2d => PoolKind::Avg,
         OperationType::MaxPool2d => PoolKind::Max,
@@ -104,7 +130,7 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             v.max(lo).min(hi)
         });
         let (d, v) = to_layout(od, out, nchw);
-        return Ok(Tensor::new(d, Data::F32(v)));
+        return Ok(vec![Tensor::new(d, Data::F32(v))]);
     }
     if !is_quant8(in_ty) {
         return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
@@ -141,5 +167,5 @@ pub(crate) fn pool2d(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         v.clamp(lo, hi)
     });
     let (d, out) = to_layout(od, out, nchw);
-    Ok(q8_tensor(in_ty, d, out))
+    Ok(vec![q8_tensor(in_ty, d, out)])
 }

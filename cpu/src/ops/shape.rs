@@ -1,10 +1,98 @@
-//! Data-movement kernels: RESHAPE, SQUEEZE, TRANSPOSE, PAD, CONCATENATION, SPACE_TO_DEPTH,
-//! DEPTH_TO_SPACE, MEAN.
+//! Shape and data movement: RESHAPE, SQUEEZE, TRANSPOSE, PAD, CONCATENATION, SPACE_TO_DEPTH,
+//! DEPTH_TO_SPACE; and MEAN, which shares their axis handling.
 
 use super::elementwise::{float_result, float_view};
+use super::opdef::OpDef;
 use super::{KResult, OpCtx, advance, count, resolve_axis, split_axis, strides, to_u32};
-use crate::model::OperandType;
+use crate::check::{Ck, F32_Q8, Issue};
+use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
+
+use OperandType as T;
+use OperationType as O;
+
+/// Every operation here takes the types NNAPI (feature level 4) lists for all of them:
+/// TENSOR_FLOAT16, TENSOR_FLOAT32, TENSOR_QUANT8_ASYMM and TENSOR_QUANT8_ASYMM_SIGNED
+/// (none lists TENSOR_INT32, BOOL8 or the symmetric and 16-bit quantized types).
+pub(crate) static DEFS: &[OpDef] = &[
+    OpDef::new(O::Reshape, F32_Q8, check_reshape, reshape),
+    OpDef::new(O::Squeeze, F32_Q8, check_squeeze_transpose, squeeze),
+    OpDef::new(O::Transpose, F32_Q8, check_squeeze_transpose, transpose),
+    OpDef::new(O::Pad, F32_Q8, check_pad, pad),
+    OpDef::new(O::Concatenation, F32_Q8, check_concatenation, concatenation),
+    OpDef::new(O::SpaceToDepth, F32_Q8, check_block, space_to_depth),
+    OpDef::new(O::DepthToSpace, F32_Q8, check_block, depth_to_space),
+    OpDef::new(O::Mean, F32_Q8, check_mean, mean),
+];
+
+/// The output has the input's type, and a quantized one its scale and zero point.
+fn same_type_and_quant(c: &Ck<'_>, t0: OperandType) -> Result<(), Issue> {
+    c.same_out(t0)?;
+    c.same_quant()
+}
+
+/// RESHAPE(input, shape).
+fn check_reshape(c: &Ck<'_>) -> Result<(), Issue> {
+    check_int_tensor_arg(c, "shape")
+}
+
+/// PAD(input, paddings).
+fn check_pad(c: &Ck<'_>) -> Result<(), Issue> {
+    check_int_tensor_arg(c, "paddings")
+}
+
+/// (input, `what`): `what` a TENSOR_INT32.
+fn check_int_tensor_arg(c: &Ck<'_>, what: &str) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[2], 1)?;
+    c.is(1, T::TensorInt32, what)?;
+    same_type_and_quant(c, t0)
+}
+
+/// SQUEEZE(input, [axes]) / TRANSPOSE(input, [perm]).
+fn check_squeeze_transpose(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[1, 2], 1)?;
+    c.opt(1, T::TensorInt32, "axes/permutation")?;
+    same_type_and_quant(c, t0)
+}
+
+/// CONCATENATION(inputs..., axis): every tensor of input 0's type; quantized inputs may
+/// have their own scales (they are requantized to the output's).
+fn check_concatenation(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    let n = c.ins.len();
+    if n < 2 {
+        return Err(Issue::Invalid(
+            "needs at least one tensor and the axis".into(),
+        ));
+    }
+    c.counts(&[n], 1)?;
+    let last = n - 1;
+    c.is(last, T::Int32, "axis")?;
+    for i in 1..last {
+        c.is(i, t0, "tensor")?;
+    }
+    c.same_out(t0)
+}
+
+/// SPACE_TO_DEPTH / DEPTH_TO_SPACE(input, block_size, [layout]).
+fn check_block(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[2, 3], 1)?;
+    c.is(1, T::Int32, "block size")?;
+    c.opt(2, T::Bool, "layout")?;
+    same_type_and_quant(c, t0)
+}
+
+/// MEAN(input, axes, keep_dims).
+fn check_mean(c: &Ck<'_>) -> Result<(), Issue> {
+    let t0 = c.ty(0)?;
+    c.counts(&[3], 1)?;
+    c.is(1, T::TensorInt32, "axes")?;
+    c.is(2, T::Int32, "keep_dims")?;
+    c.same_out(t0)
+}
 
 fn checked(ctx: &OpCtx<'_>, t: &Tensor) -> KResult<usize> {
     let n = count(ctx, &t.dims)?;
@@ -51,7 +139,7 @@ fn int_list(ctx: &OpCtx<'_>, i: usize) -> KResult<Vec<i32>> {
 }
 
 /// RESHAPE(input, shape).
-pub(crate) fn reshape(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn reshape(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = ctx.t(0)?;
     let n = checked(ctx, t)?;
     let shape = int_list(ctx, 1)?;
@@ -84,11 +172,11 @@ pub(crate) fn reshape(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             "new shape {shape:?} has {known} elements, input has {n}"
         )));
     }
-    Ok(Tensor::new(dims, t.data.clone()))
+    Ok(vec![Tensor::new(dims, t.data.clone())])
 }
 
 /// SQUEEZE(input, [axes]).
-pub(crate) fn squeeze(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn squeeze(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = ctx.t(0)?;
     checked(ctx, t)?;
     let r = t.dims.len();
@@ -108,11 +196,11 @@ pub(crate) fn squeeze(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             drop[a] = true;
         }
     }
-    Ok(Tensor::new(kept_dims(&t.dims, &drop), t.data.clone()))
+    Ok(vec![Tensor::new(kept_dims(&t.dims, &drop), t.data.clone())])
 }
 
 /// TRANSPOSE(input, [perm]).
-pub(crate) fn transpose(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn transpose(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = ctx.t(0)?;
     checked(ctx, t)?;
     let r = t.dims.len();
@@ -135,11 +223,11 @@ pub(crate) fn transpose(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     } else {
         (0..r).rev().collect()
     };
-    Ok(permute(t, &perm))
+    Ok(vec![permute(t, &perm)])
 }
 
 /// PAD(input, paddings).
-pub(crate) fn pad(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn pad(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = ctx.t(0)?;
     checked(ctx, t)?;
     let (pd, p) = ctx.i32s(1)?;
@@ -187,11 +275,11 @@ pub(crate) fn pad(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         Data::I16(v) => Data::I16(fill(v, &src, 0)),
         Data::U16(v) => Data::U16(fill(v, &src, 0)),
     };
-    Ok(Tensor::new(od, data))
+    Ok(vec![Tensor::new(od, data)])
 }
 
 /// CONCATENATION(inputs..., axis).
-pub(crate) fn concatenation(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn concatenation(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let n_in = ctx.n_inputs();
     if n_in < 2 {
         return Err(ctx.err("needs at least one input and the axis"));
@@ -277,7 +365,7 @@ pub(crate) fn concatenation(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         Data::I16(_) => concat!(I16, |_| KResult::Ok(|e: i16| e)),
         Data::U16(_) => concat!(U16, |_| KResult::Ok(|e: u16| e)),
     };
-    Ok(Tensor::new(od, data))
+    Ok(vec![Tensor::new(od, data)])
 }
 
 fn to_nhwc(ctx: &OpCtx<'_>, t: &Tensor, nchw: bool) -> KResult<Tensor> {
@@ -297,7 +385,7 @@ fn from_nhwc(t: Tensor, nchw: bool) -> Tensor {
 }
 
 /// SPACE_TO_DEPTH(input, block_size, [layout]).
-pub(crate) fn space_to_depth(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn space_to_depth(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let nchw = ctx.opt_bool(2, false)?;
     let t = to_nhwc(ctx, ctx.t(0)?, nchw)?;
     let bs = ctx.scalar_pos(1, "block_size")?;
@@ -327,11 +415,11 @@ pub(crate) fn space_to_depth(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             }
         }
     }
-    Ok(from_nhwc(Tensor::new(od, t.data.gather(&idx)), nchw))
+    Ok(vec![from_nhwc(Tensor::new(od, t.data.gather(&idx)), nchw)])
 }
 
 /// DEPTH_TO_SPACE(input, block_size, [layout]).
-pub(crate) fn depth_to_space(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn depth_to_space(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let nchw = ctx.opt_bool(2, false)?;
     let t = to_nhwc(ctx, ctx.t(0)?, nchw)?;
     let bs = ctx.scalar_pos(1, "block_size")?;
@@ -363,11 +451,11 @@ pub(crate) fn depth_to_space(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             }
         }
     }
-    Ok(from_nhwc(Tensor::new(od, t.data.gather(&idx)), nchw))
+    Ok(vec![from_nhwc(Tensor::new(od, t.data.gather(&idx)), nchw)])
 }
 
 /// MEAN(input, axes, keep_dims).
-pub(crate) fn mean(ctx: &OpCtx<'_>) -> KResult<Tensor> {
+fn mean(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = ctx.t(0)?;
     checked(ctx, t)?;
     let r = t.dims.len();
@@ -411,5 +499,5 @@ pub(crate) fn mean(ctx: &OpCtx<'_>) -> KResult<Tensor> {
         let v = kept_dims(&t.dims, &reduce);
         if v.is_empty() { vec![1] } else { v }
     };
-    float_result(ctx, od, means)
+    Ok(vec![float_result(ctx, od, means)?])
 }

@@ -668,7 +668,8 @@ fn quantize_float16_rounds_and_saturates() {
 
 // ---------------------------------------------------------------- data movement
 
-/// Each element-moving case in every listed type: (type, bytes of the values 1..=n, scale, zp).
+/// Each element-moving case in every type NNAPI lists for it besides TENSOR_FLOAT32 (which
+/// the older tests cover): (type, bytes of the values 1..=n, scale, zp).
 fn typed(n: usize) -> Vec<(T, Vec<u8>, f32, i32)> {
     let v: Vec<f32> = (1..=n).map(|i| i as f32).collect();
     let iv: Vec<i32> = (1..=n as i32).collect();
@@ -686,7 +687,6 @@ fn typed(n: usize) -> Vec<(T, Vec<u8>, f32, i32)> {
             0.5,
             -5,
         ),
-        (T::TensorInt32, i32_bytes(&iv), 0.0, 0),
     ]
 }
 
@@ -784,7 +784,6 @@ fn pad_fills_with_the_zero_point_in_every_type() {
         let sz = ty.element_size();
         let zero: Vec<u8> = match ty {
             T::TensorFloat16 => f16_bytes(&[0.0]),
-            T::TensorInt32 => i32_bytes(&[0]),
             _ => vec![z as u8],
         };
         let mut want = zero.clone();
@@ -798,21 +797,7 @@ fn pad_fills_with_the_zero_point_in_every_type() {
 
 #[test]
 fn reshape_keeps_bytes_of_every_type() {
-    let mut cases = typed(4);
-    cases.push((T::TensorQuant8Symm, i8_bytes(&[-1, 2, -3, 4]), 0.5, 0));
-    cases.push((
-        T::TensorQuant16Asymm,
-        vec![1, 0, 2, 0, 3, 1, 255, 255],
-        0.5,
-        7,
-    ));
-    cases.push((
-        T::TensorQuant16Symm,
-        vec![1, 0, 2, 0, 3, 1, 255, 255],
-        0.5,
-        0,
-    ));
-    cases.push((T::TensorBool8, vec![1, 0, 0, 1], 0.0, 0));
+    let cases = typed(4);
     for (ty, bytes, s, z) in cases {
         let (out, d) = run(
             O::Reshape,

@@ -50,6 +50,14 @@ const EMBEDDING_VALUES: &[OperandType] = &[
 /// Value types of HASHTABLE_LOOKUP.
 const HASHTABLE_VALUES: &[OperandType] = &[T::TensorFloat32, T::TensorInt32, T::TensorQuant8Asymm];
 
+/// Input (input 1) types of LSH_PROJECTION, as NeuralNetworks.h lists them.
+const LSH_INPUTS: &[OperandType] = &[
+    T::TensorFloat32,
+    T::TensorFloat16,
+    T::TensorInt32,
+    T::TensorQuant8Asymm,
+];
+
 /// Declared rank of input `i`, when known (non-empty dimensions).
 pub(crate) fn known_rank(c: &Ck<'_>, i: usize) -> Option<usize> {
     let d = &c.inp(i).ok()?.dimensions;
@@ -466,8 +474,11 @@ fn check_lsh_projection(c: &Ck<'_>) -> Result<(), Issue> {
         )));
     }
     let it = c.ty(1)?;
-    if it.is_scalar() {
-        return Err(invalid("input (input 1) must be a tensor"));
+    if !LSH_INPUTS.contains(&it) {
+        return Err(invalid(format!(
+            "input (input 1) type {} is not one LSH_PROJECTION takes",
+            it.name()
+        )));
     }
     c.opt(2, ht, "weight")?;
     c.is(3, T::Int32, "type")?;

@@ -207,6 +207,13 @@ fn hashtable_lookup_float16_values_are_refused() {
 }
 
 #[test]
+fn hashtable_lookup_quant8_signed_values_are_refused() {
+    // NeuralNetworks.h lists FLOAT32, INT32 and QUANT8_ASYMM values only, even at FL4.
+    let g = hashtable(&[1], &[1], T::TensorQuant8AsymmSigned, &[1, 1], (1.0, 0));
+    assert!(refused(g).contains("values type"));
+}
+
+#[test]
 fn hashtable_lookup_needs_two_outputs() {
     let mut g = hashtable(&[1], &[1], T::TensorFloat32, &[1, 1], (0.0, 0));
     g.operations[0].outputs.pop();
@@ -339,6 +346,25 @@ fn lsh_dense_float16_input_hashes_half_precision_bytes() {
 fn lsh_sparse_float16_hash_functions() {
     let g = lsh(T::TensorFloat16, T::TensorInt32, &[3, 2], None, 3, 4);
     assert_eq!(lsh_run(g, i32_bytes(&I32_IN)), vec![3, 7, 10, 12]);
+}
+
+#[test]
+fn lsh_input_types_nnapi_does_not_list_are_refused() {
+    // NeuralNetworks.h: the input is TENSOR_FLOAT16, TENSOR_FLOAT32, TENSOR_INT32 or
+    // TENSOR_QUANT8_ASYMM; nothing else.
+    for it in [
+        T::TensorQuant8AsymmSigned,
+        T::TensorQuant8Symm,
+        T::TensorQuant16Asymm,
+        T::TensorQuant16Symm,
+        T::TensorBool8,
+    ] {
+        let g = lsh(T::TensorFloat32, it, &[3, 2], None, 3, 4);
+        assert!(
+            refused(g).contains("not one LSH_PROJECTION takes"),
+            "{it:?}"
+        );
+    }
 }
 
 #[test]

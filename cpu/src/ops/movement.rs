@@ -9,20 +9,12 @@
 use super::opdef::OpDef;
 use super::reduce::const_i32s;
 use super::{KResult, OpCtx, count, resolve_axis, strides, to_u32};
-use crate::check::{Ck, Issue, MOVE_TENSOR, float_scalar};
+use crate::check::{Ck, F32_Q8, Issue, MOVE_TENSOR, float_scalar};
 use crate::model::{OperandType, OperationType};
 use crate::tensor::{Data, Tensor};
 
 use OperandType as T;
 use OperationType as O;
-
-/// Float and 8-bit quantized types (no TENSOR_INT32).
-const FLOAT_Q8: &[OperandType] = &[
-    T::TensorFloat32,
-    T::TensorFloat16,
-    T::TensorQuant8Asymm,
-    T::TensorQuant8AsymmSigned,
-];
 
 /// Every tensor type RANK accepts.
 const RANK_IN: &[OperandType] = &[
@@ -41,7 +33,7 @@ const RANK_IN: &[OperandType] = &[
 pub(crate) static DEFS: &[OpDef] = &[
     OpDef {
         op: O::StridedSlice,
-        types: FLOAT_Q8,
+        types: F32_Q8,
         check: check_strided_slice,
         run: strided_slice,
     },
@@ -53,13 +45,13 @@ pub(crate) static DEFS: &[OpDef] = &[
     },
     OpDef {
         op: O::SpaceToBatchNd,
-        types: FLOAT_Q8,
+        types: F32_Q8,
         check: check_space_to_batch,
         run: space_to_batch,
     },
     OpDef {
         op: O::BatchToSpaceNd,
-        types: FLOAT_Q8,
+        types: F32_Q8,
         check: check_batch_to_space,
         run: batch_to_space,
     },
@@ -83,7 +75,7 @@ pub(crate) static DEFS: &[OpDef] = &[
     },
     OpDef {
         op: O::PadV2,
-        types: FLOAT_Q8,
+        types: F32_Q8,
         check: check_pad_v2,
         run: pad_v2,
     },
@@ -95,7 +87,7 @@ pub(crate) static DEFS: &[OpDef] = &[
     },
     OpDef {
         op: O::ChannelShuffle,
-        types: FLOAT_Q8,
+        types: F32_Q8,
         check: check_channel_shuffle,
         run: channel_shuffle,
     },

@@ -9,6 +9,10 @@ use crate::*;
 use OperandType as T;
 use OperationType as O;
 
+/// The per-operation operand types NNAPI lists, against the ones claimed here.
+#[path = "nnapi_types_tests.rs"]
+mod nnapi_types_tests;
+
 /// A graph input tensor of the operation under test.
 struct In {
     ty: T,

@@ -10,9 +10,8 @@
 //! quantized LSTMs their 8-bit input; those operations' other inputs are checked by their
 //! family's tests.
 //!
-//! [`EXPECTED`] covers the operations of the family tables and is asserted. [`LEGACY_EXPECTED`]
-//! covers the older operations of the per-type match, which are being moved into family tables;
-//! its test is ignored until they are (then move the rows into [`EXPECTED`]).
+//! [`EXPECTED`] covers the operations whose tables were written first, [`LEGACY_EXPECTED`] the
+//! 37 older operations moved into family tables later; both are asserted.
 //!
 //! [`OpDef::types`]: super::opdef::OpDef
 
@@ -125,11 +124,10 @@ const EXPECTED: &[(O, &[T])] = &[
     (O::RoiPooling, FLOAT_Q8),
 ];
 
-/// The 37 operations still in the older per-type match (`ops/mod.rs`, `validate.rs`), by
-/// input 0's type as NeuralNetworks.h lists them. Not asserted yet: CONCATENATION,
+/// The 37 older operations (once a per-type match, now rows of the elementwise, conv, pool,
+/// softmax and shape tables), by input 0's type as NeuralNetworks.h lists them: CONCATENATION,
 /// DEPTH_TO_SPACE, SPACE_TO_DEPTH, PAD, SQUEEZE and TRANSPOSE list no TENSOR_INT32, RESHAPE
-/// only the floats and the 8-bit asymmetric types, and HARD_SWISH lists both 8-bit asymmetric
-/// types, which the match claims otherwise today.
+/// only the floats and the 8-bit asymmetric types, and HARD_SWISH both 8-bit asymmetric types.
 const LEGACY_EXPECTED: &[(O, &[T])] = &[
     (O::Add, FLOAT_Q8_I32),
     (O::Sub, FLOAT_Q8_I32),
@@ -221,9 +219,7 @@ fn family_operations_claim_exactly_the_input0_types_nnapi_lists() {
 }
 
 #[test]
-#[ignore = "the legacy operations still claim what LEGACY_EXPECTED's comment lists; enable \
-            once they are in family tables"]
-fn legacy_operations_claim_exactly_the_input0_types_nnapi_lists() {
+fn older_operations_claim_exactly_the_input0_types_nnapi_lists() {
     let diff = differences(LEGACY_EXPECTED);
     assert!(diff.is_empty(), "{diff:#?}");
 }
@@ -298,9 +294,8 @@ fn differences_name_extra_and_missing_types() {
 /// that is present must be a 1-D TENSOR_INT32 of rank(input0) entries (AOSP's reference
 /// checks exactly that), so a present but empty one on a 2-D input is an error, as a present
 /// but empty SQUEEZE axes list squeezes nothing rather than everything. The legacy kernel
-/// (`shape::transpose`) reverses the dimensions instead; enable once it is fixed.
+/// (`shape::transpose`) once reversed the dimensions instead.
 #[test]
-#[ignore = "shape::transpose treats a present but empty permutation as omitted"]
 fn transpose_with_a_present_but_empty_permutation_is_an_error() {
     use crate::test_support::*;
     let mut b = B::new();

@@ -204,7 +204,8 @@ fn transpose(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = ctx.t(0)?;
     checked(ctx, t)?;
     let r = t.dims.len();
-    let perm: Vec<usize> = if ctx.has(1) && !ctx.i32s(1)?.1.is_empty() {
+    // Omitted means reverse the dimensions; present (even empty) must list all of them.
+    let perm: Vec<usize> = if ctx.has(1) {
         let p = int_list(ctx, 1)?;
         if p.len() != r {
             return Err(ctx.err(format!("permutation {p:?} does not match rank {r}")));

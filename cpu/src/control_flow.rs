@@ -145,15 +145,21 @@ fn subgraph_input<'r>(
     }
 }
 
-/// Operands `xs` of `g` that carry data: none may be a SUBGRAPH operand.
-fn data_operands<'g>(g: &'g Graph, xs: &[u32], first: usize) -> Result<Vec<&'g Operand>, String> {
+/// Operands `xs` of `g` that carry data, the operation's `what` (input, output) from number
+/// `first` on: none may be a SUBGRAPH operand.
+fn data_operands<'g>(
+    g: &'g Graph,
+    xs: &[u32],
+    what: &str,
+    first: usize,
+) -> Result<Vec<&'g Operand>, String> {
     xs.iter()
         .enumerate()
         .map(|(k, &x)| {
             let o = operand(g, x)?;
             if o.ty == T::Subgraph {
                 return Err(format!(
-                    "input {} is a SUBGRAPH operand where a value is expected",
+                    "{what} {} is a SUBGRAPH operand where a value is expected",
                     first + k
                 ));
             }
@@ -232,8 +238,8 @@ fn check_if(root: &Graph, g: &Graph, op: &Operation) -> Result<(), String> {
             cond.dimensions
         ));
     }
-    let ins = data_operands(g, &op.inputs[3..], 3)?;
-    let outs = data_operands(g, &op.outputs, 0)?;
+    let ins = data_operands(g, &op.inputs[3..], "input", 3)?;
+    let outs = data_operands(g, &op.outputs, "output", 0)?;
     for (pos, role) in [(1, "then"), (2, "else")] {
         let sub = subgraph_input(root, g, op, pos, role)?;
         if sub.input_indexes.len() != ins.len() || sub.output_indexes.len() != outs.len() {
@@ -262,8 +268,8 @@ fn check_while(root: &Graph, g: &Graph, op: &Operation) -> Result<(), String> {
     }
     let cond = subgraph_input(root, g, op, 0, "condition")?;
     let body = subgraph_input(root, g, op, 1, "body")?;
-    let ins = data_operands(g, &op.inputs[2..], 2)?;
-    let outs = data_operands(g, &op.outputs, 0)?;
+    let ins = data_operands(g, &op.inputs[2..], "input", 2)?;
+    let outs = data_operands(g, &op.outputs, "output", 0)?;
     let m = outs.len();
     // Condition: m+k+n inputs, one TENSOR_BOOL8 [1] output.
     if cond.input_indexes.len() != ins.len() {

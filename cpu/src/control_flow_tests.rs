@@ -371,23 +371,9 @@ fn subgraph_type_and_lifetime_only_come_together() {
 #[test]
 fn subgraph_that_reaches_itself_is_refused_as_recursion() {
     // Referenced 0 runs IF(c, 1, 1, x) and referenced 1 runs IF(c, 0, 0, x): 0 -> 1 -> 0.
-    let step = |next: u32| {
-        let mut b = B::new();
-        let c = b.input(T::TensorBool8, &[1]);
-        let x = b.input(F, &[2]);
-        let s = b.subgraph(next);
-        let o = b.output(F, &[2]);
-        b.op(O::If, &[c, s, s, c, x], &[o]);
-        b.g
-    };
-    let mut b = B::new();
-    let c = b.input(T::TensorBool8, &[1]);
-    let x = b.input(F, &[2]);
-    let s = b.subgraph(0);
-    let o = b.output(F, &[2]);
-    b.op(O::If, &[c, s, s, c, x], &[o]);
-    b.g.referenced = vec![step(1), step(0)];
-    let msg = refusal(&b.g);
+    let mut g = link(Some((0, 0)), O::Add);
+    g.referenced = vec![link(Some((1, 1)), O::Add), link(Some((0, 0)), O::Add)];
+    let msg = refusal(&g);
     assert_mentions(
         &msg,
         &[
@@ -588,31 +574,51 @@ fn if_with_a_branch_the_executor_cannot_run_is_unsupported() {
     assert!(g.is_operation_supported(0));
 }
 
-/// A root IF over a chain of `len` referenced graphs, each but the last running an IF into
-/// the next; the last adds its input to itself. Inputs `(cond, x)`, FLOAT32 `[2]`.
-fn if_chain(len: u32) -> Graph {
-    let link = |next: Option<u32>| {
-        let mut b = B::new();
-        let c = b.input(T::TensorBool8, &[1]);
-        let x = b.input(F, &[2]);
-        let o = b.output(F, &[2]);
-        match next {
-            Some(n) => {
-                let s = b.subgraph(n);
-                b.op(O::If, &[c, s, s, c, x], &[o]);
-            }
-            None => {
-                let act = b.int(0);
-                b.op(O::Add, &[x, x, act], &[o]);
-            }
+/// A graph of inputs `(cond, x)` and one output, FLOAT32 `[2]`: `IF(cond, then, else, cond,
+/// x)` over referenced graphs `branches`, or else `leaf(x, x)`.
+fn link(branches: Option<(u32, u32)>, leaf: OperationType) -> Graph {
+    let mut b = B::new();
+    let c = b.input(T::TensorBool8, &[1]);
+    let x = b.input(F, &[2]);
+    let o = b.output(F, &[2]);
+    match branches {
+        Some((t, e)) => {
+            let (t, e) = (b.subgraph(t), b.subgraph(e));
+            b.op(O::If, &[c, t, e, c, x], &[o]);
         }
-        b.g
-    };
-    let mut root = link(Some(0));
+        None => {
+            let act = b.int(0);
+            b.op(leaf, &[x, x, act], &[o]);
+        }
+    }
+    b.g
+}
+
+/// A root IF over a chain of `len` referenced graphs, each but the last running an IF into
+/// the next; the last adds its input to itself.
+fn if_chain(len: u32) -> Graph {
+    let mut root = link(Some((0, 0)), O::Add);
     root.referenced = (0..len)
-        .map(|k| link((k + 1 < len).then_some(k + 1)))
+        .map(|k| link((k + 1 < len).then_some((k + 1, k + 1)), O::Add))
         .collect();
     root
+}
+
+#[test]
+fn subgraphs_shared_by_several_branches_are_not_recursion() {
+    // Root IF(0, 1); 0 = IF(2, 3) and 1 = IF(3, 2) both reach 2 (x + x) and 3 (x * x).
+    // True: root -> 0 -> 2; false: root -> 1 -> 2 (its else). Both x + x.
+    let mut g = link(Some((0, 1)), O::Add);
+    g.referenced = vec![
+        link(Some((2, 3)), O::Add),
+        link(Some((3, 2)), O::Add),
+        link(None, O::Add),
+        link(None, O::Mul),
+    ];
+    for cond in [1, 0] {
+        let outs = run_outputs(g.clone(), &[vec![cond], fb(&[3.0, -1.0])]).unwrap();
+        assert_eq!(floats(&outs, 0), [6.0, -2.0]);
+    }
 }
 
 #[test]

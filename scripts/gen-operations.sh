@@ -46,7 +46,8 @@ Generated from the code by `scripts/gen-operations.sh` (`nnaccelctl info --ops` 
 same table); `scripts/test.sh` fails when this file is out of date. Columns: F32
 TENSOR_FLOAT32, F16 TENSOR_FLOAT16, Q8A TENSOR_QUANT8_ASYMM, Q8AS TENSOR_QUANT8_ASYMM_SIGNED,
 Q8S TENSOR_QUANT8_SYMM, Q8PC TENSOR_QUANT8_SYMM_PER_CHANNEL, Q16A TENSOR_QUANT16_ASYMM, Q16S
-TENSOR_QUANT16_SYMM, I32 TENSOR_INT32, B8 TENSOR_BOOL8.
+TENSOR_QUANT16_SYMM, I32 TENSOR_INT32, B8 TENSOR_BOOL8, SG SUBGRAPH (the
+subgraph operand of WHILE, which heads its inputs).
 
 The device runs a whole model when it runs every one of its operations at fixed shapes
 (`nnaccelctl info MODEL` shows the placement of a model's operations); everything else runs

@@ -1165,13 +1165,13 @@ fn engine_runs(op: i32, ty: i32) -> bool {
 }
 
 #[test]
-fn program_create_with_unsupported_operation_is_eopnotsupp() {
+fn program_create_with_control_flow_is_einval() {
     run_with_sim(&[], |c| {
-        // WHILE (NN HAL 1.3): control flow, which the engine does not run. Its arguments are
-        // not even looked at: an operation type without a kernel is EOPNOTSUPP as such.
+        // WHILE (NN HAL 1.3) takes its condition and body as SUBGRAPH operands, which a device
+        // program cannot hold: a WHILE over a tensor is an invalid graph, not a missing kernel.
         assert!(
             !engine_runs(hal::WHILE, hal::TENSOR_FLOAT32),
-            "the engine now runs WHILE: pick another operation it lacks"
+            "the engine runs WHILE only on SUBGRAPH operands"
         );
         let p = Program {
             operands: vec![
@@ -1189,7 +1189,7 @@ fn program_create_with_unsupported_operation_is_eopnotsupp() {
             constants: vec![],
             relax_f32_to_f16: false,
         };
-        assert_errno!(c.dev.program_create(&encode(&p)), libc::EOPNOTSUPP);
+        assert_errno!(c.dev.program_create(&encode(&p)), libc::EINVAL);
     });
 }
 

@@ -747,7 +747,7 @@ fn a_refused_model_is_reported_with_the_operation_that_caused_it() {
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("GENERAL_FAILURE: operation 0 (WHILE, TENSOR_FLOAT32): "),
+            .contains("INVALID_ARGUMENT: operation 0 (WHILE, TENSOR_FLOAT32): input 0 (condition)"),
         "{}",
         out.stderr
     );

@@ -14,7 +14,7 @@ use crate::model::{OperandType, OperationType};
 /// The `OPERATION OPERAND_TYPE` lines the unit tests execute (scripts/gen-operations.sh).
 const TESTED: &str = include_str!("../tested-operations.txt");
 
-/// The tensor operand types, in the table's column order.
+/// The tensor operand types, in the table's column order, and SUBGRAPH (WHILE's input 0).
 pub const TENSOR_TYPES: &[OperandType] = &[
     OperandType::TensorFloat32,
     OperandType::TensorFloat16,
@@ -26,6 +26,7 @@ pub const TENSOR_TYPES: &[OperandType] = &[
     OperandType::TensorQuant16Symm,
     OperandType::TensorInt32,
     OperandType::TensorBool8,
+    OperandType::Subgraph,
 ];
 
 /// One operation type: the operand types it runs in, and those the unit tests execute.
@@ -87,6 +88,7 @@ fn short(t: OperandType) -> &'static str {
         T::TensorQuant16Symm => "Q16S",
         T::TensorInt32 => "I32",
         T::TensorBool8 => "B8",
+        T::Subgraph => "SG",
         other => other.name(),
     }
 }

@@ -27,6 +27,15 @@ pub enum GraphError {
     /// A whole-graph rule is broken (input/output lists, writers, cycles).
     #[error("graph: {0}")]
     InvalidGraph(String),
+    /// One of the root graph's referenced graphs (IF and WHILE subgraphs) breaks a rule or
+    /// cannot run; `error` says which, with places inside that graph.
+    #[error("referenced graph {graph}: {error}")]
+    InReferenced {
+        /// Index into the root graph's `referenced`.
+        graph: usize,
+        /// What is wrong inside it.
+        error: Box<GraphError>,
+    },
     /// The graph is valid but this executor cannot run operation `index`.
     #[error("operation {index} ({op}) is not supported by the CPU executor: {reason}")]
     Unsupported {
@@ -61,6 +70,10 @@ pub enum ExecError {
     /// The request (inputs, outputs, pools) is invalid for this graph.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A WHILE loop ran longer than the execution's loop timeout (NNAPI's
+    /// MISSED_DEADLINE_TRANSIENT; see `PreparedGraph::execute_with_loop_timeout`).
+    #[error("loop timeout: {0}")]
+    LoopTimeout(String),
     /// The execution failed for another reason.
     #[error("execution failed: {0}")]
     Failed(String),

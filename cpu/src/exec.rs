@@ -1,7 +1,11 @@
 //! The graph interpreter: prepared graphs and their execution.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
+use crate::control_flow::{
+    self, CfCtx, DEFAULT_LOOP_TIMEOUT, MAX_LOOP_TIMEOUT, MAX_NESTING_DEPTH, SubgraphRunner,
+};
 use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
@@ -26,6 +30,15 @@ pub enum InputArg<'a> {
 #[derive(Debug)]
 pub struct PreparedGraph {
     graph: Graph,
+    /// The root graph's plan.
+    main: Plan,
+    /// One plan per referenced graph (IF and WHILE subgraphs), by index.
+    referenced: Vec<Plan>,
+}
+
+/// What running one graph of the model needs beyond the graph itself, made once.
+#[derive(Debug)]
+struct Plan {
     /// Operation indexes in execution order.
     order: Vec<usize>,
     /// Decoded CONSTANT_COPY operands.
@@ -37,17 +50,16 @@ pub struct PreparedGraph {
     weights_t: Vec<Option<Vec<f32>>>,
 }
 
-impl PreparedGraph {
-    /// Validates `graph`, checks that every operation is supported, decodes constants.
-    pub fn new(graph: Graph) -> Result<Self, GraphError> {
-        let order = validate::validate_graph(&graph)?;
+impl Plan {
+    /// The plan of `graph` (of the model `root`): every operation supported, constants decoded.
+    fn new(root: &Graph, graph: &Graph, order: Vec<usize>) -> Result<Self, GraphError> {
         for i in 0..graph.operations.len() {
             if let Err(validate::Issue::Invalid(reason) | validate::Issue::Unsupported(reason)) =
-                validate::check_operation(&graph, i)
+                validate::check_operation_in(root, graph, i)
             {
                 return Err(GraphError::Unsupported {
                     index: i,
-                    op: validate::operation_label(&graph, i),
+                    op: validate::operation_label(graph, i),
                     reason,
                 });
             }
@@ -78,14 +90,39 @@ impl PreparedGraph {
         let weights_t = graph
             .operations
             .iter()
-            .map(|op| ops::transposed_weights(&graph, op, &consts))
+            .map(|op| ops::transposed_weights(graph, op, &consts))
             .collect();
-        Ok(PreparedGraph {
-            graph,
+        Ok(Plan {
             order,
             consts,
             last_use,
             weights_t,
+        })
+    }
+}
+
+impl PreparedGraph {
+    /// Validates `graph` and its referenced graphs, checks that every operation is supported,
+    /// decodes constants.
+    pub fn new(graph: Graph) -> Result<Self, GraphError> {
+        let orders = validate::validate_model(&graph)?;
+        let main = Plan::new(&graph, &graph, orders.root)?;
+        let referenced = graph
+            .referenced
+            .iter()
+            .zip(orders.referenced)
+            .enumerate()
+            .map(|(k, (sub, order))| {
+                Plan::new(&graph, sub, order).map_err(|e| GraphError::InReferenced {
+                    graph: k,
+                    error: Box::new(e),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(PreparedGraph {
+            graph,
+            main,
+            referenced,
         })
     }
 
@@ -94,15 +131,29 @@ impl PreparedGraph {
         &self.graph
     }
 
-    /// Runs the graph. See the crate documentation for the contract.
+    /// Runs the graph with the default loop timeout ([`DEFAULT_LOOP_TIMEOUT`], 2 s). See the
+    /// crate documentation for the contract.
     pub fn execute(
         &self,
         pools: &[&[u8]],
         inputs: &[InputArg<'_>],
         outputs: &mut [&mut [u8]],
     ) -> Result<Vec<OutputShape>, ExecError> {
+        self.execute_with_loop_timeout(pools, inputs, outputs, DEFAULT_LOOP_TIMEOUT)
+    }
+
+    /// Runs the graph; a WHILE loop that runs longer than `loop_timeout` (cut to
+    /// [`MAX_LOOP_TIMEOUT`], 15 s) fails the execution with [`ExecError::LoopTimeout`]
+    /// (NNAPI's `loopTimeoutDuration`).
+    pub fn execute_with_loop_timeout(
+        &self,
+        pools: &[&[u8]],
+        inputs: &[InputArg<'_>],
+        outputs: &mut [&mut [u8]],
+        loop_timeout: Duration,
+    ) -> Result<Vec<OutputShape>, ExecError> {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.execute_inner(pools, inputs, outputs)
+            self.execute_inner(pools, inputs, outputs, loop_timeout.min(MAX_LOOP_TIMEOUT))
         })) {
             Ok(r) => r,
             Err(_) => Err(ExecError::Failed("internal error in a kernel".into())),
@@ -114,6 +165,7 @@ impl PreparedGraph {
         pools: &[&[u8]],
         inputs: &[InputArg<'_>],
         outputs: &mut [&mut [u8]],
+        loop_timeout: Duration,
     ) -> Result<Vec<OutputShape>, ExecError> {
         let g = &self.graph;
         if inputs.len() != g.input_indexes.len() {
@@ -130,10 +182,89 @@ impl PreparedGraph {
                 g.output_indexes.len()
             )));
         }
+        let mut given: Vec<Option<Tensor>> = Vec::with_capacity(inputs.len());
+        for (k, (arg, &idx)) in inputs.iter().zip(&g.input_indexes).enumerate() {
+            let operand = &g.operands[idx as usize];
+            given.push(match arg {
+                InputArg::NoValue => None,
+                InputArg::Value { data, dimensions } => {
+                    let dims = resolve_input_dims(k, &operand.dimensions, dimensions, operand.ty)?;
+                    let n = num_elements(&dims).ok_or_else(|| {
+                        ExecError::InvalidArgument(format!("input {k}: tensor too large"))
+                    })?;
+                    let need = n * operand.ty.element_size();
+                    if data.len() != need {
+                        return Err(ExecError::InvalidArgument(format!(
+                            "input {k}: {} bytes given, {need} needed for {} {:?}",
+                            data.len(),
+                            operand.ty.name(),
+                            dims
+                        )));
+                    }
+                    Some(Tensor::new(dims, Data::decode(operand.ty, data)))
+                }
+            });
+        }
+        let run = Run {
+            prepared: self,
+            pools,
+            loop_timeout,
+            depth: 0,
+        };
+        let given: Vec<Option<&Tensor>> = given.iter().map(Option::as_ref).collect();
+        let results = run.graph(g, &self.main, &given)?;
+
+        let mut shapes = Vec::with_capacity(outputs.len());
+        let mut all_ok = true;
+        for (k, (t, &oi)) in results.iter().zip(&g.output_indexes).enumerate() {
+            let ty = g.operands[oi as usize].ty;
+            let ok = outputs
+                .get(k)
+                .is_some_and(|o| o.len() >= t.data.len() * ty.element_size());
+            all_ok &= ok;
+            shapes.push(OutputShape {
+                dimensions: t.dims.clone(),
+                is_sufficient: ok,
+            });
+        }
+        if !all_ok {
+            return Err(ExecError::OutputInsufficientSize(shapes));
+        }
+        for ((t, &oi), out) in results
+            .iter()
+            .zip(&g.output_indexes)
+            .zip(outputs.iter_mut())
+        {
+            t.data.encode(g.operands[oi as usize].ty, &mut out[..]);
+        }
+        Ok(shapes)
+    }
+}
+
+/// One execution at one nesting level: how the graphs of the model run.
+#[derive(Clone, Copy)]
+struct Run<'p> {
+    prepared: &'p PreparedGraph,
+    pools: &'p [&'p [u8]],
+    loop_timeout: Duration,
+    /// How many IF/WHILE operations enclose this level.
+    depth: usize,
+}
+
+impl Run<'_> {
+    /// Runs `g` with `plan` on `inputs` (one per graph input, already checked against the
+    /// request or the enclosing operation); returns its outputs in order.
+    fn graph(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        inputs: &[Option<&Tensor>],
+    ) -> Result<Vec<Tensor>, ExecError> {
+        let pools = self.pools;
         let mut values: Vec<Option<Cow<'_, Tensor>>> = Vec::with_capacity(g.operands.len());
         for (i, operand) in g.operands.iter().enumerate() {
             let v = match &operand.lifetime {
-                Lifetime::ConstantCopy { .. } => self.consts[i].as_ref().map(Cow::Borrowed),
+                Lifetime::ConstantCopy { .. } => plan.consts[i].as_ref().map(Cow::Borrowed),
                 Lifetime::ConstantReference {
                     pool,
                     offset,
@@ -162,42 +293,32 @@ impl PreparedGraph {
             };
             values.push(v);
         }
-        for (k, arg) in inputs.iter().enumerate() {
-            let idx = g.input_indexes[k] as usize;
-            let operand = &g.operands[idx];
-            match arg {
-                InputArg::NoValue => {}
-                InputArg::Value { data, dimensions } => {
-                    let dims = resolve_input_dims(k, &operand.dimensions, dimensions, operand.ty)?;
-                    let n = num_elements(&dims).ok_or_else(|| {
-                        ExecError::InvalidArgument(format!("input {k}: tensor too large"))
-                    })?;
-                    let need = n * operand.ty.element_size();
-                    if data.len() != need {
-                        return Err(ExecError::InvalidArgument(format!(
-                            "input {k}: {} bytes given, {need} needed for {} {:?}",
-                            data.len(),
-                            operand.ty.name(),
-                            dims
-                        )));
-                    }
-                    values[idx] = Some(Cow::Owned(Tensor::new(
-                        dims,
-                        Data::decode(operand.ty, data),
-                    )));
-                }
+        for (k, (&idx, t)) in g.input_indexes.iter().zip(inputs).enumerate() {
+            values[idx as usize] = t.map(Cow::Borrowed);
+            if let Some(t) = t {
+                check_value(&g.operands[idx as usize], t)
+                    .map_err(|e| ExecError::InvalidArgument(format!("input {k}: {e}")))?;
             }
         }
 
-        for (pos, &opi) in self.order.iter().enumerate() {
+        for (pos, &opi) in plan.order.iter().enumerate() {
             let op = &g.operations[opi];
-            let produced = {
+            let produced = if control_flow::is_control_flow(op.op) {
+                let ctx = CfCtx {
+                    graph: g,
+                    op,
+                    index: opi,
+                    values: &values,
+                    loop_timeout: self.loop_timeout,
+                };
+                control_flow::run(&ctx, self)?
+            } else {
                 let ctx = OpCtx {
                     graph: g,
                     op,
                     index: opi,
                     values: &values,
-                    weights_t: self.weights_t.get(opi).and_then(|w| w.as_deref()),
+                    weights_t: plan.weights_t.get(opi).and_then(|w| w.as_deref()),
                 };
                 ops::run(&ctx)?
             };
@@ -234,7 +355,7 @@ impl PreparedGraph {
             }
             for &inp in &op.inputs {
                 let inp = inp as usize;
-                if self.last_use[inp] == pos
+                if plan.last_use[inp] == pos
                     && g.operands[inp].lifetime == Lifetime::TemporaryVariable
                 {
                     values[inp] = None;
@@ -242,30 +363,80 @@ impl PreparedGraph {
             }
         }
 
-        let mut shapes = Vec::with_capacity(outputs.len());
-        let mut all_ok = true;
-        for (k, &oi) in g.output_indexes.iter().enumerate() {
-            let t = values[oi as usize].as_deref().ok_or_else(|| {
-                ExecError::Failed(format!("output {k} (operand {oi}) was not computed"))
-            })?;
-            let ty = g.operands[oi as usize].ty;
-            let ok = outputs[k].len() >= t.data.len() * ty.element_size();
-            all_ok &= ok;
-            shapes.push(OutputShape {
-                dimensions: t.dims.clone(),
-                is_sufficient: ok,
-            });
+        g.output_indexes
+            .iter()
+            .enumerate()
+            .map(|(k, &oi)| {
+                values[oi as usize]
+                    .take()
+                    .map(Cow::into_owned)
+                    .ok_or_else(|| {
+                        ExecError::Failed(format!("output {k} (operand {oi}) was not computed"))
+                    })
+            })
+            .collect()
+    }
+}
+
+impl SubgraphRunner for Run<'_> {
+    fn run_subgraph(
+        &self,
+        index: usize,
+        inputs: &[Option<&Tensor>],
+    ) -> Result<Vec<Tensor>, ExecError> {
+        if self.depth >= MAX_NESTING_DEPTH {
+            return Err(ExecError::Failed(format!(
+                "IF/WHILE nested deeper than {MAX_NESTING_DEPTH}"
+            )));
         }
-        if !all_ok {
-            return Err(ExecError::OutputInsufficientSize(shapes));
+        let (Some(g), Some(plan)) = (
+            self.prepared.graph.referenced.get(index),
+            self.prepared.referenced.get(index),
+        ) else {
+            return Err(ExecError::Failed(format!(
+                "referenced graph {index} does not exist"
+            )));
+        };
+        if inputs.len() != g.input_indexes.len() {
+            return Err(ExecError::Failed(format!(
+                "referenced graph {index}: {} inputs given, it has {}",
+                inputs.len(),
+                g.input_indexes.len()
+            )));
         }
-        for (k, &oi) in g.output_indexes.iter().enumerate() {
-            if let Some(t) = values[oi as usize].as_deref() {
-                t.data
-                    .encode(g.operands[oi as usize].ty, &mut outputs[k][..]);
-            }
-        }
-        Ok(shapes)
+        let inner = Run {
+            depth: self.depth + 1,
+            ..*self
+        };
+        inner
+            .graph(g, plan, inputs)
+            .map_err(|e| in_referenced(index, e))
+    }
+}
+
+/// Whether value `t` may be operand `o`'s: its element kind, and its shape against the
+/// declared dimensions.
+fn check_value(o: &crate::model::Operand, t: &Tensor) -> Result<(), String> {
+    if t.data.kind() != kind_of(o.ty) {
+        return Err(format!(
+            "value of the wrong element type for {}",
+            o.ty.name()
+        ));
+    }
+    if !o.ty.is_scalar() && !dims_compatible(&o.dimensions, &t.dims) {
+        return Err(format!("shape {:?}, declared {:?}", t.dims, o.dimensions));
+    }
+    Ok(())
+}
+
+/// `e`, raised inside referenced graph `index`, with the graph named.
+fn in_referenced(index: usize, e: ExecError) -> ExecError {
+    let name = |m: String| format!("referenced graph {index}: {m}");
+    match e {
+        ExecError::InvalidArgument(m) => ExecError::InvalidArgument(name(m)),
+        ExecError::Failed(m) => ExecError::Failed(name(m)),
+        ExecError::LoopTimeout(m) => ExecError::LoopTimeout(name(m)),
+        other => other,
     }
 }
 

@@ -23,8 +23,15 @@
 //!   DEPTHWISE_CONV_2D vectorizes over channels. Large layers use up to [`max_threads`] threads ([`set_max_threads`], or the
 //!   `NNACCEL_CPU_THREADS` environment variable); small ones stay on the calling thread.
 //! - Layout NCHW (the trailing layout BOOL) is handled by transposing to NHWC and back.
+//! - IF and WHILE run the graphs of `Graph::referenced` (details in the `control_flow` module):
+//!   a WHILE that loops longer than the execution's loop timeout ([`DEFAULT_LOOP_TIMEOUT`] 2 s,
+//!   at most [`MAX_LOOP_TIMEOUT`] 15 s, set with [`PreparedGraph::execute_with_loop_timeout`])
+//!   fails with [`ExecError::LoopTimeout`]; subgraph references may not recurse and nest at
+//!   most [`MAX_NESTING_DEPTH`] deep; outputs and loop state of unknown dimensions take the
+//!   shapes the subgraphs produce, which may change from one iteration to the next.
 
 mod check;
+mod control_flow;
 pub mod coverage;
 mod error;
 mod exec;
@@ -35,6 +42,7 @@ mod par;
 mod tensor;
 mod validate;
 
+pub use control_flow::{DEFAULT_LOOP_TIMEOUT, MAX_LOOP_TIMEOUT, MAX_NESTING_DEPTH};
 pub use error::{ExecError, GraphError, OutputShape};
 pub use exec::{InputArg, PreparedGraph};
 pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType};
@@ -43,6 +51,8 @@ pub use par::{max_threads, set_max_threads};
 pub use tensor::{f16_to_f32, f32_to_f16};
 pub use validate::supported_operation_types;
 
+#[cfg(test)]
+mod control_flow_tests;
 #[cfg(test)]
 mod test_support;
 #[cfg(test)]

@@ -281,3 +281,10 @@ pub(crate) fn float_vals(ty: OperandType, b: &[u8]) -> Vec<f32> {
         bf(b)
     }
 }
+
+impl B {
+    /// A SUBGRAPH operand naming referenced graph `index` of the root (IF and WHILE inputs).
+    pub(crate) fn subgraph(&mut self, index: u32) -> u32 {
+        self.add(T::Subgraph, &[], Lifetime::Subgraph { index })
+    }
+}

@@ -1,6 +1,7 @@
 //! Graph validation and per-operation support checks.
 
 pub(crate) use crate::check::Issue;
+use crate::control_flow;
 use crate::error::GraphError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, OperationType};
 use crate::ops::registry;
@@ -16,8 +17,11 @@ impl Graph {
     /// indexes in range, every temporary/output written exactly once, no cycles, and the
     /// argument count, types and fixed quantization of every operation this executor knows.
     /// Operations without a kernel are only checked structurally.
+    ///
+    /// The graphs of `referenced` (IF and WHILE subgraphs) are validated by the same rules,
+    /// with the control-flow rules (no recursion, nesting at most [`crate::MAX_NESTING_DEPTH`]).
     pub fn validate(&self) -> Result<(), GraphError> {
-        validate_graph(self).map(|_| ())
+        validate_model(self).map(|_| ())
     }
 
     /// Whether this executor implements operation `index` as written (op type + operand types).
@@ -49,7 +53,10 @@ pub fn supported_operation_types() -> &'static [(OperationType, &'static [Operan
     static ALL: std::sync::OnceLock<Vec<(OperationType, &'static [OperandType])>> =
         std::sync::OnceLock::new();
     ALL.get_or_init(|| {
-        let mut all: Vec<_> = registry::all().map(|d| (d.op, d.types)).collect();
+        let mut all: Vec<_> = registry::all()
+            .map(|d| (d.op, d.types))
+            .chain(control_flow::SUPPORTED.iter().copied())
+            .collect();
         all.sort_by_key(|(op, _)| op.code());
         all
     })
@@ -188,11 +195,38 @@ fn check_operand(g: &Graph, i: usize, o: &Operand) -> Result<(), GraphError> {
     Ok(())
 }
 
-/// Validates the whole graph; returns the operations in a valid execution order.
-pub(crate) fn validate_graph(g: &Graph) -> Result<Vec<usize>, GraphError> {
+/// Execution orders of a valid model: the root graph's, and each referenced graph's.
+pub(crate) struct ModelOrder {
+    pub(crate) root: Vec<usize>,
+    pub(crate) referenced: Vec<Vec<usize>>,
+}
+
+/// Validates the model: the root graph `g`, each of its referenced graphs, and the references
+/// between them; returns every graph's execution order.
+pub(crate) fn validate_model(g: &Graph) -> Result<ModelOrder, GraphError> {
+    let root = validate_graph(g, g)?;
+    let referenced = g
+        .referenced
+        .iter()
+        .enumerate()
+        .map(|(k, sub)| {
+            validate_graph(sub, g).map_err(|e| GraphError::InReferenced {
+                graph: k,
+                error: Box::new(e),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    control_flow::check_references(g)?;
+    Ok(ModelOrder { root, referenced })
+}
+
+/// Validates graph `g` of the model whose root is `root`; returns the operations in a valid
+/// execution order.
+fn validate_graph(g: &Graph, root: &Graph) -> Result<Vec<usize>, GraphError> {
     let n = g.operands.len();
     for (i, o) in g.operands.iter().enumerate() {
         check_operand(g, i, o)?;
+        control_flow::check_operand(root, o).map_err(|r| operand_err(i, r))?;
     }
     for (list, want, what) in [
         (&g.input_indexes, Lifetime::SubgraphInput, "input"),
@@ -286,7 +320,7 @@ pub(crate) fn validate_graph(g: &Graph) -> Result<Vec<usize>, GraphError> {
         )
     })?;
     for oi in 0..g.operations.len() {
-        if let Err(Issue::Invalid(reason)) = check_op(g, oi) {
+        if let Err(Issue::Invalid(reason)) = check_operation_in(root, g, oi) {
             return Err(GraphError::InvalidOperation {
                 index: oi,
                 op: operation_label(g, oi),
@@ -309,9 +343,20 @@ pub(crate) fn operation_label(g: &Graph, oi: usize) -> String {
     }
 }
 
-/// Ok when the CPU executor can run operation `oi` as written.
+/// Ok when the CPU executor can run operation `oi` of the root graph `g` as written (IF and
+/// WHILE: with every operation of the graphs they reach).
 pub(crate) fn check_operation(g: &Graph, oi: usize) -> Result<(), Issue> {
-    check_op(g, oi)
+    check_operation_in(g, g, oi)?;
+    control_flow::check_nested(g, oi, &|sub, j| check_operation_in(g, sub, j))
+}
+
+/// Ok when the CPU executor can run operation `oi` of `g`, a graph of the model `root`, as
+/// written (IF and WHILE: their own arguments only).
+pub(crate) fn check_operation_in(root: &Graph, g: &Graph, oi: usize) -> Result<(), Issue> {
+    match control_flow::check(root, g, oi) {
+        Some(verdict) => verdict,
+        None => check_op(g, oi),
+    }
 }
 
 /// The operation's table row runs its static check; an operation without a row has no

@@ -180,6 +180,10 @@ pub(super) fn run_on_cpu(
             tracing::debug!("execution: {m}");
             ErrorStatus::GeneralFailure
         }
+        Err(ExecError::LoopTimeout(m)) => {
+            tracing::debug!("execution: {m}");
+            ErrorStatus::MissedDeadlineTransient
+        }
     };
     for p in &pools {
         p.end_access(false);

@@ -111,40 +111,45 @@ fn ctl(args: &[&str]) -> Out {
 /// examples/README.md) and the tolerance.
 struct Case {
     name: &'static str,
-    dims: &'static [u64],
-    data: &'static [f64],
+    /// Each output's dimensions and values, in order.
+    outputs: &'static [(&'static [u64], &'static [f64])],
     tolerance: f64,
 }
 
 const CASES: &[Case] = &[
     Case {
         name: "add",
-        dims: &[1, 2, 2, 1],
-        data: &[2.0, 4.0, 6.0, 8.0],
+        outputs: &[(&[1, 2, 2, 1], &[2.0, 4.0, 6.0, 8.0])],
         tolerance: 0.0,
     },
     Case {
         name: "mlp",
-        dims: &[1, 4],
-        data: &[0.24435444, 0.3044832, 0.11780773, 0.33335462],
+        outputs: &[(&[1, 4], &[0.24435444, 0.3044832, 0.11780773, 0.33335462])],
         tolerance: 1e-5,
     },
     Case {
         name: "cnn",
-        dims: &[1, 3],
-        data: &[0.17782596, 0.239202, -0.42347595],
+        outputs: &[(&[1, 3], &[0.17782596, 0.239202, -0.42347595])],
         tolerance: 1e-4,
     },
     Case {
         name: "quant",
-        dims: &[1, 4],
-        data: &[146.0, 128.0, 128.0, 147.0],
+        outputs: &[(&[1, 4], &[146.0, 128.0, 128.0, 147.0])],
+        tolerance: 0.0,
+    },
+    Case {
+        name: "if_select",
+        outputs: &[(&[4], &[11.0, 22.0, 33.0, 44.0])],
+        tolerance: 0.0,
+    },
+    Case {
+        name: "while_loop",
+        outputs: &[(&[1], &[5.0]), (&[1], &[17.0])],
         tolerance: 0.0,
     },
     Case {
         name: "slice_int8",
-        dims: &[1, 2],
-        data: &[5.0, 8.0],
+        outputs: &[(&[1, 2], &[5.0, 8.0])],
         tolerance: 0.0,
     },
 ];
@@ -159,37 +164,38 @@ fn check_json(case: &Case, v: &Value) {
     assert_eq!(keys, ["outputs", "status", "timing"], "{name}: {v}");
     assert_eq!(v["status"], "NONE", "{name}: {v}");
     let outputs = v["outputs"].as_array().unwrap();
-    assert_eq!(outputs.len(), 1, "{name}: {v}");
-    let out = &outputs[0];
-    let mut keys: Vec<&str> = out
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort();
-    assert_eq!(keys, ["data", "dimensions", "isSufficient"], "{name}: {v}");
-    let dims: Vec<u64> = out["dimensions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap())
-        .collect();
-    assert_eq!(dims, case.dims, "{name}: {v}");
-    assert_eq!(out["isSufficient"], true, "{name}: {v}");
-    let data: Vec<f64> = out["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_f64().unwrap())
-        .collect();
-    assert_eq!(data.len(), case.data.len(), "{name}: {v}");
-    for (i, (got, want)) in data.iter().zip(case.data).enumerate() {
-        assert!(
-            (got - want).abs() <= case.tolerance,
-            "{name}: data[{i}] = {got}, expected {want} (±{})",
-            case.tolerance
-        );
+    assert_eq!(outputs.len(), case.outputs.len(), "{name}: {v}");
+    for (out, (want_dims, want_data)) in outputs.iter().zip(case.outputs) {
+        let mut keys: Vec<&str> = out
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["data", "dimensions", "isSufficient"], "{name}: {v}");
+        let dims: Vec<u64> = out["dimensions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
+        assert_eq!(dims, *want_dims, "{name}: {v}");
+        assert_eq!(out["isSufficient"], true, "{name}: {v}");
+        let data: Vec<f64> = out["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_f64().unwrap())
+            .collect();
+        assert_eq!(data.len(), want_data.len(), "{name}: {v}");
+        for (i, (got, want)) in data.iter().zip(*want_data).enumerate() {
+            assert!(
+                (got - want).abs() <= case.tolerance,
+                "{name}: data[{i}] = {got}, expected {want} (±{})",
+                case.tolerance
+            );
+        }
     }
     let timing = v["timing"].as_object().unwrap();
     let mut keys: Vec<&str> = timing.keys().map(String::as_str).collect();

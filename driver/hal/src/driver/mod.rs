@@ -6,10 +6,15 @@
 //! - `on_device`: one request as a job on the device's queue;
 //! - `on_cpu`: one request on the CPU executor;
 //! - `burst_cache`: what a burst keeps across executions ([`BurstCache`]);
-//! - `caching`: preparation through the compilation cache.
+//! - `caching`: preparation through the compilation cache;
+//! - `partition`: placement per operation, and models split into device and CPU parts.
 //!
-//! Placement is whole-model: a model runs on the device when the device runs every one of its
-//! operations at fixed shapes, and on the CPU executor otherwise. A failed device call fails
+//! Placement is per operation: a model runs whole on the device when the device runs every one
+//! of its operations at fixed shapes; otherwise the operations the device runs form device
+//! parts and the rest CPU parts, run in order inside one execution, with the tensors crossing
+//! between parts in a driver-owned memfd (the arena) the device imports once
+//! (`partition.rs` has the rules; a model nothing of which runs on the device is whole on the
+//! CPU executor). A failed device call fails
 //! (or sends to the CPU) the request that made it, nothing more: the device is declared dead
 //! only when a health probe (a plain GET_PARAM) says it is gone, and prepared models then carry
 //! on with the CPU plan they were prepared with. A dead device is probed again at most every

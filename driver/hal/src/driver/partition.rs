@@ -49,13 +49,24 @@ pub(super) fn is_heavy(op: nnaccel_cpu::OperationType) -> bool {
 }
 
 /// Whether operation `index` names a subgraph (IF, WHILE): device programs carry none.
-pub(super) fn reads_subgraph(graph: &Graph, index: usize) -> bool {
-    graph.operations[index].inputs.iter().any(|&k| {
-        matches!(
-            graph.operands.get(k as usize).map(|o| &o.lifetime),
-            Some(Lifetime::Subgraph { .. })
-        )
-    })
+pub(super) fn reads_subgraph(model: &Model, graph: &Graph, index: usize) -> bool {
+    let in_model = model.operations.get(index).is_some_and(|op| {
+        op.inputs.iter().any(|&k| {
+            model
+                .operands
+                .get(k as usize)
+                .is_some_and(|o| o.lifetime == OperandLifetime::Subgraph)
+        })
+    });
+    in_model
+        || graph.operations.get(index).is_some_and(|op| {
+            op.inputs.iter().any(|&k| {
+                matches!(
+                    graph.operands.get(k as usize).map(|o| &o.lifetime),
+                    Some(Lifetime::Subgraph { .. })
+                )
+            })
+        })
 }
 
 /// The execution order of `graph`'s operations (None when there is none: a cycle).
@@ -678,5 +689,412 @@ impl Part {
             })
             .collect::<Option<Vec<_>>>()?;
         Some((inputs, outputs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    use nnaccel_kmod_sim::{Config, InprocFile, SimDevice};
+    use nnaccel_uapi::ioctl::NNACCEL_IOCTL_BO_IMPORT;
+    use nnaccel_uapi::sys::{self, Mapping};
+
+    use super::*;
+
+    /// The in-process device lacking MUL; dies (ENOTCONN, like a killed FUSE server) at the
+    /// BO_IMPORT numbered `die_at_import` (1-based, 0 = never) counted from when it is armed.
+    #[derive(Debug)]
+    struct LackingMul {
+        inner: InprocFile,
+        imports: AtomicU64,
+        die_at_import: AtomicU64,
+        dead: AtomicBool,
+    }
+
+    impl LackingMul {
+        fn new() -> Arc<Self> {
+            let sim = SimDevice::new(Config {
+                without_ops: vec![OperationType::Mul],
+                ..Config::default()
+            })
+            .unwrap();
+            Arc::new(Self {
+                inner: InprocFile::open(&sim),
+                imports: AtomicU64::new(0),
+                die_at_import: AtomicU64::new(0),
+                dead: AtomicBool::new(false),
+            })
+        }
+
+        fn die_at_import(&self, n: u64) {
+            self.imports.store(0, Ordering::SeqCst);
+            self.die_at_import.store(n, Ordering::SeqCst);
+        }
+
+        fn jobs(&self) -> u64 {
+            self.inner
+                .device()
+                .core()
+                .stats
+                .jobs_completed
+                .load(Ordering::SeqCst)
+        }
+    }
+
+    impl Device for LackingMul {
+        fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
+            if cmd == NNACCEL_IOCTL_BO_IMPORT {
+                let n = self.imports.fetch_add(1, Ordering::SeqCst) + 1;
+                if n == self.die_at_import.load(Ordering::SeqCst) {
+                    self.dead.store(true, Ordering::SeqCst);
+                }
+            }
+            if self.dead.load(Ordering::SeqCst) {
+                return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
+            }
+            self.inner.ioctl(cmd, arg)
+        }
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// Builds float models: operands are added with their lifetime and, for constants, bytes.
+    struct Builder(Model);
+
+    impl Builder {
+        fn new() -> Self {
+            Self(Model::default())
+        }
+
+        fn operand(&mut self, dims: &[u32], lifetime: OperandLifetime) -> u32 {
+            self.0.operands.push(Operand {
+                operand_type: OperandType::TensorFloat32,
+                dimensions: dims.to_vec(),
+                scale: 0.0,
+                zero_point: 0,
+                lifetime,
+                location: DataLocation::default(),
+                extra_params: None,
+            });
+            (self.0.operands.len() - 1) as u32
+        }
+
+        fn constant(&mut self, ty: OperandType, dims: &[u32], bytes: &[u8]) -> u32 {
+            let k = self.operand(dims, OperandLifetime::ConstantCopy);
+            let offset = self.0.operand_values.len() as u32;
+            self.0.operand_values.extend_from_slice(bytes);
+            let o = &mut self.0.operands[k as usize];
+            o.operand_type = ty;
+            o.location = DataLocation {
+                pool_index: 0,
+                offset,
+                length: bytes.len() as u32,
+                padding: 0,
+            };
+            k
+        }
+
+        fn op(&mut self, ty: OperationType, inputs: &[u32], output: u32) {
+            self.0.operations.push(Operation {
+                operation_type: ty,
+                inputs: inputs.to_vec(),
+                outputs: vec![output],
+            });
+        }
+    }
+
+    /// One memfd pool for a request; `args` are (offset, length) of the inputs, then outputs.
+    struct Io {
+        memory: Memory,
+        map: Mapping,
+    }
+
+    impl Io {
+        fn new() -> Self {
+            let fd = sys::memfd_create(c"partition-unit", 4096).unwrap();
+            let map = Mapping::map_shared(fd.as_fd(), 0, 4096, true).unwrap();
+            Self {
+                memory: Memory {
+                    kind: MemoryKind::Ashmem,
+                    fd: Arc::new(fd),
+                    size: 4096,
+                },
+                map,
+            }
+        }
+
+        fn write(&self, offset: usize, v: &[f32]) {
+            self.map.write_at(offset, &f32_bytes(v)).unwrap();
+        }
+
+        fn read(&self, offset: usize, n: usize) -> Vec<f32> {
+            let mut b = vec![0u8; n * 4];
+            self.map.read_at(offset, &mut b).unwrap();
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        }
+
+        fn request(&self, inputs: &[(u32, u32)], outputs: &[(u32, u32)]) -> Request {
+            let arg = |&(offset, length): &(u32, u32)| RequestArgument {
+                has_no_value: false,
+                location: DataLocation {
+                    pool_index: 0,
+                    offset,
+                    length,
+                    padding: 0,
+                },
+                dimensions: vec![],
+            };
+            Request {
+                inputs: inputs.iter().map(arg).collect(),
+                outputs: outputs.iter().map(arg).collect(),
+                pools: vec![MemoryPool::Memory(self.memory.clone())],
+            }
+        }
+    }
+
+    fn prepare(driver: &Driver, model: &Model) -> PreparedModel {
+        driver
+            .prepare_model_uncached(
+                model,
+                ExecutionPreference::FastSingleAnswer,
+                Priority::Medium,
+                None,
+            )
+            .unwrap()
+    }
+
+    /// `MUL(x, c) -> FULLY_CONNECTED(w, b) -> MUL(d)`: x [1, 4], w [2, 4], output [1, 2].
+    fn mul_fc_mul() -> Model {
+        let mut m = Builder::new();
+        let x = m.operand(&[1, 4], OperandLifetime::SubgraphInput);
+        let c = m.constant(
+            OperandType::TensorFloat32,
+            &[1, 4],
+            &f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
+        );
+        let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+        let t1 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);
+        m.op(OperationType::Mul, &[x, c, none], t1);
+        let w = m.constant(
+            OperandType::TensorFloat32,
+            &[2, 4],
+            &f32_bytes(&[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]),
+        );
+        let b = m.constant(OperandType::TensorFloat32, &[2], &f32_bytes(&[0.5, -1.0]));
+        let t2 = m.operand(&[1, 2], OperandLifetime::TemporaryVariable);
+        m.op(OperationType::FullyConnected, &[t1, w, b, none], t2);
+        let d = m.constant(OperandType::TensorFloat32, &[1, 2], &f32_bytes(&[2.0, 3.0]));
+        let out = m.operand(&[1, 2], OperandLifetime::SubgraphOutput);
+        m.op(OperationType::Mul, &[t2, d, none], out);
+        m.0.input_indexes = vec![x];
+        m.0.output_indexes = vec![out];
+        m.0
+    }
+
+    #[test]
+    fn a_heavy_device_run_between_cpu_parts_stays_on_the_device() {
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev.clone()));
+        let model = mul_fc_mul();
+        assert_eq!(
+            driver.operation_placement(&model).unwrap(),
+            vec![Placement::Cpu, Placement::Device, Placement::Cpu]
+        );
+        let pm = prepare(&driver, &model);
+        assert_eq!(pm.partition_counts(), Some((3, 1)));
+        let io = Io::new();
+        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
+        let before = dev.jobs();
+        let r =
+            pm.execute_synchronously(&io.request(&[(0, 16)], &[(64, 8)]), MeasureTiming::No, None);
+        assert_eq!(r.status, ErrorStatus::None);
+        assert_eq!(dev.jobs(), before + 1);
+        // x * c = [1, 4, 9, 16]; FC: [1 + 0.5, 4 + 9 + 16 - 1] = [1.5, 28]; * [2, 3].
+        assert_eq!(io.read(64, 2), vec![3.0, 84.0]);
+        assert_eq!(r.output_shapes[0].dimensions, vec![1, 2]);
+    }
+
+    /// `t = ADD(x, c)` is output 0 and feeds `MUL(t, c)`, output 1.
+    fn output_read_by_a_later_part() -> Model {
+        let mut m = Builder::new();
+        let x = m.operand(&[1, 4], OperandLifetime::SubgraphInput);
+        let c = m.constant(
+            OperandType::TensorFloat32,
+            &[1, 4],
+            &f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
+        );
+        let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+        let t = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
+        m.op(OperationType::Add, &[x, c, none], t);
+        let out = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
+        m.op(OperationType::Mul, &[t, c, none], out);
+        m.0.input_indexes = vec![x];
+        m.0.output_indexes = vec![t, out];
+        m.0
+    }
+
+    #[test]
+    fn a_model_output_a_later_part_reads_is_read_back_from_the_clients_buffer() {
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev.clone()));
+        let model = output_read_by_a_later_part();
+        assert_eq!(
+            driver.operation_placement(&model).unwrap(),
+            vec![Placement::Device, Placement::Cpu]
+        );
+        let pm = prepare(&driver, &model);
+        assert_eq!(pm.partition_counts(), Some((2, 1)));
+        assert_eq!(
+            pm.inner.partition.as_ref().unwrap().arena_size,
+            0,
+            "no arena needed"
+        );
+        let io = Io::new();
+        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
+        let request = io.request(&[(0, 16)], &[(64, 16), (128, 16)]);
+        let r = pm.execute_synchronously(&request, MeasureTiming::No, None);
+        assert_eq!(r.status, ErrorStatus::None);
+        // t = x + c = [2, 4, 6, 8]; t * c = [2, 8, 18, 32].
+        assert_eq!(io.read(64, 4), vec![2.0, 4.0, 6.0, 8.0]);
+        assert_eq!(io.read(128, 4), vec![2.0, 8.0, 18.0, 32.0]);
+        assert_eq!(r.output_shapes.len(), 2);
+    }
+
+    /// `ADD -> MUL -> ADD` over x [1, 4] with c = [1, 2, 3, 4].
+    fn add_mul_add() -> Model {
+        let mut m = Builder::new();
+        let x = m.operand(&[1, 4], OperandLifetime::SubgraphInput);
+        let c = m.constant(
+            OperandType::TensorFloat32,
+            &[1, 4],
+            &f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
+        );
+        let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+        let t1 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);
+        m.op(OperationType::Add, &[x, c, none], t1);
+        let t2 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);
+        m.op(OperationType::Mul, &[t1, c, none], t2);
+        let out = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
+        m.op(OperationType::Add, &[t2, c, none], out);
+        m.0.input_indexes = vec![x];
+        m.0.output_indexes = vec![out];
+        m.0
+    }
+
+    #[test]
+    fn the_device_dying_mid_execution_leaves_the_result_right() {
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev.clone()));
+        let pm = prepare(&driver, &add_mul_add());
+        assert_eq!(pm.partition_counts(), Some((3, 2)));
+        let io = Io::new();
+        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
+        let before = dev.jobs();
+        // The first device part imports the request's pool and runs; the device dies at the
+        // last part's import.
+        dev.die_at_import(2);
+        let r = pm.execute_synchronously(
+            &io.request(&[(0, 16)], &[(64, 16)]),
+            MeasureTiming::No,
+            None,
+        );
+        assert_eq!(r.status, ErrorStatus::None);
+        assert_eq!(dev.jobs(), before + 1, "the first part ran on the device");
+        // (x + c) * c + c = [3, 10, 21, 36].
+        assert_eq!(io.read(64, 4), vec![3.0, 10.0, 21.0, 36.0]);
+        assert!(!pm.is_partitioned());
+        assert!(!pm.runs_on_device());
+    }
+
+    #[test]
+    fn concurrent_executions_each_get_an_arena() {
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev));
+        let pm = prepare(&driver, &add_mul_add());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let pm = pm.clone();
+                std::thread::spawn(move || {
+                    let io = Io::new();
+                    for i in 0..25 {
+                        let x = (t * 100 + i) as f32;
+                        io.write(0, &[x; 4]);
+                        let r = pm.execute_synchronously(
+                            &io.request(&[(0, 16)], &[(64, 16)]),
+                            MeasureTiming::No,
+                            None,
+                        );
+                        assert_eq!(r.status, ErrorStatus::None);
+                        let want: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0]
+                            .iter()
+                            .map(|c| (x + c) * c + c)
+                            .collect();
+                        assert_eq!(io.read(64, 4), want, "thread {t}, execution {i}");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let arenas = pm
+            .inner
+            .partition
+            .as_ref()
+            .unwrap()
+            .arenas
+            .lock()
+            .unwrap()
+            .len();
+        assert!((1..=4).contains(&arenas), "{arenas} arenas kept");
+    }
+
+    #[test]
+    fn an_operation_naming_a_subgraph_is_not_for_the_device() {
+        let mut model = add_mul_add();
+        assert!(!reads_subgraph(&model, &model_to_graph(&model), 0));
+        // The activation operand, retyped as a SUBGRAPH reference (what IF and WHILE read).
+        model.operands[2].lifetime = OperandLifetime::Subgraph;
+        assert!(reads_subgraph(&model, &model_to_graph(&model), 0));
+    }
+
+    #[test]
+    fn a_device_run_with_more_bindings_than_a_job_has_goes_to_the_cpu() {
+        // MUL(x_i, c) for 40 inputs (CPU), then one ADD per product (device candidates, one
+        // run of 40 operations reading 40 crossing tensors and making 40 outputs).
+        let mut m = Builder::new();
+        let c = m.constant(OperandType::TensorFloat32, &[1], &f32_bytes(&[2.0]));
+        let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+        let mut products = Vec::new();
+        for _ in 0..40 {
+            let x = m.operand(&[1], OperandLifetime::SubgraphInput);
+            m.0.input_indexes.push(x);
+            let p = m.operand(&[1], OperandLifetime::TemporaryVariable);
+            m.op(OperationType::Mul, &[x, c, none], p);
+            products.push(p);
+        }
+        for p in products {
+            let out = m.operand(&[1], OperandLifetime::SubgraphOutput);
+            m.0.output_indexes.push(out);
+            m.op(OperationType::Add, &[p, c, none], out);
+        }
+        let graph = model_to_graph(&m.0);
+        let base: Vec<Placement> =
+            m.0.operations
+                .iter()
+                .map(|o| {
+                    if o.operation_type == OperationType::Mul {
+                        Placement::Cpu
+                    } else {
+                        Placement::Device
+                    }
+                })
+                .collect();
+        assert_eq!(settle(&graph, base), vec![Placement::Cpu; 80]);
     }
 }

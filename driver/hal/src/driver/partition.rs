@@ -1097,4 +1097,29 @@ mod tests {
                 .collect();
         assert_eq!(settle(&graph, base), vec![Placement::Cpu; 80]);
     }
+
+    #[test]
+    fn a_partitioned_model_loaded_from_the_cache_is_partitioned_again() {
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev.clone()));
+        let model = add_mul_add();
+        // The cache records "on the device" for a partitioned model (`runs_on_device`).
+        assert!(prepare(&driver, &model).runs_on_device());
+        let pm = driver
+            .prepare_from_parts(&model, true, ExecutionPreference::FastSingleAnswer)
+            .unwrap();
+        assert_eq!(pm.partition_counts(), Some((3, 2)));
+        let io = Io::new();
+        io.write(0, &[0.0; 4]);
+        let before = dev.jobs();
+        let r = pm.execute_synchronously(
+            &io.request(&[(0, 16)], &[(64, 16)]),
+            MeasureTiming::No,
+            None,
+        );
+        assert_eq!(r.status, ErrorStatus::None);
+        assert_eq!(dev.jobs(), before + 2);
+        // (0 + c) * c + c = [2, 6, 12, 20].
+        assert_eq!(io.read(64, 4), vec![2.0, 6.0, 12.0, 20.0]);
+    }
 }

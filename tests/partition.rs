@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use nnaccel_hal::driver::BurstCache;
 use nnaccel_hal::{
-    Backend, DataLocation, DeviceInfo, Driver, ErrorStatus, ExecutionPreference, LOCAL_OWNER,
-    MeasureTiming, Memory, MemoryKind, MemoryPool, Model, Operand, OperandLifetime, OperandType,
-    Operation, OperationType, Placement, Priority, Request, RequestArgument, Timing,
+    Backend, BufferDesc, BufferRole, DataLocation, DeviceInfo, Driver, ErrorStatus,
+    ExecutionPreference, LOCAL_OWNER, MeasureTiming, Memory, MemoryKind, MemoryPool, Model,
+    Operand, OperandLifetime, OperandType, Operation, OperationType, Placement, Priority, Request,
+    RequestArgument, Timing,
 };
 use nnaccel_tests::{Ctx, run_with_sim};
 use nnaccel_uapi::Device;
@@ -352,5 +353,71 @@ fn the_device_dying_between_executions_leaves_results_right() {
         // A model prepared now runs whole on the CPU.
         let pm2 = prepare(&driver, &chain(&[Add, Mul, Add]));
         assert!(!pm2.runs_on_device());
+    });
+}
+
+/// A 16-byte memfd pool and its mapping.
+fn small_pool(values: &[f32]) -> (Memory, Mapping) {
+    let fd = sys::memfd_create(c"partition-copy", 16).unwrap();
+    let map = Mapping::map_shared(fd.as_fd(), 0, 16, true).unwrap();
+    map.write_at(0, &f32_bytes(values)).unwrap();
+    let memory = Memory {
+        kind: MemoryKind::Ashmem,
+        fd: Arc::new(fd),
+        size: 16,
+    };
+    (memory, map)
+}
+
+#[test]
+fn memory_domain_buffers_as_input_and_output_of_a_partitioned_model() {
+    run_with_sim(&["--without-ops", "MUL"], |ctx| {
+        let driver = device_driver(&ctx);
+        let pm = prepare(&driver, &chain(&[Add, Mul, Add]));
+        assert!(pm.is_partitioned());
+        let role = |io_index| BufferRole {
+            model_index: 0,
+            io_index,
+            frequency: 1.0,
+        };
+        let allocate = |inputs: &[BufferRole], outputs: &[BufferRole]| {
+            driver
+                .allocate(LOCAL_OWNER, &BufferDesc::default(), &[&pm], inputs, outputs)
+                .unwrap()
+        };
+        let input = allocate(&[role(0)], &[]);
+        let output = allocate(&[], &[role(0)]);
+        let (src, _src_map) = small_pool(&[4.0, 3.0, 2.0, 1.0]);
+        input.copy_from(&src, &[]).unwrap();
+        let token_arg = |pool_index| RequestArgument {
+            has_no_value: false,
+            location: DataLocation {
+                pool_index,
+                ..DataLocation::default()
+            },
+            dimensions: vec![],
+        };
+        let request = Request {
+            inputs: vec![token_arg(0)],
+            outputs: vec![token_arg(1)],
+            pools: vec![
+                MemoryPool::Token(input.token()),
+                MemoryPool::Token(output.token()),
+            ],
+        };
+        let before = jobs(&*ctx.dev);
+        let r = pm.execute_synchronously(&request, MeasureTiming::No, None);
+        assert_eq!(r.status, ErrorStatus::None);
+        assert_eq!(jobs(&*ctx.dev), before + 2);
+        let (dst, dst_map) = small_pool(&[0.0; 4]);
+        output.copy_to(&dst).unwrap();
+        let mut b = [0u8; 16];
+        dst_map.read_at(0, &mut b).unwrap();
+        let got: Vec<f32> = b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        // (x + c) * c + c with x = [4, 3, 2, 1]: [5, 5, 5, 5] * c + c = [6, 12, 18, 24].
+        assert_eq!(got, vec![6.0, 12.0, 18.0, 24.0]);
     });
 }

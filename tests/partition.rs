@@ -421,3 +421,28 @@ fn memory_domain_buffers_as_input_and_output_of_a_partitioned_model() {
         assert_eq!(got, vec![6.0, 12.0, 18.0, 24.0]);
     });
 }
+
+#[test]
+fn a_deadline_passing_in_a_device_part_is_missed_deadline_transient() {
+    run_with_sim(
+        &["--without-ops", "MUL", "--fault-delay-job-ms", "400"],
+        |ctx| {
+            let driver = device_driver(&ctx);
+            let pm = prepare(&driver, &chain(&[Add, Mul, Add]));
+            assert!(pm.is_partitioned());
+            let io = Io::new(&X);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+            let r = pm.execute_synchronously(&io.request(16), MeasureTiming::Yes, Some(deadline));
+            assert_eq!(r.status, ErrorStatus::MissedDeadlineTransient);
+            assert_eq!(r.timing, Timing::NOT_MEASURED);
+            // Without a deadline the same model still runs, and right.
+            let r = pm.execute_synchronously(&io.request(16), MeasureTiming::No, None);
+            assert_eq!(r.status, ErrorStatus::None);
+            assert_eq!(io.output(), vec![3.0, 10.0, 21.0, 36.0]);
+            assert!(
+                pm.is_partitioned(),
+                "a missed deadline leaves the device in service"
+            );
+        },
+    );
+}

@@ -769,6 +769,20 @@ mod tests {
             Self(Model::default())
         }
 
+        /// A model with input `x` [1, 4], the constant `c` = [1, 2, 3, 4] ([1, 4]) and the
+        /// activation NONE: (builder, x, c, none).
+        fn with_input() -> (Self, u32, u32, u32) {
+            let mut m = Self::new();
+            let x = m.operand(&[1, 4], OperandLifetime::SubgraphInput);
+            let c = m.constant(
+                OperandType::TensorFloat32,
+                &[1, 4],
+                &f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
+            );
+            let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+            (m, x, c, none)
+        }
+
         fn operand(&mut self, dims: &[u32], lifetime: OperandLifetime) -> u32 {
             self.0.operands.push(Operand {
                 operand_type: OperandType::TensorFloat32,
@@ -870,14 +884,7 @@ mod tests {
 
     /// `MUL(x, c) -> FULLY_CONNECTED(w, b) -> MUL(d)`: x [1, 4], w [2, 4], output [1, 2].
     fn mul_fc_mul() -> Model {
-        let mut m = Builder::new();
-        let x = m.operand(&[1, 4], OperandLifetime::SubgraphInput);
-        let c = m.constant(
-            OperandType::TensorFloat32,
-            &[1, 4],
-            &f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
-        );
-        let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+        let (mut m, x, c, none) = Builder::with_input();
         let t1 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);
         m.op(OperationType::Mul, &[x, c, none], t1);
         let w = m.constant(
@@ -921,14 +928,7 @@ mod tests {
 
     /// `t = ADD(x, c)` is output 0 and feeds `MUL(t, c)`, output 1.
     fn output_read_by_a_later_part() -> Model {
-        let mut m = Builder::new();
-        let x = m.operand(&[1, 4], OperandLifetime::SubgraphInput);
-        let c = m.constant(
-            OperandType::TensorFloat32,
-            &[1, 4],
-            &f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
-        );
-        let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+        let (mut m, x, c, none) = Builder::with_input();
         let t = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
         m.op(OperationType::Add, &[x, c, none], t);
         let out = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
@@ -967,14 +967,7 @@ mod tests {
 
     /// `ADD -> MUL -> ADD` over x [1, 4] with c = [1, 2, 3, 4].
     fn add_mul_add() -> Model {
-        let mut m = Builder::new();
-        let x = m.operand(&[1, 4], OperandLifetime::SubgraphInput);
-        let c = m.constant(
-            OperandType::TensorFloat32,
-            &[1, 4],
-            &f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
-        );
-        let none = m.constant(OperandType::Int32, &[], &0i32.to_le_bytes());
+        let (mut m, x, c, none) = Builder::with_input();
         let t1 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);
         m.op(OperationType::Add, &[x, c, none], t1);
         let t2 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);

@@ -86,6 +86,19 @@ fn chain(ops: &[OperationType]) -> Model {
     m
 }
 
+/// A memfd pool of `size` bytes starting with `values`, and its mapping.
+fn memfd_pool(size: u64, values: &[f32]) -> (Memory, Mapping) {
+    let fd = sys::memfd_create(c"partition-test", size).unwrap();
+    let map = Mapping::map_shared(fd.as_fd(), 0, size as usize, true).unwrap();
+    map.write_at(0, &f32_bytes(values)).unwrap();
+    let memory = Memory {
+        kind: MemoryKind::Ashmem,
+        fd: Arc::new(fd),
+        size,
+    };
+    (memory, map)
+}
+
 /// One memfd pool: the input at 0, the output at 64.
 struct Io {
     memory: Memory,
@@ -94,17 +107,8 @@ struct Io {
 
 impl Io {
     fn new(input: &[f32]) -> Self {
-        let fd = sys::memfd_create(c"partition-io", 4096).unwrap();
-        let map = Mapping::map_shared(fd.as_fd(), 0, 4096, true).unwrap();
-        map.write_at(0, &f32_bytes(input)).unwrap();
-        Self {
-            memory: Memory {
-                kind: MemoryKind::Ashmem,
-                fd: Arc::new(fd),
-                size: 4096,
-            },
-            map,
-        }
+        let (memory, map) = memfd_pool(4096, input);
+        Self { memory, map }
     }
 
     fn set_input(&self, input: &[f32]) {
@@ -356,19 +360,6 @@ fn the_device_dying_between_executions_leaves_results_right() {
     });
 }
 
-/// A 16-byte memfd pool and its mapping.
-fn small_pool(values: &[f32]) -> (Memory, Mapping) {
-    let fd = sys::memfd_create(c"partition-copy", 16).unwrap();
-    let map = Mapping::map_shared(fd.as_fd(), 0, 16, true).unwrap();
-    map.write_at(0, &f32_bytes(values)).unwrap();
-    let memory = Memory {
-        kind: MemoryKind::Ashmem,
-        fd: Arc::new(fd),
-        size: 16,
-    };
-    (memory, map)
-}
-
 #[test]
 fn memory_domain_buffers_as_input_and_output_of_a_partitioned_model() {
     run_with_sim(&["--without-ops", "MUL"], |ctx| {
@@ -387,7 +378,7 @@ fn memory_domain_buffers_as_input_and_output_of_a_partitioned_model() {
         };
         let input = allocate(&[role(0)], &[]);
         let output = allocate(&[], &[role(0)]);
-        let (src, _src_map) = small_pool(&[4.0, 3.0, 2.0, 1.0]);
+        let (src, _src_map) = memfd_pool(16, &[4.0, 3.0, 2.0, 1.0]);
         input.copy_from(&src, &[]).unwrap();
         let token_arg = |pool_index| RequestArgument {
             has_no_value: false,
@@ -409,7 +400,7 @@ fn memory_domain_buffers_as_input_and_output_of_a_partitioned_model() {
         let r = pm.execute_synchronously(&request, MeasureTiming::No, None);
         assert_eq!(r.status, ErrorStatus::None);
         assert_eq!(jobs(&*ctx.dev), before + 2);
-        let (dst, dst_map) = small_pool(&[0.0; 4]);
+        let (dst, dst_map) = memfd_pool(16, &[0.0; 4]);
         output.copy_to(&dst).unwrap();
         let mut b = [0u8; 16];
         dst_map.read_at(0, &mut b).unwrap();

@@ -191,7 +191,9 @@ pub(super) fn settle(graph: &Graph, mut placement: Vec<Placement>) -> Vec<Placem
         match demote {
             Some((_, run)) => {
                 for &i in &run.ops {
-                    placement[i] = Placement::Cpu;
+                    if let Some(p) = placement.get_mut(i) {
+                        *p = Placement::Cpu;
+                    }
                 }
             }
             None => {
@@ -569,6 +571,32 @@ impl PartitionPlan {
         bos.resize(n, None);
         let mut maps = bound.cpu_pools();
         maps.resize(n, None);
+        // Without a burst (whose cache maps each slot once) the request's pools are mapped
+        // once for all the CPU parts of this execution, not once per part. A pool that does
+        // not map is left to the CPU path, which answers for it.
+        let cpu_parts = self
+            .parts
+            .iter()
+            .filter(|p| matches!(p.plan, PartPlan::Cpu(_)))
+            .count();
+        let owned: Vec<Option<MappedPool>> = if burst.is_none() && cpu_parts > 1 {
+            request
+                .pools
+                .iter()
+                .zip(&maps)
+                .map(|(p, premapped)| match p {
+                    MemoryPool::Memory(m) if premapped.is_none() => MappedPool::map(m).ok(),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (slot, m) in maps.iter_mut().zip(&owned) {
+            if let Some(m) = m {
+                *slot = Some(m);
+            }
+        }
         if let Some(a) = arena {
             pools.push(MemoryPool::Memory(a.memory.clone()));
             bos.push(Some(a.bo.handle()));

@@ -437,3 +437,27 @@ fn a_deadline_passing_in_a_device_part_is_missed_deadline_transient() {
         },
     );
 }
+
+#[test]
+fn a_partitioned_model_runs_through_the_service() {
+    if !nnaccel_tests::require_privileges() {
+        return;
+    }
+    let sim = nnaccel_tests::Sim::start(&["--without-ops", "MUL"]);
+    let hald = nnaccel_tests::service::Hald::with_device(&sim);
+    let client = hald.client();
+    let model = chain(&[Add, Mul, Add]);
+    assert_eq!(
+        nnaccel_hal::HalDevice::operation_placement(&client, &model).unwrap(),
+        vec![Placement::Device, Placement::Cpu, Placement::Device]
+    );
+    let pm = nnaccel_tests::service::prepare(&client, &model).unwrap();
+    assert!(pm.runs_on_device());
+    let dev = sim.open();
+    let io = Io::new(&X);
+    let before = jobs(&*dev);
+    let r = nnaccel_tests::service::execute(&*pm, &io.request(16));
+    assert_eq!(r.status, ErrorStatus::None, "{}", hald.log());
+    assert_eq!(jobs(&*dev), before + 2);
+    assert_eq!(io.output(), vec![3.0, 10.0, 21.0, 36.0]);
+}

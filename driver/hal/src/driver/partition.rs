@@ -1143,4 +1143,55 @@ mod tests {
         // (0 + c) * c + c = [2, 6, 12, 20].
         assert_eq!(io.read(64, 4), vec![2.0, 6.0, 12.0, 20.0]);
     }
+
+    #[test]
+    fn a_tensor_read_by_two_later_parts_crosses_through_the_arena_once() {
+        // t1 = x + c (device), t2 = t1 * c (CPU), out = t2 + t1 (device): t1 skips a part.
+        let (mut m, x, c, none) = Builder::with_input();
+        let t1 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);
+        m.op(OperationType::Add, &[x, c, none], t1);
+        let t2 = m.operand(&[1, 4], OperandLifetime::TemporaryVariable);
+        m.op(OperationType::Mul, &[t1, c, none], t2);
+        let out = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
+        m.op(OperationType::Add, &[t2, t1, none], out);
+        m.0.input_indexes = vec![x];
+        m.0.output_indexes = vec![out];
+        let graph = model_to_graph(&m.0);
+        let placement = [Placement::Device, Placement::Cpu, Placement::Device];
+        let parts = runs(&graph, &[0, 1, 2], &placement);
+        assert_eq!(parts.len(), 3);
+        assert_eq!(
+            (parts[0].inputs.clone(), parts[0].outputs.clone()),
+            (vec![x], vec![t1])
+        );
+        assert_eq!(
+            (parts[1].inputs.clone(), parts[1].outputs.clone()),
+            (vec![t1], vec![t2])
+        );
+        assert_eq!(
+            (parts[2].inputs.clone(), parts[2].outputs.clone()),
+            (vec![t2, t1], vec![out])
+        );
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev.clone()));
+        assert_eq!(
+            driver.operation_placement(&m.0).unwrap(),
+            placement.to_vec()
+        );
+        let pm = prepare(&driver, &m.0);
+        // t1 and t2 in the arena, each 16 bytes at a 64-byte step.
+        assert_eq!(pm.inner.partition.as_ref().unwrap().arena_size, 128);
+        let io = Io::new();
+        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
+        let before = dev.jobs();
+        let r = pm.execute_synchronously(
+            &io.request(&[(0, 16)], &[(64, 16)]),
+            MeasureTiming::No,
+            None,
+        );
+        assert_eq!(r.status, ErrorStatus::None);
+        assert_eq!(dev.jobs(), before + 2);
+        // t1 = [2, 4, 6, 8]; t2 = t1 * c = [2, 8, 18, 32]; t2 + t1 = [4, 12, 24, 40].
+        assert_eq!(io.read(64, 4), vec![4.0, 12.0, 24.0, 40.0]);
+    }
 }

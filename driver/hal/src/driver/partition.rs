@@ -181,32 +181,35 @@ pub(super) fn settle(graph: &Graph, mut placement: Vec<Placement>) -> Vec<Placem
     loop {
         let all = runs(graph, &order, &placement);
         let last = all.len().saturating_sub(1);
-        let demote = all.iter().enumerate().find(|(r, run)| {
-            run.placement == Placement::Device
-                && (run.inputs.len() + run.outputs.len() > MAX_BINDINGS
-                    || (*r > 0
-                        && *r < last
-                        && !run.ops.iter().any(|&i| is_heavy(graph.operations[i].op))))
-        });
-        match demote {
-            Some((_, run)) => {
-                for &i in &run.ops {
-                    if let Some(p) = placement.get_mut(i) {
-                        *p = Placement::Cpu;
-                    }
-                }
+        // Demoting a device run only merges CPU runs, which changes no other device run's
+        // standing, so every run the rules name moves in one pass.
+        let demote: Vec<&Run> = all
+            .iter()
+            .enumerate()
+            .filter(|(r, run)| {
+                run.placement == Placement::Device
+                    && (run.inputs.len() + run.outputs.len() > MAX_BINDINGS
+                        || (*r > 0
+                            && *r < last
+                            && !run.ops.iter().any(|&i| is_heavy(graph.operations[i].op))))
+            })
+            .map(|(_, run)| run)
+            .collect();
+        for &i in demote.iter().flat_map(|run| &run.ops) {
+            if let Some(p) = placement.get_mut(i) {
+                *p = Placement::Cpu;
             }
-            None => {
-                let crossing_fixed = all
-                    .iter()
-                    .flat_map(|r| r.inputs.iter())
-                    .filter(|k| !graph.input_indexes.contains(k))
-                    .all(|&k| fixed_shape(graph, k));
-                if !crossing_fixed {
-                    placement.iter_mut().for_each(|p| *p = Placement::Cpu);
-                }
-                return placement;
+        }
+        if demote.is_empty() {
+            let crossing_fixed = all
+                .iter()
+                .flat_map(|r| r.inputs.iter())
+                .filter(|k| !graph.input_indexes.contains(k))
+                .all(|&k| fixed_shape(graph, k));
+            if !crossing_fixed {
+                placement.iter_mut().for_each(|p| *p = Placement::Cpu);
             }
+            return placement;
         }
     }
 }
@@ -1193,5 +1196,52 @@ mod tests {
         assert_eq!(dev.jobs(), before + 2);
         // t1 = [2, 4, 6, 8]; t2 = t1 * c = [2, 8, 18, 32]; t2 + t1 = [4, 12, 24, 40].
         assert_eq!(io.read(64, 4), vec![4.0, 12.0, 24.0, 40.0]);
+    }
+
+    #[test]
+    fn every_cheap_interior_device_run_goes_to_the_cpu_and_the_ends_stay() {
+        // v = op(v, c) for ADD, MUL, ADD, MUL, ADD on a device lacking MUL.
+        let (mut m, x, c, none) = Builder::with_input();
+        let mut v = x;
+        let ops = [
+            OperationType::Add,
+            OperationType::Mul,
+            OperationType::Add,
+            OperationType::Mul,
+            OperationType::Add,
+        ];
+        for (k, op) in ops.iter().enumerate() {
+            let lifetime = if k + 1 == ops.len() {
+                OperandLifetime::SubgraphOutput
+            } else {
+                OperandLifetime::TemporaryVariable
+            };
+            let out = m.operand(&[1, 4], lifetime);
+            m.op(*op, &[v, c, none], out);
+            v = out;
+        }
+        m.0.input_indexes = vec![x];
+        m.0.output_indexes = vec![v];
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev));
+        use Placement::{Cpu, Device};
+        assert_eq!(
+            driver.operation_placement(&m.0).unwrap(),
+            vec![Device, Cpu, Cpu, Cpu, Device]
+        );
+        let pm = prepare(&driver, &m.0);
+        assert_eq!(pm.partition_counts(), Some((3, 2)));
+        let io = Io::new();
+        io.write(0, &[0.0, 1.0, -1.0, 0.5]);
+        let r = pm.execute_synchronously(
+            &io.request(&[(0, 16)], &[(64, 16)]),
+            MeasureTiming::No,
+            None,
+        );
+        assert_eq!(r.status, ErrorStatus::None);
+        // ((((x + c) * c + c) * c) + c), by hand for x = [0, 1, -1, 0.5], c = [1, 2, 3, 4]:
+        // x + c = [1, 3, 2, 4.5]; * c = [1, 6, 6, 18]; + c = [2, 8, 9, 22];
+        // * c = [2, 16, 27, 88]; + c = [3, 18, 30, 92].
+        assert_eq!(io.read(64, 4), vec![3.0, 18.0, 30.0, 92.0]);
     }
 }

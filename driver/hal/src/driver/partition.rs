@@ -310,7 +310,8 @@ fn sub_model(model: &Model, ops: &[usize], inputs: &[u32], outputs: &[u32]) -> O
             o.lifetime,
             OperandLifetime::SubgraphInput | OperandLifetime::SubgraphOutput
         ) {
-            // A model output only this part reads (and no one outputs) stays internal.
+            // Not reached: a model input or output this part names is one of its inputs or
+            // outputs. Were it not, it would be this part's own temporary.
             o.lifetime = OperandLifetime::TemporaryVariable;
         }
         let n = u32::try_from(operands.len()).ok()?;

@@ -268,6 +268,23 @@ impl Drop for Arena {
     }
 }
 
+/// BOs imported for one execution, closed when it ends (given up without a call when the
+/// device is dead: it may hang).
+struct ExecutionBos<'a> {
+    device: &'a DeviceHandle,
+    bos: Vec<BufferObject>,
+}
+
+impl Drop for ExecutionBos<'_> {
+    fn drop(&mut self) {
+        if !self.device.alive() {
+            for bo in &mut self.bos {
+                bo.disown();
+            }
+        }
+    }
+}
+
 /// Alignment of each crossing operand in the arena.
 const ARENA_ALIGN: u64 = 64;
 /// The burst slot given to the arena: never looked up (its BO and mapping are passed in).
@@ -478,12 +495,14 @@ impl PartitionPlan {
 
     /// How many parts, and how many of them run on the device.
     pub(super) fn counts(&self) -> (usize, usize) {
-        let on_device = self
-            .parts
+        (self.parts.len(), self.parts.len() - self.cpu_parts())
+    }
+
+    fn cpu_parts(&self) -> usize {
+        self.parts
             .iter()
-            .filter(|p| matches!(p.plan, PartPlan::Device(_)))
-            .count();
-        (self.parts.len(), on_device)
+            .filter(|p| matches!(p.plan, PartPlan::Cpu(_)))
+            .count()
     }
 
     fn new_arena(&self) -> io::Result<Arena> {
@@ -573,16 +592,30 @@ impl PartitionPlan {
         let mut pools = request.pools.clone();
         let mut bos = bound.device_bos();
         bos.resize(n, None);
+        // Without a burst (whose cache imports each slot once) the request's pools are
+        // imported once for all the device parts of this execution, and closed after it. A
+        // pool that does not import is left to the device path, which answers for it.
+        let device_parts = self.parts.len() - self.cpu_parts();
+        let mut imported = ExecutionBos {
+            device: &self.device,
+            bos: Vec::new(),
+        };
+        if burst.is_none() && device_parts > 1 {
+            for (pool, bo) in request.pools.iter().zip(bos.iter_mut()) {
+                if let (MemoryPool::Memory(mem), None) = (pool, &bo)
+                    && let Ok(b) = import_pool(&self.device.dev, mem)
+                {
+                    *bo = Some(b.handle());
+                    imported.bos.push(b);
+                }
+            }
+        }
         let mut maps = bound.cpu_pools();
         maps.resize(n, None);
         // Without a burst (whose cache maps each slot once) the request's pools are mapped
         // once for all the CPU parts of this execution, not once per part. A pool that does
         // not map is left to the CPU path, which answers for it.
-        let cpu_parts = self
-            .parts
-            .iter()
-            .filter(|p| matches!(p.plan, PartPlan::Cpu(_)))
-            .count();
+        let cpu_parts = self.cpu_parts();
         let owned: Vec<Option<MappedPool>> = if burst.is_none() && cpu_parts > 1 {
             request
                 .pools
@@ -734,34 +767,33 @@ mod tests {
 
     use super::*;
 
-    /// The in-process device lacking MUL; dies (ENOTCONN, like a killed FUSE server) at the
-    /// BO_IMPORT numbered `die_at_import` (1-based, 0 = never) counted from when it is armed.
+    /// The in-process device lacking MUL, with `faults`; told to die, its ioctls fail with
+    /// ENOTCONN (like a killed FUSE server).
     #[derive(Debug)]
     struct LackingMul {
         inner: InprocFile,
-        imports: AtomicU64,
-        die_at_import: AtomicU64,
         dead: AtomicBool,
+        /// BO_IMPORT calls.
+        imports: AtomicU64,
     }
 
     impl LackingMul {
         fn new() -> Arc<Self> {
+            Self::with_faults(nnaccel_kmod_sim::Faults::default())
+        }
+
+        fn with_faults(faults: nnaccel_kmod_sim::Faults) -> Arc<Self> {
             let sim = SimDevice::new(Config {
                 without_ops: vec![OperationType::Mul],
+                faults,
                 ..Config::default()
             })
             .unwrap();
             Arc::new(Self {
                 inner: InprocFile::open(&sim),
-                imports: AtomicU64::new(0),
-                die_at_import: AtomicU64::new(0),
                 dead: AtomicBool::new(false),
+                imports: AtomicU64::new(0),
             })
-        }
-
-        fn die_at_import(&self, n: u64) {
-            self.imports.store(0, Ordering::SeqCst);
-            self.die_at_import.store(n, Ordering::SeqCst);
         }
 
         fn jobs(&self) -> u64 {
@@ -777,10 +809,7 @@ mod tests {
     impl Device for LackingMul {
         fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
             if cmd == NNACCEL_IOCTL_BO_IMPORT {
-                let n = self.imports.fetch_add(1, Ordering::SeqCst) + 1;
-                if n == self.die_at_import.load(Ordering::SeqCst) {
-                    self.dead.store(true, Ordering::SeqCst);
-                }
+                self.imports.fetch_add(1, Ordering::SeqCst);
             }
             if self.dead.load(Ordering::SeqCst) {
                 return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
@@ -1013,23 +1042,35 @@ mod tests {
 
     #[test]
     fn the_device_dying_mid_execution_leaves_the_result_right() {
-        let dev = LackingMul::new();
+        // Every job takes 300 ms; the device dies as soon as the first part's job completes,
+        // so the last part's job is watched by a dead device's liveness probe.
+        let dev = LackingMul::with_faults(nnaccel_kmod_sim::Faults {
+            delay_job_ms: 300,
+            ..Default::default()
+        });
         let driver = Driver::new(Backend::Device(dev.clone()));
         let pm = prepare(&driver, &add_mul_add());
         assert_eq!(pm.partition_counts(), Some((3, 2)));
         let io = Io::new();
         io.write(0, &[1.0, 2.0, 3.0, 4.0]);
         let before = dev.jobs();
-        // The first device part imports the request's pool and runs; the device dies at the
-        // last part's import.
-        dev.die_at_import(2);
+        let killer = {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                let limit = Instant::now() + Duration::from_secs(10);
+                while dev.jobs() == before && Instant::now() < limit {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                dev.dead.store(true, Ordering::SeqCst);
+            })
+        };
         let r = pm.execute_synchronously(
             &io.request(&[(0, 16)], &[(64, 16)]),
             MeasureTiming::No,
             None,
         );
+        killer.join().unwrap();
         assert_eq!(r.status, ErrorStatus::None);
-        assert_eq!(dev.jobs(), before + 1, "the first part ran on the device");
         // (x + c) * c + c = [3, 10, 21, 36].
         assert_eq!(io.read(64, 4), vec![3.0, 10.0, 21.0, 36.0]);
         assert!(!pm.is_partitioned());
@@ -1244,5 +1285,27 @@ mod tests {
         // x + c = [1, 3, 2, 4.5]; * c = [1, 6, 6, 18]; + c = [2, 8, 9, 22];
         // * c = [2, 16, 27, 88]; + c = [3, 18, 30, 92].
         assert_eq!(io.read(64, 4), vec![3.0, 18.0, 30.0, 92.0]);
+    }
+
+    #[test]
+    fn a_request_pool_is_imported_once_for_all_device_parts() {
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev.clone()));
+        let pm = prepare(&driver, &add_mul_add());
+        assert_eq!(pm.partition_counts(), Some((3, 2)));
+        let io = Io::new();
+        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
+        for _ in 0..3 {
+            let imports = dev.imports.load(Ordering::SeqCst);
+            let r = pm.execute_synchronously(
+                &io.request(&[(0, 16)], &[(64, 16)]),
+                MeasureTiming::No,
+                None,
+            );
+            assert_eq!(r.status, ErrorStatus::None);
+            assert_eq!(io.read(64, 4), vec![3.0, 10.0, 21.0, 36.0]);
+            // One pool, two device parts, one import; the arena was imported at prepare.
+            assert_eq!(dev.imports.load(Ordering::SeqCst), imports + 1);
+        }
     }
 }

@@ -932,6 +932,18 @@ mod tests {
         }
     }
 
+    /// Executes `pm` (one [1, 4] input, one [1, 4] output) on `x`: the result and the output.
+    fn run_one(pm: &PreparedModel, x: &[f32]) -> (ExecutionResult, Vec<f32>) {
+        let io = Io::new();
+        io.write(0, x);
+        let r = pm.execute_synchronously(
+            &io.request(&[(0, 16)], &[(64, 16)]),
+            MeasureTiming::No,
+            None,
+        );
+        (r, io.read(64, 4))
+    }
+
     fn prepare(driver: &Driver, model: &Model) -> PreparedModel {
         driver
             .prepare_model_uncached(
@@ -1051,8 +1063,6 @@ mod tests {
         let driver = Driver::new(Backend::Device(dev.clone()));
         let pm = prepare(&driver, &add_mul_add());
         assert_eq!(pm.partition_counts(), Some((3, 2)));
-        let io = Io::new();
-        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
         let before = dev.jobs();
         let killer = {
             let dev = dev.clone();
@@ -1064,15 +1074,11 @@ mod tests {
                 dev.dead.store(true, Ordering::SeqCst);
             })
         };
-        let r = pm.execute_synchronously(
-            &io.request(&[(0, 16)], &[(64, 16)]),
-            MeasureTiming::No,
-            None,
-        );
+        let (r, out) = run_one(&pm, &[1.0, 2.0, 3.0, 4.0]);
         killer.join().unwrap();
         assert_eq!(r.status, ErrorStatus::None);
         // (x + c) * c + c = [3, 10, 21, 36].
-        assert_eq!(io.read(64, 4), vec![3.0, 10.0, 21.0, 36.0]);
+        assert_eq!(out, vec![3.0, 10.0, 21.0, 36.0]);
         assert!(!pm.is_partitioned());
         assert!(!pm.runs_on_device());
     }
@@ -1175,18 +1181,12 @@ mod tests {
             .prepare_from_parts(&model, true, ExecutionPreference::FastSingleAnswer)
             .unwrap();
         assert_eq!(pm.partition_counts(), Some((3, 2)));
-        let io = Io::new();
-        io.write(0, &[0.0; 4]);
         let before = dev.jobs();
-        let r = pm.execute_synchronously(
-            &io.request(&[(0, 16)], &[(64, 16)]),
-            MeasureTiming::No,
-            None,
-        );
+        let (r, out) = run_one(&pm, &[0.0; 4]);
         assert_eq!(r.status, ErrorStatus::None);
         assert_eq!(dev.jobs(), before + 2);
         // (0 + c) * c + c = [2, 6, 12, 20].
-        assert_eq!(io.read(64, 4), vec![2.0, 6.0, 12.0, 20.0]);
+        assert_eq!(out, vec![2.0, 6.0, 12.0, 20.0]);
     }
 
     #[test]
@@ -1226,18 +1226,12 @@ mod tests {
         let pm = prepare(&driver, &m.0);
         // t1 and t2 in the arena, each 16 bytes at a 64-byte step.
         assert_eq!(pm.inner.partition.as_ref().unwrap().arena_size, 128);
-        let io = Io::new();
-        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
         let before = dev.jobs();
-        let r = pm.execute_synchronously(
-            &io.request(&[(0, 16)], &[(64, 16)]),
-            MeasureTiming::No,
-            None,
-        );
+        let (r, out) = run_one(&pm, &[1.0, 2.0, 3.0, 4.0]);
         assert_eq!(r.status, ErrorStatus::None);
         assert_eq!(dev.jobs(), before + 2);
         // t1 = [2, 4, 6, 8]; t2 = t1 * c = [2, 8, 18, 32]; t2 + t1 = [4, 12, 24, 40].
-        assert_eq!(io.read(64, 4), vec![4.0, 12.0, 24.0, 40.0]);
+        assert_eq!(out, vec![4.0, 12.0, 24.0, 40.0]);
     }
 
     #[test]
@@ -1273,18 +1267,12 @@ mod tests {
         );
         let pm = prepare(&driver, &m.0);
         assert_eq!(pm.partition_counts(), Some((3, 2)));
-        let io = Io::new();
-        io.write(0, &[0.0, 1.0, -1.0, 0.5]);
-        let r = pm.execute_synchronously(
-            &io.request(&[(0, 16)], &[(64, 16)]),
-            MeasureTiming::No,
-            None,
-        );
+        let (r, out) = run_one(&pm, &[0.0, 1.0, -1.0, 0.5]);
         assert_eq!(r.status, ErrorStatus::None);
         // ((((x + c) * c + c) * c) + c), by hand for x = [0, 1, -1, 0.5], c = [1, 2, 3, 4]:
         // x + c = [1, 3, 2, 4.5]; * c = [1, 6, 6, 18]; + c = [2, 8, 9, 22];
         // * c = [2, 16, 27, 88]; + c = [3, 18, 30, 92].
-        assert_eq!(io.read(64, 4), vec![3.0, 18.0, 30.0, 92.0]);
+        assert_eq!(out, vec![3.0, 18.0, 30.0, 92.0]);
     }
 
     #[test]
@@ -1293,17 +1281,11 @@ mod tests {
         let driver = Driver::new(Backend::Device(dev.clone()));
         let pm = prepare(&driver, &add_mul_add());
         assert_eq!(pm.partition_counts(), Some((3, 2)));
-        let io = Io::new();
-        io.write(0, &[1.0, 2.0, 3.0, 4.0]);
         for _ in 0..3 {
             let imports = dev.imports.load(Ordering::SeqCst);
-            let r = pm.execute_synchronously(
-                &io.request(&[(0, 16)], &[(64, 16)]),
-                MeasureTiming::No,
-                None,
-            );
+            let (r, out) = run_one(&pm, &[1.0, 2.0, 3.0, 4.0]);
             assert_eq!(r.status, ErrorStatus::None);
-            assert_eq!(io.read(64, 4), vec![3.0, 10.0, 21.0, 36.0]);
+            assert_eq!(out, vec![3.0, 10.0, 21.0, 36.0]);
             // One pool, two device parts, one import; the arena was imported at prepare.
             assert_eq!(dev.imports.load(Ordering::SeqCst), imports + 1);
         }

@@ -932,6 +932,14 @@ mod tests {
         }
     }
 
+    /// `model` prepared on a new device lacking MUL, its placement checked to be `expected`.
+    fn placed(model: &Model, expected: &[Placement]) -> (Arc<LackingMul>, PreparedModel) {
+        let dev = LackingMul::new();
+        let driver = Driver::new(Backend::Device(dev.clone()));
+        assert_eq!(driver.operation_placement(model).unwrap(), expected);
+        (dev, prepare(&driver, model))
+    }
+
     /// Executes `pm` (one [1, 4] input, one [1, 4] output) on `x`: the result and the output.
     fn run_one(pm: &PreparedModel, x: &[f32]) -> (ExecutionResult, Vec<f32>) {
         let io = Io::new();
@@ -978,14 +986,10 @@ mod tests {
 
     #[test]
     fn a_heavy_device_run_between_cpu_parts_stays_on_the_device() {
-        let dev = LackingMul::new();
-        let driver = Driver::new(Backend::Device(dev.clone()));
-        let model = mul_fc_mul();
-        assert_eq!(
-            driver.operation_placement(&model).unwrap(),
-            vec![Placement::Cpu, Placement::Device, Placement::Cpu]
+        let (dev, pm) = placed(
+            &mul_fc_mul(),
+            &[Placement::Cpu, Placement::Device, Placement::Cpu],
         );
-        let pm = prepare(&driver, &model);
         assert_eq!(pm.partition_counts(), Some((3, 1)));
         let io = Io::new();
         io.write(0, &[1.0, 2.0, 3.0, 4.0]);
@@ -1013,14 +1017,10 @@ mod tests {
 
     #[test]
     fn a_model_output_a_later_part_reads_is_read_back_from_the_clients_buffer() {
-        let dev = LackingMul::new();
-        let driver = Driver::new(Backend::Device(dev.clone()));
-        let model = output_read_by_a_later_part();
-        assert_eq!(
-            driver.operation_placement(&model).unwrap(),
-            vec![Placement::Device, Placement::Cpu]
+        let (_dev, pm) = placed(
+            &output_read_by_a_later_part(),
+            &[Placement::Device, Placement::Cpu],
         );
-        let pm = prepare(&driver, &model);
         assert_eq!(pm.partition_counts(), Some((2, 1)));
         assert_eq!(
             pm.inner.partition.as_ref().unwrap().arena_size,

@@ -952,6 +952,14 @@ mod tests {
         (r, io.read(64, 4))
     }
 
+    /// [`run_one`] that must succeed: the output and how many jobs the device ran.
+    fn run_counting(dev: &LackingMul, pm: &PreparedModel, x: &[f32]) -> (Vec<f32>, u64) {
+        let before = dev.jobs();
+        let (r, out) = run_one(pm, x);
+        assert_eq!(r.status, ErrorStatus::None);
+        (out, dev.jobs() - before)
+    }
+
     fn prepare(driver: &Driver, model: &Model) -> PreparedModel {
         driver
             .prepare_model_uncached(
@@ -1181,10 +1189,8 @@ mod tests {
             .prepare_from_parts(&model, true, ExecutionPreference::FastSingleAnswer)
             .unwrap();
         assert_eq!(pm.partition_counts(), Some((3, 2)));
-        let before = dev.jobs();
-        let (r, out) = run_one(&pm, &[0.0; 4]);
-        assert_eq!(r.status, ErrorStatus::None);
-        assert_eq!(dev.jobs(), before + 2);
+        let (out, jobs) = run_counting(&dev, &pm, &[0.0; 4]);
+        assert_eq!(jobs, 2);
         // (0 + c) * c + c = [2, 6, 12, 20].
         assert_eq!(out, vec![2.0, 6.0, 12.0, 20.0]);
     }
@@ -1217,19 +1223,11 @@ mod tests {
             (parts[2].inputs.clone(), parts[2].outputs.clone()),
             (vec![t2, t1], vec![out])
         );
-        let dev = LackingMul::new();
-        let driver = Driver::new(Backend::Device(dev.clone()));
-        assert_eq!(
-            driver.operation_placement(&m.0).unwrap(),
-            placement.to_vec()
-        );
-        let pm = prepare(&driver, &m.0);
+        let (dev, pm) = placed(&m.0, &placement);
         // t1 and t2 in the arena, each 16 bytes at a 64-byte step.
         assert_eq!(pm.inner.partition.as_ref().unwrap().arena_size, 128);
-        let before = dev.jobs();
-        let (r, out) = run_one(&pm, &[1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(r.status, ErrorStatus::None);
-        assert_eq!(dev.jobs(), before + 2);
+        let (out, jobs) = run_counting(&dev, &pm, &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(jobs, 2);
         // t1 = [2, 4, 6, 8]; t2 = t1 * c = [2, 8, 18, 32]; t2 + t1 = [4, 12, 24, 40].
         assert_eq!(out, vec![4.0, 12.0, 24.0, 40.0]);
     }

@@ -872,6 +872,13 @@ mod tests {
             k
         }
 
+        /// The model, with these inputs and outputs.
+        fn finish(mut self, inputs: &[u32], outputs: &[u32]) -> Model {
+            self.0.input_indexes = inputs.to_vec();
+            self.0.output_indexes = outputs.to_vec();
+            self.0
+        }
+
         fn op(&mut self, ty: OperationType, inputs: &[u32], output: u32) {
             self.0.operations.push(Operation {
                 operation_type: ty,
@@ -987,9 +994,7 @@ mod tests {
         let d = m.constant(OperandType::TensorFloat32, &[1, 2], &f32_bytes(&[2.0, 3.0]));
         let out = m.operand(&[1, 2], OperandLifetime::SubgraphOutput);
         m.op(OperationType::Mul, &[t2, d, none], out);
-        m.0.input_indexes = vec![x];
-        m.0.output_indexes = vec![out];
-        m.0
+        m.finish(&[x], &[out])
     }
 
     #[test]
@@ -1018,9 +1023,7 @@ mod tests {
         m.op(OperationType::Add, &[x, c, none], t);
         let out = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
         m.op(OperationType::Mul, &[t, c, none], out);
-        m.0.input_indexes = vec![x];
-        m.0.output_indexes = vec![t, out];
-        m.0
+        m.finish(&[x], &[t, out])
     }
 
     #[test]
@@ -1055,9 +1058,7 @@ mod tests {
         m.op(OperationType::Mul, &[t1, c, none], t2);
         let out = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
         m.op(OperationType::Add, &[t2, c, none], out);
-        m.0.input_indexes = vec![x];
-        m.0.output_indexes = vec![out];
-        m.0
+        m.finish(&[x], &[out])
     }
 
     #[test]
@@ -1205,9 +1206,8 @@ mod tests {
         m.op(OperationType::Mul, &[t1, c, none], t2);
         let out = m.operand(&[1, 4], OperandLifetime::SubgraphOutput);
         m.op(OperationType::Add, &[t2, t1, none], out);
-        m.0.input_indexes = vec![x];
-        m.0.output_indexes = vec![out];
-        let graph = model_to_graph(&m.0);
+        let model = m.finish(&[x], &[out]);
+        let graph = model_to_graph(&model);
         let placement = [Placement::Device, Placement::Cpu, Placement::Device];
         let parts = runs(&graph, &[0, 1, 2], &placement);
         assert_eq!(parts.len(), 3);
@@ -1223,7 +1223,7 @@ mod tests {
             (parts[2].inputs.clone(), parts[2].outputs.clone()),
             (vec![t2, t1], vec![out])
         );
-        let (dev, pm) = placed(&m.0, &placement);
+        let (dev, pm) = placed(&model, &placement);
         // t1 and t2 in the arena, each 16 bytes at a 64-byte step.
         assert_eq!(pm.inner.partition.as_ref().unwrap().arena_size, 128);
         let (out, jobs) = run_counting(&dev, &pm, &[1.0, 2.0, 3.0, 4.0]);
@@ -1254,16 +1254,15 @@ mod tests {
             m.op(*op, &[v, c, none], out);
             v = out;
         }
-        m.0.input_indexes = vec![x];
-        m.0.output_indexes = vec![v];
+        let model = m.finish(&[x], &[v]);
         let dev = LackingMul::new();
         let driver = Driver::new(Backend::Device(dev));
         use Placement::{Cpu, Device};
         assert_eq!(
-            driver.operation_placement(&m.0).unwrap(),
+            driver.operation_placement(&model).unwrap(),
             vec![Device, Cpu, Cpu, Cpu, Device]
         );
-        let pm = prepare(&driver, &m.0);
+        let pm = prepare(&driver, &model);
         assert_eq!(pm.partition_counts(), Some((3, 2)));
         let (r, out) = run_one(&pm, &[0.0, 1.0, -1.0, 0.5]);
         assert_eq!(r.status, ErrorStatus::None);

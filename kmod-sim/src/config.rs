@@ -61,6 +61,10 @@ pub struct Config {
     pub wait_mode: WaitMode,
     /// Debug fault injection (honoured only with the `fault-injection` feature).
     pub faults: Faults,
+    /// Operation types this device lacks, like a real NPU: a program using one is refused
+    /// with `EOPNOTSUPP` at PROGRAM_CREATE (the HAL then places those operations on the CPU).
+    /// Empty by default (`nnaccel-sim --without-ops CONV_2D,TANH`).
+    pub without_ops: Vec<nnaccel_cpu::OperationType>,
 }
 
 impl Default for Config {
@@ -75,6 +79,7 @@ impl Default for Config {
             max_program_size: 64 << 20,
             wait_mode: WaitMode::Auto,
             faults: Faults::default(),
+            without_ops: Vec::new(),
         }
     }
 }

@@ -148,7 +148,8 @@ impl SimDevice {
                 }
                 let len = usize::try_from(a.data_len).map_err(|_| Errno::TOOBIG)?;
                 let bytes = caller.read(a.data_ptr, len)?;
-                let program = LoadedProgram::load(stats, &bytes, |h| ctx.bo(h))?;
+                let program =
+                    LoadedProgram::load_without(stats, &bytes, &cfg.without_ops, |h| ctx.bo(h))?;
                 a.handle = ctx.add_program(program)?;
                 out(&a)
             }

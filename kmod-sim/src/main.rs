@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use nnaccel_cpu::OperationType;
 use nnaccel_kmod_sim::cuse::{self, CuseServer};
 use nnaccel_kmod_sim::frontend::Frontend;
 use nnaccel_kmod_sim::fuse::FuseServer;
@@ -74,6 +75,12 @@ struct Args {
     #[arg(long, value_enum, default_value_t = WaitModeArg::Auto)]
     wait_mode: WaitModeArg,
 
+    /// Operation types this device lacks, comma-separated HAL names (`CONV_2D,TANH`): programs
+    /// using one are refused with EOPNOTSUPP at PROGRAM_CREATE, like a real NPU's, so the HAL
+    /// places those operations on the CPU.
+    #[arg(long, value_delimiter = ',', value_parser = parse_operation)]
+    without_ops: Vec<OperationType>,
+
     /// FUSE/CUSE worker threads.
     #[arg(long, default_value_t = 4)]
     threads: usize,
@@ -97,6 +104,11 @@ struct Args {
     /// Fault injection (debug): exit abruptly, without unmounting, on the Nth ioctl.
     #[arg(long, default_value_t = 0, hide_short_help = true)]
     fault_exit_on_ioctl: u64,
+}
+
+/// An operation type by its HAL name (`CONV_2D`).
+fn parse_operation(s: &str) -> Result<OperationType, String> {
+    OperationType::from_name(s.trim()).ok_or_else(|| format!("no operation is named {s:?}"))
 }
 
 fn main() -> ExitCode {
@@ -131,6 +143,7 @@ fn main() -> ExitCode {
             WaitModeArg::IoUring => WaitMode::IoUring,
         },
         faults,
+        without_ops: args.without_ops,
         ..Config::default()
     };
     let dev = match SimDevice::new(config) {

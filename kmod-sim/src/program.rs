@@ -49,6 +49,18 @@ impl LoadedProgram {
         bytes: &[u8],
         lookup_bo: impl Fn(u32) -> Result<Arc<Bo>, Errno>,
     ) -> Result<Self, Errno> {
+        Self::load_without(stats, bytes, &[], lookup_bo)
+    }
+
+    /// [`LoadedProgram::load`] on a device that lacks the operation types in `lacking`
+    /// (`Config::without_ops`): a valid program using one is `EOPNOTSUPP`, as for any
+    /// operation the engine cannot run.
+    pub fn load_without(
+        stats: &Arc<Stats>,
+        bytes: &[u8],
+        lacking: &[OperationType],
+        lookup_bo: impl Fn(u32) -> Result<Arc<Bo>, Errno>,
+    ) -> Result<Self, Errno> {
         let program = Program::decode(bytes).map_err(|e| {
             tracing::debug!("PROGRAM_CREATE: malformed program: {e}");
             Errno::INVAL
@@ -99,6 +111,10 @@ impl LoadedProgram {
             tracing::debug!("PROGRAM_CREATE: invalid graph: {e}");
             Errno::INVAL
         })?;
+        if let Some(op) = graph.operations.iter().find(|o| lacking.contains(&o.op)) {
+            tracing::debug!("PROGRAM_CREATE: this device lacks {}", op.op.name());
+            return Err(Errno::OPNOTSUPP);
+        }
         if let Some(i) = (0..graph.operations.len()).find(|i| !graph.is_operation_supported(*i)) {
             tracing::debug!(
                 "PROGRAM_CREATE: operation {i} ({:?}) not supported",
@@ -287,5 +303,17 @@ mod tests {
             1,
             "the program keeps no reference to its BO"
         );
+    }
+
+    #[test]
+    fn a_device_without_an_operation_refuses_its_programs_with_eopnotsupp() {
+        let stats = Arc::default();
+        let bytes = add_program(Location::Input, Location::Input, vec![]);
+        let no_bo = |_| Err(Errno::NOENT);
+        let refused =
+            LoadedProgram::load_without(&stats, &bytes, &[OperationType::Add], no_bo).unwrap_err();
+        assert_eq!(refused, Errno::OPNOTSUPP);
+        // Lacking another operation leaves ADD programs alone.
+        assert!(LoadedProgram::load_without(&stats, &bytes, &[OperationType::Tanh], no_bo).is_ok());
     }
 }

@@ -170,9 +170,9 @@ pub fn info(
     }
     let Some(loaded) = loaded else {
         println!(
-            "operations the driver runs (CPU executor kernels; the device runs a whole model when \
-             it runs every one of its operations at fixed shapes; give a model file for its \
-             placement):"
+            "operations the driver runs (CPU executor kernels; the device runs the operations \
+             it takes at fixed shapes, the rest run here in the same execution; give a model \
+             file for its placement):"
         );
         for (op, types) in nnaccel_cpu::supported_operation_types() {
             let types: Vec<&str> = types.iter().map(|t| t.name()).collect();

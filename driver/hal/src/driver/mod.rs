@@ -6,10 +6,15 @@
 //! - `on_device`: one request as a job on the device's queue;
 //! - `on_cpu`: one request on the CPU executor;
 //! - `burst_cache`: what a burst keeps across executions ([`BurstCache`]);
-//! - `caching`: preparation through the compilation cache.
+//! - `caching`: preparation through the compilation cache;
+//! - `partition`: placement per operation, and models split into device and CPU parts.
 //!
-//! Placement is whole-model: a model runs on the device when the device runs every one of its
-//! operations at fixed shapes, and on the CPU executor otherwise. A failed device call fails
+//! Placement is per operation: a model runs whole on the device when the device runs every one
+//! of its operations at fixed shapes; otherwise the operations the device runs form device
+//! parts and the rest CPU parts, run in order inside one execution, with the tensors crossing
+//! between parts in a driver-owned memfd (the arena) the device imports once
+//! (`partition.rs` has the rules; a model nothing of which runs on the device is whole on the
+//! CPU executor). A failed device call fails
 //! (or sends to the CPU) the request that made it, nothing more: the device is declared dead
 //! only when a health probe (a plain GET_PARAM) says it is gone, and prepared models then carry
 //! on with the CPU plan they were prepared with. A dead device is probed again at most every
@@ -46,12 +51,14 @@ mod caching;
 mod lower;
 mod on_cpu;
 mod on_device;
+mod partition;
 
 pub use burst_cache::BurstCache;
 use burst_cache::{BurstSlots, reborrow};
 use lower::*;
 use on_cpu::*;
 use on_device::*;
+use partition::{PartitionOutcome, PartitionPlan};
 
 /// What the driver runs on.
 #[derive(Debug, Clone)]
@@ -443,7 +450,9 @@ impl Driver {
             .collect())
     }
 
-    /// Where each operation would run (whole-model placement, see the module doc).
+    /// Where each operation would run (per operation, see the module doc and
+    /// `partition.rs`): Device for what the live device runs, Cpu for the rest the CPU
+    /// executor runs, Unsupported otherwise.
     pub fn operation_placement(&self, model: &Model) -> Result<Vec<Placement>, ErrorStatus> {
         validate_model(model).map_err(|e| {
             tracing::debug!("invalid model: {e}");
@@ -454,14 +463,20 @@ impl Driver {
             .map(|i| reads_unmappable_constant(model, &graph, i))
             .collect();
         let on_device: Vec<bool> = (0..graph.operations.len())
-            .map(|i| !unmappable[i] && self.device_runs_operation(model, &graph, i))
+            .map(|i| {
+                !unmappable[i]
+                    && !partition::reads_subgraph(model, &graph, i)
+                    && self.device_runs_operation(model, &graph, i)
+            })
             .collect();
-        let whole_on_device = on_device.iter().all(|d| *d) && has_fixed_io_shapes(&graph);
-        Ok((0..graph.operations.len())
+        if on_device.iter().all(|d| *d) && has_fixed_io_shapes(&graph) {
+            return Ok(vec![Placement::Device; graph.operations.len()]);
+        }
+        let base = (0..graph.operations.len())
             .map(|i| {
                 if unmappable[i] {
                     Placement::Unsupported
-                } else if whole_on_device {
+                } else if on_device[i] {
                     Placement::Device
                 } else if graph.is_operation_supported(i) {
                     Placement::Cpu
@@ -469,7 +484,22 @@ impl Driver {
                     Placement::Unsupported
                 }
             })
-            .collect())
+            .collect();
+        let settled = partition::settle(&graph, base);
+        if settled.iter().all(|p| *p == Placement::Device) {
+            // Every operation on the device, but the model's own inputs or outputs are not of
+            // fixed shape (or too many for one job): the CPU executor runs it, as before.
+            return Ok((0..graph.operations.len())
+                .map(|i| {
+                    if graph.is_operation_supported(i) {
+                        Placement::Cpu
+                    } else {
+                        Placement::Unsupported
+                    }
+                })
+                .collect());
+        }
+        Ok(settled)
     }
 
     fn device_runs_operation(&self, model: &Model, graph: &Graph, index: usize) -> bool {
@@ -527,15 +557,22 @@ impl Driver {
             tracing::debug!("prepare: model has operations this driver cannot run");
             return Err(ErrorStatus::GeneralFailure);
         }
-        let on_device = placement.first() == Some(&Placement::Device);
-        self.build_plans(model, on_device, preference)
+        if placement.iter().all(|p| *p == Placement::Device) {
+            self.build_plans(model, true, None, preference)
+        } else if placement.contains(&Placement::Device) {
+            self.build_plans(model, false, Some(&placement), preference)
+        } else {
+            self.build_plans(model, false, None, preference)
+        }
     }
 
-    /// The CPU plan and, when `on_device`, the device plan of a validated model.
+    /// The CPU plan and, when `on_device`, the device plan of a validated model; with
+    /// `partitioned`, a per-operation placement, the partitioned plan.
     fn build_plans(
         &self,
         model: &Model,
         on_device: bool,
+        partitioned: Option<&[Placement]>,
         preference: ExecutionPreference,
     ) -> Result<PreparedModel, ErrorStatus> {
         let graph = model_to_graph(model);
@@ -571,6 +608,25 @@ impl Driver {
             }
             _ => None,
         };
+        let partition = match (self.live_device(), partitioned) {
+            (Some(d), Some(placement)) if cpu.is_some() => {
+                match PartitionPlan::build(&d, model, &graph, placement) {
+                    Ok(Some(plan)) => Some(plan),
+                    Ok(None) => {
+                        tracing::debug!("prepare: the model cannot be partitioned; CPU executor");
+                        None
+                    }
+                    Err(e) => {
+                        d.note_error(&e);
+                        tracing::info!(
+                            "prepare: the device did not take a part ({e}); using the CPU executor"
+                        );
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         if device.is_none() && cpu.is_none() {
             return Err(ErrorStatus::GeneralFailure);
         }
@@ -579,6 +635,7 @@ impl Driver {
                 model: model.clone(),
                 cpu,
                 device,
+                partition,
                 preference,
                 uid: next_prepared_uid(),
                 domain: self.domain.clone(),
@@ -661,7 +718,17 @@ impl Driver {
             tracing::info!("cached model is not valid: {e}");
             ErrorStatus::GeneralFailure
         })?;
-        self.build_plans(model, on_device, preference)
+        let pm = self.build_plans(model, on_device, None, preference)?;
+        if !on_device || pm.runs_on_device() {
+            return Ok(pm);
+        }
+        // It ran partitioned when it was cached (or the device changed): place it per
+        // operation again.
+        let placement = self.operation_placement(model)?;
+        if placement.contains(&Placement::Device) && placement.contains(&Placement::Cpu) {
+            return self.build_plans(model, false, Some(&placement), preference);
+        }
+        Ok(pm)
     }
 }
 
@@ -670,6 +737,8 @@ struct PreparedInner {
     model: Model,
     cpu: Option<CpuPlan>,
     device: Option<DevicePlan>,
+    /// Parts on the device and on the CPU (`partition.rs`), when the model is split.
+    partition: Option<PartitionPlan>,
     preference: ExecutionPreference,
     /// Identity for memory-domain roles (unique in the process, never reused).
     uid: u64,
@@ -716,9 +785,24 @@ enum DeviceOutcome {
 }
 
 impl PreparedModel {
-    /// Whether executions go to the device (false after the device died).
+    /// Whether executions go to the device, whole or in parts (false after the device died).
     pub fn runs_on_device(&self) -> bool {
-        self.inner.device.as_ref().is_some_and(|d| d.device.alive())
+        self.inner.device.as_ref().is_some_and(|d| d.device.alive()) || self.is_partitioned()
+    }
+
+    /// Whether executions run partitioned: some parts on the device, the rest on the CPU
+    /// (false after the device died).
+    pub fn is_partitioned(&self) -> bool {
+        self.inner
+            .partition
+            .as_ref()
+            .is_some_and(|p| p.device.alive())
+    }
+
+    /// The parts of a partitioned model: (all parts, parts on the device); None when the model
+    /// is not partitioned.
+    pub fn partition_counts(&self) -> Option<(usize, usize)> {
+        self.inner.partition.as_ref().map(PartitionPlan::counts)
     }
 
     /// The model this was prepared from.
@@ -834,6 +918,13 @@ impl PreparedModel {
                 DeviceOutcome::Done(r) => return r,
                 DeviceOutcome::Fallback(why) => {
                     tracing::debug!("execution falls back to the CPU: {why}")
+                }
+            }
+        } else if let Some(plan) = self.inner.partition.as_ref() {
+            match plan.run(bound, deadline, reborrow(&mut burst)) {
+                PartitionOutcome::Done(r) => return r,
+                PartitionOutcome::WholeCpu(why) => {
+                    tracing::debug!("the partitioned execution runs whole on the CPU: {why}")
                 }
             }
         }

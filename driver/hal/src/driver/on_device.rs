@@ -70,19 +70,7 @@ pub(super) fn run_on_device(
         let MemoryPool::Memory(mem) = pool else {
             return DeviceOutcome::Fallback("a token pool");
         };
-        let (offset, access) = match mem.kind {
-            MemoryKind::MmapFd { offset, prot } => (
-                offset,
-                if prot & libc::PROT_WRITE != 0 {
-                    BO_ACCESS_READ | BO_ACCESS_WRITE
-                } else {
-                    BO_ACCESS_READ
-                },
-            ),
-            _ => (0, BO_ACCESS_READ | BO_ACCESS_WRITE),
-        };
-        let size = pool_size(mem);
-        match BufferObject::import(dev.clone(), mem.fd.as_fd(), offset, size, access) {
+        match import_pool(dev, mem) {
             Ok(bo) => {
                 handles.push(bo.handle());
                 let unkept = match burst.as_mut() {
@@ -167,6 +155,23 @@ pub(super) fn run_on_device(
             DeviceOutcome::Fallback("the device job failed")
         }
     }
+}
+
+/// Imports a request pool as a BO for one execution (or a burst's slot): readable, and
+/// writable unless an `mmap_fd` lacks `PROT_WRITE`.
+pub(super) fn import_pool(dev: &Arc<dyn Device>, mem: &Memory) -> io::Result<BufferObject> {
+    let (offset, access) = match mem.kind {
+        MemoryKind::MmapFd { offset, prot } => (
+            offset,
+            if prot & libc::PROT_WRITE != 0 {
+                BO_ACCESS_READ | BO_ACCESS_WRITE
+            } else {
+                BO_ACCESS_READ
+            },
+        ),
+        _ => (0, BO_ACCESS_READ | BO_ACCESS_WRITE),
+    };
+    BufferObject::import(dev.clone(), mem.fd.as_fd(), offset, pool_size(mem), access)
 }
 
 /// How long one futex sleep lasts before the driver checks that the device still answers.

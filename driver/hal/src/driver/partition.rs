@@ -361,14 +361,46 @@ fn sub_model(model: &Model, ops: &[usize], inputs: &[u32], outputs: &[u32]) -> O
         .iter()
         .map(|&k| add(k, &mut operands))
         .collect::<Option<Vec<_>>>()?;
+    // A part carries only the constant bytes its own operands use, so a model cut into many
+    // parts does not hold its constants once per part. Referenced subgraphs (IF and WHILE)
+    // locate their constants in the whole model's bytes: a part naming one keeps them all.
+    let names_subgraph = operands
+        .iter()
+        .any(|o| o.lifetime == OperandLifetime::Subgraph);
+    let (operand_values, referenced) = if names_subgraph {
+        (model.operand_values.clone(), model.referenced.clone())
+    } else {
+        let mut values = Vec::new();
+        for o in operands
+            .iter_mut()
+            .filter(|o| o.lifetime == OperandLifetime::ConstantCopy)
+        {
+            let start = o.location.offset as usize;
+            let bytes = model
+                .operand_values
+                .get(start..start.checked_add(o.location.length as usize)?)?;
+            let at = values.len().next_multiple_of(PART_VALUE_ALIGN);
+            values.resize(at, 0);
+            values.extend_from_slice(bytes);
+            o.location.offset = u32::try_from(at).ok()?;
+        }
+        (values, Vec::new())
+    };
     Some(Model {
         operands,
         operations,
         input_indexes,
         output_indexes,
-        ..model.clone()
+        operand_values,
+        pools: model.pools.clone(),
+        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
+        referenced,
     })
 }
+
+/// Alignment of each constant in a part's own `operand_values`, as the whole model's
+/// converter places referenced subgraphs' constants.
+const PART_VALUE_ALIGN: usize = 8;
 
 impl PartitionPlan {
     /// The plan of `model` placed as `placement` (from [`settle`]), its device parts compiled
@@ -995,6 +1027,28 @@ mod tests {
         let out = m.operand(&[1, 2], OperandLifetime::SubgraphOutput);
         m.op(OperationType::Mul, &[t2, d, none], out);
         m.finish(&[x], &[out])
+    }
+
+    #[test]
+    fn a_part_carries_only_the_constant_bytes_its_operations_use() {
+        let m = mul_fc_mul();
+        // Operands: x 0, c 1, none 2, t1 3, w 4, b 5, t2 6, d 7, out 8. The FULLY_CONNECTED
+        // part reads w (32 bytes), b (8) and none (4), not c or d: 44 of the model's 68 bytes.
+        assert_eq!(m.operand_values.len(), 68);
+        let part = sub_model(&m, &[1], &[3], &[6]).expect("a part");
+        assert_eq!(part.operand_values.len(), 44);
+        let bytes_of = |o: &Operand| {
+            let at = o.location.offset as usize;
+            part.operand_values[at..at + o.location.length as usize].to_vec()
+        };
+        let w = &part.operands[part.operations[0].inputs[1] as usize];
+        assert_eq!(
+            bytes_of(w),
+            f32_bytes(&[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+        );
+        let b = &part.operands[part.operations[0].inputs[2] as usize];
+        assert_eq!(bytes_of(b), f32_bytes(&[0.5, -1.0]));
+        crate::validate::validate_model(&part).expect("the part is a valid model");
     }
 
     #[test]

@@ -1667,3 +1667,102 @@ fn a_refused_preparation_names_the_operation_in_the_error_frame() {
         );
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Control flow: IF and WHILE from a client, and a loop that does not end
+
+/// `WHILE i < n: i = i + 1`, over `[1]` f32: inputs `i` (input-output) and `n` (input-only),
+/// output the final `i`. The condition and body are referenced subgraphs.
+fn counting_while_model() -> Model {
+    use nnaccel_hal::OperandType;
+    let mut cond = ModelBuilder::new();
+    let (ci, cn) = (cond.input(&[1]), cond.input(&[1]));
+    let less = cond.output_of(OperandType::TensorBool8, &[1]);
+    cond.operation(OperationType::Less, &[ci, cn], &[less]);
+    let mut body = ModelBuilder::new();
+    let (bi, _bn) = (body.input(&[1]), body.input(&[1]));
+    let one = body.constant_copy(&[1], &[1.0]);
+    let none = body.int32(0);
+    let next = body.output(&[1]);
+    body.operation(OperationType::Add, &[bi, one, none], &[next]);
+    let mut m = ModelBuilder::new();
+    let (i, n) = (m.input(&[1]), m.input(&[1]));
+    let (c, b) = (m.subgraph(cond), m.subgraph(body));
+    let out = m.output(&[1]);
+    m.operation(OperationType::While, &[c, b, i, n], &[out]);
+    m.build()
+}
+
+#[test]
+fn while_loops_from_a_client_count_to_their_bound() {
+    with_cpu_service(|hald| {
+        let c = hald.client();
+        let pm = prepare(&c, &counting_while_model()).unwrap();
+        let io = Io3::new(ashmem_named("while", Io3::bytes_needed(1)), 1);
+        for (i, n, want) in [(0.0, 5.0, 5.0), (2.5, 4.0, 4.5), (7.0, 5.0, 7.0)] {
+            io.set(&[i], &[n]);
+            let r = execute(&*pm, &io.request());
+            assert_ok(&r, "WHILE");
+            assert_eq!(io.out(), [want], "WHILE {i} < {n}");
+        }
+    });
+}
+
+#[test]
+fn an_endless_while_loop_times_out_while_other_clients_are_served() {
+    with_cpu_service(|hald| {
+        let looping = hald.client();
+        let pm = prepare(&looping, &counting_while_model()).unwrap();
+        let io = Io3::new(ashmem_named("endless", Io3::bytes_needed(1)), 1);
+        // i + 1 stops growing at 2^24 and never reaches an infinite bound.
+        io.set(&[0.0], &[f32::INFINITY]);
+        let request = io.request();
+        let done = Arc::new(AtomicBool::new(false));
+        let loop_done = done.clone();
+        let endless = std::thread::spawn(move || {
+            let r = execute(&*pm, &request);
+            loop_done.store(true, Ordering::SeqCst);
+            r
+        });
+        // Another client's executions go on while the loop runs.
+        let other = hald.client();
+        let add = prepare(&other, &binary_model(OperationType::Add, 4)).unwrap();
+        let add_io = Io3::new(ashmem_named("add", Io3::bytes_needed(4)), 4);
+        run_add_in(&other, &*add, &add_io, "ADD beside an endless loop", 1.0);
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "the loop ended before the other client was served"
+        );
+        let r = endless.join().unwrap();
+        assert_eq!(r.status, ErrorStatus::MissedDeadlineTransient, "{r:?}");
+        assert!(r.output_shapes.is_empty(), "{r:?}");
+        // The looping client's connection still works.
+        let pm = prepare(&looping, &counting_while_model()).unwrap();
+        io.set(&[0.0], &[3.0]);
+        assert_ok(&execute(&*pm, &io.request()), "WHILE after the timeout");
+        assert_eq!(io.out(), [3.0]);
+    });
+}
+
+#[test]
+fn a_while_loop_stops_at_the_execution_deadline() {
+    with_cpu_service(|hald| {
+        let c = hald.client();
+        let pm = prepare(&c, &counting_while_model()).unwrap();
+        let io = Io3::new(ashmem_named("deadline", Io3::bytes_needed(1)), 1);
+        io.set(&[0.0], &[f32::INFINITY]);
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let r = pm.execute_synchronously(
+            &io.request(),
+            nnaccel_hal::MeasureTiming::No,
+            Some(deadline),
+        );
+        assert!(
+            matches!(
+                r.status,
+                ErrorStatus::MissedDeadlineTransient | ErrorStatus::MissedDeadlinePersistent
+            ),
+            "{r:?}"
+        );
+    });
+}

@@ -929,7 +929,14 @@ impl PreparedModel {
             }
         }
         match &self.inner.cpu {
-            Some(cpu) => run_on_cpu(cpu, &self.inner.model, request, &bound.cpu_pools(), burst),
+            Some(cpu) => run_on_cpu(
+                cpu,
+                &self.inner.model,
+                request,
+                &bound.cpu_pools(),
+                deadline,
+                burst,
+            ),
             None => ExecutionResult::failure(ErrorStatus::DeviceUnavailable),
         }
     }

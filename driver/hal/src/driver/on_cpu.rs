@@ -10,14 +10,25 @@ pub(super) struct CpuPlan {
     pub(super) pools: Vec<MappedPool>,
 }
 
+/// How long a WHILE loop of this execution may run: NNAPI's default loop timeout, cut short by
+/// the execution's deadline when that comes first (a loop that outlives either fails with
+/// MISSED_DEADLINE_TRANSIENT rather than holding the caller).
+fn loop_timeout(deadline: Option<Deadline>) -> Duration {
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    left.map_or(nnaccel_cpu::DEFAULT_LOOP_TIMEOUT, |l| {
+        l.min(nnaccel_cpu::DEFAULT_LOOP_TIMEOUT)
+    })
+}
+
 /// Runs `request` on the CPU plan. `mapped[i]`, where given, is pool `i` already mapped (a
 /// memory-domain buffer); the other pools are mapped for this execution, or, in a burst, once
-/// per slot and kept in the burst's cache.
+/// per slot and kept in the burst's cache. WHILE loops stop at [`loop_timeout`].
 pub(super) fn run_on_cpu(
     plan: &CpuPlan,
     model: &Model,
     request: &Request,
     mapped: &[Option<&MappedPool>],
+    deadline: Option<Deadline>,
     burst: Option<BurstSlots<'_, '_>>,
 ) -> ExecutionResult {
     let exec_start = Instant::now();
@@ -121,7 +132,12 @@ pub(super) fn run_on_cpu(
         .collect();
     let result = {
         let mut outs: Vec<&mut [u8]> = out_bufs.iter_mut().map(Vec::as_mut_slice).collect();
-        plan.graph.execute(&model_pools, &inputs, &mut outs)
+        plan.graph.execute_with_loop_timeout(
+            &model_pools,
+            &inputs,
+            &mut outs,
+            loop_timeout(deadline),
+        )
     };
     let exec_us = u64::try_from(exec_start.elapsed().as_micros()).unwrap_or(u64::MAX);
     let status = match result {

@@ -709,7 +709,9 @@ impl PartitionPlan {
                         DeviceOutcome::Fallback(why) => return PartitionOutcome::WholeCpu(why),
                     }
                 }
-                PartPlan::Cpu(plan) => run_on_cpu(plan, &part.model, &sub, &maps, part_burst),
+                PartPlan::Cpu(plan) => {
+                    run_on_cpu(plan, &part.model, &sub, &maps, deadline, part_burst)
+                }
             };
             match r.status {
                 ErrorStatus::None => {}

@@ -49,9 +49,10 @@ Q8S TENSOR_QUANT8_SYMM, Q8PC TENSOR_QUANT8_SYMM_PER_CHANNEL, Q16A TENSOR_QUANT16
 TENSOR_QUANT16_SYMM, I32 TENSOR_INT32, B8 TENSOR_BOOL8, SG SUBGRAPH (the
 subgraph operand of WHILE, which heads its inputs).
 
-The device runs a whole model when it runs every one of its operations at fixed shapes
-(`nnaccelctl info MODEL` shows the placement of a model's operations); everything else runs
-here.
+Every operation here also runs on the simulated device unless the device lacks it
+(`nnaccel-sim --without-ops`), its shapes are not fixed, or it is IF or WHILE (device
+programs carry no subgraphs); those run here, inside the same execution, as a CPU part of a
+partitioned model (`docs/hal.md`; `nnaccelctl info MODEL` shows each operation's placement).
 
 HEAD
     cargo run -q -p nnaccelctl -- info --ops --markdown

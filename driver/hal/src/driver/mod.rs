@@ -401,16 +401,17 @@ impl Driver {
                 power_usage: 1.0,
             }
         };
-        let unsupported = PerformanceInfo {
-            exec_time: f32::MAX,
-            power_usage: f32::MAX,
+        // IF and WHILE always run on the CPU executor (device programs carry no subgraphs).
+        let on_cpu = PerformanceInfo {
+            exec_time: 1.0,
+            power_usage: 1.0,
         };
         Capabilities {
             relaxed_float32_to_float16_performance_scalar: perf,
             relaxed_float32_to_float16_performance_tensor: perf,
             operand_performance: OperandType::ALL.iter().map(|t| (*t, perf)).collect(),
-            if_performance: unsupported,
-            while_performance: unsupported,
+            if_performance: on_cpu,
+            while_performance: on_cpu,
         }
     }
 

@@ -368,8 +368,8 @@ fn malformed_model_files_exit_2_with_a_message() {
         ("empty", String::new(), "malformed JSON"),
         (
             "bad version",
-            add.replace("\"version\": 1", "\"version\": 2"),
-            "version: unsupported model format version 2",
+            add.replace("\"version\": 1", "\"version\": 3"),
+            "version: unsupported model format version 3",
         ),
         (
             "unknown field",

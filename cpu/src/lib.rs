@@ -20,8 +20,11 @@
 //! - FULLY_CONNECTED and CONV_2D run on a packed SIMD GEMM (1×1 stride-1 unpadded convolutions
 //!   directly, others through im2col in cache-sized blocks; constant float weights are
 //!   transposed once when the graph is prepared; batches of at most 4 rows use dot products);
-//!   DEPTHWISE_CONV_2D vectorizes over channels. Large layers use up to [`max_threads`] threads ([`set_max_threads`], or the
-//!   `NNACCEL_CPU_THREADS` environment variable); small ones stay on the calling thread.
+//!   DEPTHWISE_CONV_2D vectorizes over channels. Large layers use up to [`max_threads`]
+//!   threads (at most [`MAX_THREADS`]); small ones stay on the calling thread. The count comes
+//!   from, first to last: [`set_max_threads`] (which `nnaccelctl --threads` and the service's
+//!   `threads` setting call), the `NNACCEL_CPU_THREADS` environment variable, the number of
+//!   CPUs available to the process.
 //! - Layout NCHW (the trailing layout BOOL) is handled by transposing to NHWC and back.
 //! - IF and WHILE run the graphs of `Graph::referenced` (details in the `control_flow` module):
 //!   a WHILE that loops longer than the execution's loop timeout ([`DEFAULT_LOOP_TIMEOUT`] 2 s,
@@ -47,7 +50,7 @@ pub use error::{ExecError, GraphError, OutputShape};
 pub use exec::{InputArg, PreparedGraph};
 pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 pub use order::execution_order;
-pub use par::{max_threads, set_max_threads};
+pub use par::{MAX_THREADS, max_threads, set_max_threads};
 pub use tensor::{f16_to_f32, f32_to_f16};
 pub use validate::supported_operation_types;
 

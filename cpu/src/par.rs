@@ -10,14 +10,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Work (in flops, or flop-equivalents) below which a kernel stays single-threaded.
 const PAR_MIN_FLOPS: usize = 1 << 22;
 
+/// The most threads one kernel uses, however [`set_max_threads`], `NNACCEL_CPU_THREADS` or the
+/// machine put it; front ends that take a thread count (`nnaccelctl --threads`, the service's
+/// `threads` setting) accept 1 to this.
+pub const MAX_THREADS: usize = 64;
+
 /// 0 = not set by [`set_max_threads`]: use the environment or the machine.
 static OVERRIDE: AtomicUsize = AtomicUsize::new(0);
 
-/// Limits the number of threads one kernel may use (0 restores the default: the
-/// `NNACCEL_CPU_THREADS` environment variable if set, else the number of available CPUs).
-/// Applies process-wide to executions that start afterwards.
+/// Limits the number of threads one kernel may use, at most [`MAX_THREADS`] (0 restores the
+/// default: the `NNACCEL_CPU_THREADS` environment variable if set, else the number of available
+/// CPUs). Applies process-wide to executions that start afterwards.
 pub fn set_max_threads(n: usize) {
-    OVERRIDE.store(n, Ordering::Relaxed);
+    OVERRIDE.store(n.min(MAX_THREADS), Ordering::Relaxed);
 }
 
 /// The number of threads one kernel may use (at least 1). See [`set_max_threads`].
@@ -36,7 +41,7 @@ fn default_threads() -> usize {
             .and_then(|s| s.trim().parse::<usize>().ok())
             .filter(|&n| n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .min(64)
+            .min(MAX_THREADS)
     })
 }
 
@@ -90,4 +95,19 @@ where
         }
         result
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_max_threads_caps_at_max_threads() {
+        // The limit is process-wide and another test sets 2 concurrently: whichever store
+        // wins, the count read back is within the cap.
+        set_max_threads(MAX_THREADS * 4);
+        assert!(max_threads() <= MAX_THREADS, "{}", max_threads());
+        // Other tests in this process expect the split the large-layer test sets.
+        set_max_threads(2);
+    }
 }

@@ -148,6 +148,57 @@ pub fn select(
     embedded()
 }
 
+/// [`select`] for `run` and `bench`, which take `--threads`: with a count, sets the CPU
+/// executor's thread limit for this process (`nnaccel_cpu::set_max_threads`), which the CPU
+/// executor and the embedded simulated device use. Refused (before connecting, for an explicit
+/// `--service`) when the model would run in the service: its executor is the daemon's, set by
+/// the daemon's own `threads` setting, and silently ignoring the option would mislead.
+pub fn select_with_threads(
+    device: Option<PathBuf>,
+    cpu: bool,
+    service: Option<PathBuf>,
+    threads: Option<u32>,
+) -> Result<Selected, CliError> {
+    if let (Some(_), Some(path)) = (threads, &service) {
+        return Err(threads_with_service(path));
+    }
+    let selected = select(device, cpu, service)?;
+    if let Some(n) = threads {
+        if let Source::Service(path) = &selected.source {
+            return Err(threads_with_service(path));
+        }
+        nnaccel_cpu::set_max_threads(n as usize);
+    }
+    Ok(selected)
+}
+
+fn threads_with_service(path: &Path) -> CliError {
+    CliError(format!(
+        "--threads applies to executors in this process, but the model would run in the \
+         service at {}: set `threads` in its configuration (/etc/nnaccel/hald.toml, or \
+         nnaccel-hald --threads N), or use --cpu or --device to run here",
+        path.display()
+    ))
+}
+
+impl Selected {
+    /// For `bench`'s header: how many threads one operation of the CPU executor may use, and
+    /// what set it (`threads` is the command line's `--threads`).
+    pub fn threads_label(&self, threads: Option<u32>) -> String {
+        match (&self.source, threads) {
+            (Source::Service(_), _) => {
+                "the service's (its `threads` setting; the backend line above says how many)"
+                    .to_string()
+            }
+            (_, Some(_)) => format!("{} (--threads)", nnaccel_cpu::max_threads()),
+            (_, None) => format!(
+                "{} (NNACCEL_CPU_THREADS, else the CPUs available)",
+                nnaccel_cpu::max_threads()
+            ),
+        }
+    }
+}
+
 #[cfg(feature = "embedded")]
 fn embedded() -> Result<Selected, CliError> {
     use nnaccel_kmod_sim::{Config, InprocFile, SimDevice};
@@ -169,4 +220,35 @@ fn embedded() -> Result<Selected, CliError> {
             why: "no /dev/nnaccel, and built without the embedded simulated device",
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_with_an_explicit_service_is_refused_before_connecting() {
+        // Nothing listens there: an attempt to connect would fail with "cannot reach".
+        let path = PathBuf::from("/nonexistent/nnaccel-threads-test.sock");
+        let err = select_with_threads(None, false, Some(path), Some(2))
+            .err()
+            .map(|e| e.0)
+            .unwrap_or_default();
+        assert!(err.contains("`threads`"), "{err}");
+        assert!(
+            err.contains("/nonexistent/nnaccel-threads-test.sock"),
+            "{err}"
+        );
+        assert!(!err.contains("cannot reach"), "{err}");
+    }
+
+    #[test]
+    fn threads_on_the_cpu_executor_set_the_process_limit() {
+        let selected = select_with_threads(None, true, None, Some(3));
+        assert!(selected.is_ok());
+        assert_eq!(nnaccel_cpu::max_threads(), 3);
+        if let Ok(s) = selected {
+            assert_eq!(s.threads_label(Some(3)), "3 (--threads)");
+        }
+    }
 }

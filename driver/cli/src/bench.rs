@@ -68,6 +68,7 @@ pub fn bench(
     device: Option<PathBuf>,
     cpu: bool,
     service: Option<PathBuf>,
+    threads: Option<u32>,
 ) -> Result<Outcome, CliError> {
     let loaded = modelfile::load_model(model_path)?;
     let model = &loaded.model;
@@ -76,8 +77,9 @@ pub fn bench(
         None => zero_inputs(model)?,
     };
     exec::check_request_fits(model, &inputs)?;
-    let selected = backend::select(device, cpu, service)?;
+    let selected = backend::select_with_threads(device, cpu, service, threads)?;
     println!("backend: {}", selected.describe());
+    println!("threads: {}", selected.threads_label(threads));
     let prepared = match exec::prepare(&*selected.driver, model) {
         Ok(p) => p,
         Err(status) => {
@@ -180,10 +182,12 @@ pub fn bench_burst(
     device: Option<PathBuf>,
     cpu: bool,
     service: Option<PathBuf>,
+    threads: Option<u32>,
 ) -> Result<Outcome, CliError> {
     use nnaccel_protocol::bench as burst_bench;
-    let selected = backend::select(device, cpu, service)?;
+    let selected = backend::select_with_threads(device, cpu, service, threads)?;
     println!("backend: {}", selected.describe());
+    println!("threads: {}", selected.threads_label(threads));
     let models = match model_path {
         Some(p) => vec![(p.display().to_string(), modelfile::load_model(p)?.model)],
         None => vec![

@@ -76,6 +76,19 @@ struct DeviceArgs {
     service: Option<PathBuf>,
 }
 
+/// The CPU executor's thread count for this process.
+#[derive(Debug, Args, Clone, Copy)]
+struct ThreadArgs {
+    /// Threads one operation of the CPU executor may use (1 to 64), for the executors in this
+    /// process: --cpu, the embedded simulated device, and CPU fallback next to a --device
+    /// (a device node served by another process, such as nnaccel-sim, keeps its own count).
+    /// Refused when the model would run in the service (--service, or its socket found by
+    /// default): set `threads` in its hald.toml (or nnaccel-hald --threads) instead.
+    /// [default: $NNACCEL_CPU_THREADS, else the number of CPUs available]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=nnaccel_cpu::MAX_THREADS as i64))]
+    threads: Option<u32>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Prepare a model, execute it once on the given inputs and print its outputs.
@@ -100,6 +113,8 @@ enum Command {
         cache_dir: Option<PathBuf>,
         #[command(flatten)]
         device: DeviceArgs,
+        #[command(flatten)]
+        threads: ThreadArgs,
     },
     /// Show the device, its parameters and capabilities, the operations the driver runs, and,
     /// given a model, where each of its operations would run.
@@ -137,6 +152,8 @@ enum Command {
         /// on a tiny model (one ADD of 4 floats) and a medium one (FULLY_CONNECTED 256x256).
         #[arg(long)]
         burst: bool,
+        #[command(flatten)]
+        threads: ThreadArgs,
     },
     /// List or clear the service's driver-managed compilation cache.
     #[command(after_help = cache::AFTER_HELP)]
@@ -163,6 +180,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             measure,
             cache_dir,
             device,
+            threads,
         } => run::run(&run::RunArgs {
             model,
             inputs,
@@ -172,6 +190,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device: device.device,
             cpu: device.cpu,
             service: device.service,
+            threads: threads.threads,
         }),
         Command::Info {
             ops: true,
@@ -186,6 +205,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             iterations,
             device,
             burst: true,
+            threads,
             ..
         } => bench::bench_burst(
             model.as_deref(),
@@ -193,6 +213,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device.device,
             device.cpu,
             device.service,
+            threads.threads,
         ),
         Command::Bench {
             model,
@@ -200,6 +221,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             iterations,
             device,
             burst: false,
+            threads,
         } => bench::bench(
             &model.ok_or_else(|| CliError("bench needs a model file".into()))?,
             inputs.as_deref(),
@@ -207,6 +229,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device.device,
             device.cpu,
             device.service,
+            threads.threads,
         ),
         Command::Cache {
             action,
@@ -229,5 +252,67 @@ fn main() -> ExitCode {
             eprintln!("nnaccelctl: {msg}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("nnaccelctl").chain(args.iter().copied()))
+    }
+
+    /// `run ... --threads VALUE`: the count, or the usage error's kind and exit status.
+    fn run_threads(value: &str) -> Result<Option<u32>, (ErrorKind, i32)> {
+        match parse(&["run", "m.json", "--inputs", "i.json", "--threads", value]) {
+            Ok(Cli {
+                command: Command::Run { threads, .. },
+            }) => Ok(threads.threads),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err((e.kind(), e.exit_code())),
+        }
+    }
+
+    #[test]
+    fn threads_accepts_one_to_max_threads() {
+        assert_eq!(run_threads("1"), Ok(Some(1)));
+        assert_eq!(run_threads("64"), Ok(Some(64)));
+        assert_eq!(nnaccel_cpu::MAX_THREADS, 64);
+    }
+
+    #[test]
+    fn threads_zero_too_many_or_junk_is_a_usage_error() {
+        for (bad, kind) in [
+            ("0", ErrorKind::ValueValidation),
+            ("65", ErrorKind::ValueValidation),
+            ("two", ErrorKind::ValueValidation),
+            ("1.5", ErrorKind::ValueValidation),
+            ("", ErrorKind::ValueValidation),
+            // Taken for an option, as clap does with any leading '-'.
+            ("-1", ErrorKind::UnknownArgument),
+        ] {
+            assert_eq!(run_threads(bad), Err((kind, 2)), "--threads {bad:?}");
+        }
+    }
+
+    #[test]
+    fn threads_is_an_option_of_run_and_bench_only() {
+        let bench = parse(&["bench", "m.json", "--threads", "2"]);
+        assert!(
+            matches!(
+                bench,
+                Ok(Cli {
+                    command: Command::Bench {
+                        threads: ThreadArgs { threads: Some(2) },
+                        ..
+                    }
+                })
+            ),
+            "{bench:?}"
+        );
+        let info = parse(&["info", "--threads", "2"]).err().map(|e| e.kind());
+        assert_eq!(info, Some(ErrorKind::UnknownArgument));
     }
 }

@@ -35,6 +35,8 @@ pub struct RunArgs {
     pub device: Option<PathBuf>,
     pub cpu: bool,
     pub service: Option<PathBuf>,
+    /// `--threads`: the CPU executor's thread count in this process.
+    pub threads: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,7 +87,12 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
     let model = &loaded.model;
     let inputs = modelfile::load_inputs(&args.inputs, model)?;
     exec::check_request_fits(model, &inputs)?;
-    let selected = backend::select(args.device.clone(), args.cpu, args.service.clone())?;
+    let selected = backend::select_with_threads(
+        args.device.clone(),
+        args.cpu,
+        args.service.clone(),
+        args.threads,
+    )?;
     if !args.json {
         println!("backend: {}", selected.describe());
     }

@@ -378,9 +378,10 @@ impl Service {
                         let hello = ServiceMessage::Hello {
                             version: PROTOCOL_VERSION,
                             server: format!(
-                                "nnaccel-hald {}: {}",
+                                "nnaccel-hald {}: {}; CPU executor threads: {}",
                                 env!("CARGO_PKG_VERSION"),
-                                self.driver.description()
+                                self.driver.description(),
+                                nnaccel_cpu::max_threads()
                             ),
                         };
                         if reply(&stream, &hello).is_err() {

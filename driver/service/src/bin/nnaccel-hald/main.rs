@@ -36,7 +36,13 @@ struct Args {
     #[arg(long)]
     cpu: bool,
 
-    /// Configuration file (TOML: socket, device, cpu, max_message_bytes, max_models_per_connection,
+    /// Threads one operation of the CPU executor may use (1 to 64): the CPU-only mode and the
+    /// CPU fallback next to the device. [default: $NNACCEL_CPU_THREADS, else the number of
+    /// CPUs available]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=nnaccel_cpu::MAX_THREADS as i64))]
+    threads: Option<u32>,
+
+    /// Configuration file (TOML: socket, device, cpu, threads, max_message_bytes, max_models_per_connection,
     /// max_bursts_per_connection, burst_polling_us, state_dir, managed_cache_max_bytes,
     /// idle_timeout_ms, frame_timeout_ms, max_partial_frame_bytes, admin_group,
     /// max_model_operations, max_model_operands, max_model_bytes, and a [budgets] table; see
@@ -71,6 +77,7 @@ struct FileConfig {
     socket: Option<PathBuf>,
     device: Option<PathBuf>,
     cpu: Option<bool>,
+    threads: Option<u32>,
     max_message_bytes: Option<usize>,
     max_models_per_connection: Option<usize>,
     max_bursts_per_connection: Option<usize>,
@@ -124,6 +131,28 @@ impl FileBudgets {
     }
 }
 
+/// The CPU executor's threads per operation: `--threads` (checked by clap), else the file's
+/// `threads`, which must be 1 to [`nnaccel_cpu::MAX_THREADS`]; `None`: neither is set (the
+/// executor's default: `NNACCEL_CPU_THREADS`, else the CPUs available).
+fn threads_setting(
+    flag: Option<u32>,
+    file: Option<u32>,
+    config: &Path,
+) -> Result<Option<usize>, String> {
+    if let Some(n) = flag {
+        return Ok(Some(n as usize));
+    }
+    match file {
+        None => Ok(None),
+        Some(n) if (1..=nnaccel_cpu::MAX_THREADS).contains(&(n as usize)) => Ok(Some(n as usize)),
+        Some(n) => Err(format!(
+            "{}: threads = {n}: the CPU executor's threads per operation must be 1 to {}",
+            config.display(),
+            nnaccel_cpu::MAX_THREADS
+        )),
+    }
+}
+
 fn load_config(path: &Path, explicit: bool) -> Result<FileConfig, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
@@ -145,6 +174,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    match threads_setting(args.threads, file.threads, &args.config) {
+        Ok(Some(n)) => nnaccel_cpu::set_max_threads(n),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("nnaccel-hald: bad configuration: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    tracing::info!(
+        "CPU executor: up to {} threads per operation",
+        nnaccel_cpu::max_threads()
+    );
     let cpu = args.cpu || (args.device.is_none() && file.cpu.unwrap_or(false));
     let device_path = args
         .device
@@ -338,4 +379,63 @@ fn spawn_signal_thread(service: Arc<Service>, listener: Arc<UnixListener>) -> st
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> Result<FileConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn threads_comes_from_the_flag_before_the_file() {
+        let p = Path::new("hald.toml");
+        assert_eq!(threads_setting(Some(2), Some(8), p), Ok(Some(2)));
+        assert_eq!(threads_setting(None, Some(8), p), Ok(Some(8)));
+        assert_eq!(threads_setting(None, None, p), Ok(None));
+    }
+
+    #[test]
+    fn threads_in_the_file_must_be_one_to_max_threads() {
+        let p = Path::new("/etc/nnaccel/hald.toml");
+        assert_eq!(threads_setting(None, Some(1), p), Ok(Some(1)));
+        assert_eq!(threads_setting(None, Some(64), p), Ok(Some(64)));
+        for bad in [0, 65, u32::MAX] {
+            let err = threads_setting(None, Some(bad), p)
+                .err()
+                .unwrap_or_default();
+            assert!(
+                err.contains(&format!("threads = {bad}")) && err.contains("1 to 64"),
+                "{bad}: {err}"
+            );
+            assert!(err.starts_with("/etc/nnaccel/hald.toml: "), "{err}");
+        }
+    }
+
+    #[test]
+    fn threads_in_the_file_parses_as_a_count() {
+        assert_eq!(file("threads = 4").map(|f| f.threads), Ok(Some(4)));
+        assert_eq!(file("").map(|f| f.threads), Ok(None));
+        for bad in [
+            "threads = -1",
+            "threads = \"4\"",
+            "threads = 2.5",
+            "threads = true",
+        ] {
+            let err = file(bad).err().unwrap_or_default();
+            assert!(err.contains("threads"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn threads_flag_accepts_one_to_max_threads_only() {
+        let parse = |v: &str| Args::try_parse_from(["nnaccel-hald", "--threads", v]);
+        assert_eq!(parse("1").map(|a| a.threads).ok(), Some(Some(1)));
+        assert_eq!(parse("64").map(|a| a.threads).ok(), Some(Some(64)));
+        for bad in ["0", "65", "junk", "-3"] {
+            assert!(parse(bad).is_err(), "--threads {bad}");
+        }
+    }
 }

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nnaccel_cpu::{
     Graph, InputArg, Lifetime, Operand, OperandType as T, Operation, OperationType as O,
@@ -153,7 +153,7 @@ fn dw_case(name: &'static str, hw: u32, c: u32) -> Case {
 /// Median seconds per execution after warm-up.
 fn time_case(p: &PreparedGraph, case: &Case) -> f64 {
     let mut out = vec![0u8; case.out_len];
-    let mut run = || {
+    median_secs(|| {
         let inputs = [InputArg::Value {
             data: &case.input,
             dimensions: vec![],
@@ -161,23 +161,7 @@ fn time_case(p: &PreparedGraph, case: &Case) -> f64 {
         let mut outs: Vec<&mut [u8]> = vec![&mut out[..]];
         p.execute(&[], &inputs, &mut outs)
             .expect("execution failed");
-    };
-    let warm = Instant::now();
-    for _ in 0..3 {
-        run();
-    }
-    let per = warm.elapsed() / 3;
-    let reps = (Duration::from_millis(400).as_secs_f64() / per.as_secs_f64().max(1e-6))
-        .clamp(7.0, 101.0) as usize;
-    let mut times: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            run();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    })
 }
 
 const NUMPY_SCRIPT: &str = r#"

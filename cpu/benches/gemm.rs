@@ -5,11 +5,14 @@
 //! `cargo bench -p nnaccel-cpu --bench gemm [-- NAME...]` (NAME: substring of the layers to
 //! run, e.g. `1x1`). `NNACCEL_BENCH_THREADS=N` caps our kernels (and
 //! OpenBLAS, through OPENBLAS_NUM_THREADS) at N threads; the default is every CPU.
+//!
+//! A second table times the GEMM crates themselves (matrixmultiply, gemm) on the GEMM-equivalent
+//! shapes, on 1 thread and on all of them, each next to numpy with as many threads.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nnaccel_cpu::{
     Graph, InputArg, Lifetime, Operand, OperandType as T, Operation, OperationType as O,
@@ -150,7 +153,7 @@ fn dw_case(name: &'static str, hw: u32, c: u32) -> Case {
 /// Median seconds per execution after warm-up.
 fn time_case(p: &PreparedGraph, case: &Case) -> f64 {
     let mut out = vec![0u8; case.out_len];
-    let mut run = || {
+    median_secs(|| {
         let inputs = [InputArg::Value {
             data: &case.input,
             dimensions: vec![],
@@ -158,23 +161,7 @@ fn time_case(p: &PreparedGraph, case: &Case) -> f64 {
         let mut outs: Vec<&mut [u8]> = vec![&mut out[..]];
         p.execute(&[], &inputs, &mut outs)
             .expect("execution failed");
-    };
-    let warm = Instant::now();
-    for _ in 0..3 {
-        run();
-    }
-    let per = warm.elapsed() / 3;
-    let reps = (Duration::from_millis(400).as_secs_f64() / per.as_secs_f64().max(1e-6))
-        .clamp(7.0, 101.0) as usize;
-    let mut times: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            run();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    })
 }
 
 const NUMPY_SCRIPT: &str = r#"
@@ -318,7 +305,23 @@ fn main() {
         ours.push(row);
     }
     let specs: Vec<String> = cases.iter().map(|c| numpy_spec(c.numpy)).collect();
+    let shapes: Vec<(usize, usize, usize)> = cases
+        .iter()
+        .filter_map(|c| match c.numpy {
+            Numpy::Gemm(m, k, n) => Some((m, k, n)),
+            Numpy::Depthwise(..) => None,
+        })
+        .collect();
+    let crates: Vec<[f64; 6]> = shapes
+        .iter()
+        .map(|&(m, k, n)| crate_row(m, k, n, threads))
+        .collect();
     let numpy = run_numpy(&specs, threads);
+    let numpy_1t = if threads > 1 {
+        run_numpy(&specs, 1)
+    } else {
+        numpy.clone()
+    };
     println!();
     println!(
         "{:<36} {:>20} {:>9} {:>9} {:>9} {:>9}",
@@ -343,4 +346,233 @@ fn main() {
     println!("GFLOP/s; GEMM-shaped work counts 2*M*N*K, depthwise 2*9*H*W*C.");
     println!("numpy: matmul on the GEMM-equivalent shape (conv 3x3 = the im2col GEMM, im2col");
     println!("itself not timed); depthwise = 9 shifted multiply-adds on a padded array.");
+    print_crates(&shapes, &crates, numpy_1t.as_ref(), numpy.as_ref(), threads);
+}
+
+/// The GEMM crates alone: `c[m×n] = a[m×k] · B`, all row-major, in GFLOP/s:
+/// `[mm 1T, gemm 1T, gemm 1T with B as [n][k], mm nT, gemm nT (our split), gemm nT (Rayon)]`.
+fn crate_row(m: usize, k: usize, n: usize, threads: usize) -> [f64; 6] {
+    let a: Vec<f32> = f32_bytes(m * k, 4)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let b: Vec<f32> = f32_bytes(k * n, 5)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let mut c = vec![0f32; m * n];
+    let flops = 2.0 * (m * k * n) as f64;
+    let mut gflops = |lib: Lib, kn: bool, split: usize, rayon: usize| {
+        let (rsb, csb) = if kn { (n, 1) } else { (1, k) };
+        flops
+            / median_secs(|| {
+                run_split(lib, m, k, n, &a, &b, rsb, csb, &mut c, split, rayon);
+            })
+            / 1e9
+    };
+    [
+        gflops(Lib::Mm, true, 1, 1),
+        gflops(Lib::Gemm, true, 1, 1),
+        gflops(Lib::Gemm, false, 1, 1),
+        gflops(Lib::Mm, true, threads, 1),
+        gflops(Lib::Gemm, true, threads, 1),
+        gflops(Lib::Gemm, true, 1, threads),
+    ]
+}
+
+#[derive(Clone, Copy)]
+enum Lib {
+    Mm,
+    Gemm,
+}
+
+/// Median seconds of `f` after 3 warm-up calls, over about 400 ms.
+fn median_secs(mut f: impl FnMut()) -> f64 {
+    let warm = Instant::now();
+    for _ in 0..3 {
+        f();
+    }
+    let per = warm.elapsed().as_secs_f64() / 3.0;
+    let reps = (0.4 / per.max(1e-6)).clamp(7.0, 101.0) as usize;
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// A pointer into `c` handed to a scoped thread that writes a disjoint part of it.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: each thread writes only its own rows or columns of `c` (see `run_split`), and `c`
+// outlives the scope.
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+impl Out {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// The product on `split` scoped threads (row blocks when m >= n, else column blocks), each
+/// calling `lib` single-threaded, or on one call with gemm's Rayon(`rayon`) when split is 1.
+#[allow(clippy::too_many_arguments)]
+fn run_split(
+    lib: Lib,
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    b: &[f32],
+    rsb: usize,
+    csb: usize,
+    c: &mut [f32],
+    split: usize,
+    rayon: usize,
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    let cp = Out(c.as_mut_ptr());
+    // (row0, rows, col0, cols) of each part.
+    let parts: Vec<(usize, usize, usize, usize)> = if m >= n {
+        let per = m.div_ceil(split);
+        (0..m)
+            .step_by(per)
+            .map(|i| (i, per.min(m - i), 0, n))
+            .collect()
+    } else {
+        let per = n.div_ceil(split).div_ceil(16) * 16;
+        (0..n)
+            .step_by(per)
+            .map(|j| (0, m, j, per.min(n - j)))
+            .collect()
+    };
+    let work = |&(i0, rows, j0, cols): &(usize, usize, usize, usize)| {
+        let (a, b, c) = (
+            a.as_ptr().wrapping_add(i0 * k),
+            b.as_ptr().wrapping_add(j0 * csb),
+            cp.get().wrapping_add(i0 * n + j0),
+        );
+        let par = if rayon > 1 {
+            gemm::Parallelism::Rayon(rayon)
+        } else {
+            gemm::Parallelism::None
+        };
+        // The asserts above bound every element read from `a` (rows i0..i0+rows of k) and `b`
+        // (B[kk][j] = b[kk*rsb + j*csb] for j < n, both layouts hold k*n floats); the part
+        // writes c[i*n + j] for its own rows or columns only, disjoint from the others'.
+        match lib {
+            // SAFETY: as said above the match.
+            Lib::Mm => unsafe {
+                matrixmultiply::sgemm(
+                    rows,
+                    k,
+                    cols,
+                    1.0,
+                    a,
+                    k as isize,
+                    1,
+                    b,
+                    rsb as isize,
+                    csb as isize,
+                    0.0,
+                    c,
+                    n as isize,
+                    1,
+                )
+            },
+            // SAFETY: as said above the match.
+            Lib::Gemm => unsafe {
+                gemm::gemm(
+                    rows,
+                    cols,
+                    k,
+                    c,
+                    1,
+                    n as isize,
+                    false,
+                    a,
+                    1,
+                    k as isize,
+                    b,
+                    csb as isize,
+                    rsb as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    par,
+                )
+            },
+        }
+    };
+    std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = parts[1..]
+            .iter()
+            .map(|p| s.spawn(move || work(p)))
+            .collect();
+        work(&parts[0]);
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
+fn print_crates(
+    shapes: &[(usize, usize, usize)],
+    rows: &[[f64; 6]],
+    np1: Option<&HashMap<String, f64>>,
+    npn: Option<&HashMap<String, f64>>,
+    threads: usize,
+) {
+    println!();
+    println!("GEMM crates alone, GFLOP/s (c = a·B, row-major; B as [k][n] unless marked [n][k]);");
+    println!("r = ratio to numpy with the same thread count. {threads}T: 'split' = our row/column");
+    println!("split over scoped threads, each calling the crate single-threaded; 'rayon' = gemm's");
+    println!("own Parallelism::Rayon({threads}).");
+    println!(
+        "{:>18} | {:>6} {:>6} {:>10} {:>6} {:>5} {:>5} | {:>9} {:>9} {:>9} {:>6} {:>5} {:>5} {:>5}",
+        "shape m,k,n",
+        "mm 1T",
+        "gemm",
+        "gemm[n][k]",
+        "np 1T",
+        "r mm",
+        "r ge",
+        "mm split",
+        "ge split",
+        "ge rayon",
+        "np",
+        "r mm",
+        "r ges",
+        "r ger"
+    );
+    for (&(m, k, n), r) in shapes.iter().zip(rows) {
+        let spec = numpy_spec(Numpy::Gemm(m, k, n));
+        let g1 = np1.and_then(|h| h.get(&spec)).copied().unwrap_or(f64::NAN);
+        let gn = npn.and_then(|h| h.get(&spec)).copied().unwrap_or(f64::NAN);
+        println!(
+            "{:>18} | {:>6.1} {:>6.1} {:>10.1} {:>6.1} {:>5.2} {:>5.2} | {:>9.1} {:>9.1} {:>9.1} {:>6.1} {:>5.2} {:>5.2} {:>5.2}",
+            format!("{m},{k},{n}"),
+            r[0],
+            r[1],
+            r[2],
+            g1,
+            r[0] / g1,
+            r[1] / g1,
+            r[3],
+            r[4],
+            r[5],
+            gn,
+            r[3] / gn,
+            r[4] / gn,
+            r[5] / gn
+        );
+    }
 }

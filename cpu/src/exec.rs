@@ -45,9 +45,10 @@ struct Plan {
     consts: Vec<Option<Tensor>>,
     /// For each operand, the position in `order` of its last reader (usize::MAX if none).
     last_use: Vec<usize>,
-    /// For each operation, its constant float weights transposed to `[k][n]` (FULLY_CONNECTED,
-    /// CONV_2D), so the GEMM streams them instead of gathering them on every execution.
-    weights_t: Vec<Option<Vec<f32>>>,
+    /// For each operand, its constant float value packed for the GEMM ([`ops::pack_weights`])
+    /// when a FULLY_CONNECTED or CONV_2D reads it as weights: one copy per constant, shared by
+    /// every operation reading it, made once here instead of on every execution.
+    packed: Vec<Option<Box<[f32]>>>,
 }
 
 impl Plan {
@@ -87,16 +88,20 @@ impl Plan {
                 last_use[inp as usize] = pos;
             }
         }
-        let weights_t = graph
-            .operations
-            .iter()
-            .map(|op| ops::transposed_weights(graph, op, &consts))
-            .collect();
+        let mut packed: Vec<Option<Box<[f32]>>> = vec![None; graph.operands.len()];
+        for op in &graph.operations {
+            let Some(w) = ops::gemm_weights_operand(graph, op) else {
+                continue;
+            };
+            if let (Some(slot @ None), Some(Some(t))) = (packed.get_mut(w), consts.get(w)) {
+                *slot = ops::pack_weights(t).map(Vec::into_boxed_slice);
+            }
+        }
         Ok(Plan {
             order,
             consts,
             last_use,
-            weights_t,
+            packed,
         })
     }
 }
@@ -124,6 +129,16 @@ impl PreparedGraph {
             main,
             referenced,
         })
+    }
+
+    /// Bytes held by packed constant weights, over the root graph and its referenced graphs.
+    #[cfg(test)]
+    pub(crate) fn packed_weight_bytes(&self) -> usize {
+        std::iter::once(&self.main)
+            .chain(&self.referenced)
+            .flat_map(|p| p.packed.iter().flatten())
+            .map(|w| std::mem::size_of_val::<[f32]>(w))
+            .sum()
     }
 
     /// The graph this was prepared from.
@@ -318,7 +333,9 @@ impl Run<'_> {
                     op,
                     index: opi,
                     values: &values,
-                    weights_t: plan.weights_t.get(opi).and_then(|w| w.as_deref()),
+                    weights_t: ops::gemm_weights_operand(g, op)
+                        .and_then(|w| plan.packed.get(w))
+                        .and_then(|p| p.as_deref()),
                 };
                 ops::run(&ctx)?
             };
@@ -487,4 +504,76 @@ fn resolve_input_dims(
         )));
     }
     Ok(dims)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{OperandType as T, OperationType as O};
+    use crate::test_support::{B, bf, close, fb};
+    use crate::{InputArg, PreparedGraph};
+
+    /// Two FULLY_CONNECTED (5 rows each, past the dot-product path, so both run the GEMM on the
+    /// packed weights) reading one constant `[2][3]` weights operand.
+    #[test]
+    fn shared_constant_weights_are_packed_once_and_serve_both_operations() {
+        let mut b = B::new();
+        let x1 = b.input(T::TensorFloat32, &[5, 3]);
+        let x2 = b.input(T::TensorFloat32, &[5, 3]);
+        let w = b.f32c(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let bias = b.f32c(&[2], &[0.5, -1.0]);
+        let act = b.int(0);
+        let o1 = b.output(T::TensorFloat32, &[5, 2]);
+        let o2 = b.output(T::TensorFloat32, &[5, 2]);
+        b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
+        b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
+        let p = PreparedGraph::new(b.g).unwrap();
+        // One [3][2] copy of six floats, not one per operation.
+        assert_eq!(p.packed_weight_bytes(), 6 * 4);
+
+        let in1 = fb(&[
+            1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
+        ]);
+        let in2 = fb(&[
+            1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, -1.0, 0.0, 1.0, 3.0, 1.0, 2.0,
+        ]);
+        let args = [
+            InputArg::Value {
+                data: &in1,
+                dimensions: vec![],
+            },
+            InputArg::Value {
+                data: &in2,
+                dimensions: vec![],
+            },
+        ];
+        let (mut out1, mut out2) = (vec![0u8; 40], vec![0u8; 40]);
+        p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
+            .unwrap();
+        // Row r: [x·(1,2,3) + 0.5, x·(4,5,6) - 1], worked by hand.
+        close(
+            &bf(&out1),
+            &[1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0],
+        );
+        close(
+            &bf(&out2),
+            &[-0.5, -2.0, 0.5, -1.0, 4.5, 9.0, 2.5, 1.0, 11.5, 28.0],
+        );
+    }
+
+    #[test]
+    fn distinct_constant_weights_are_packed_each() {
+        let mut b = B::new();
+        let x = b.input(T::TensorFloat32, &[5, 3]);
+        let w1 = b.f32c(&[2, 3], &[1.0; 6]);
+        let w2 = b.f32c(&[1, 3], &[2.0; 3]);
+        let b1 = b.f32c(&[2], &[0.0; 2]);
+        let b2 = b.f32c(&[1], &[0.0]);
+        let act = b.int(0);
+        let t = b.temp(T::TensorFloat32, &[5, 2]);
+        let o = b.output(T::TensorFloat32, &[5, 1]);
+        b.op(O::FullyConnected, &[x, w1, b1, act], &[t]);
+        b.op(O::FullyConnected, &[t, w2, b2, act], &[o]);
+        let p = PreparedGraph::new(b.g).unwrap();
+        assert_eq!(p.packed_weight_bytes(), (6 + 3) * 4);
+    }
 }

@@ -1,5 +1,5 @@
 //! FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D (float via GEMM, 8-bit via integer kernels),
-//! and the transposed constant weights their float kernels prepare once.
+//! and the packed constant weights their float kernels prepare once per constant.
 
 use std::borrow::Cow;
 
@@ -99,13 +99,9 @@ fn check_conv(c: &Ck<'_>, depthwise: bool) -> Result<(), Issue> {
     c.same_out(t0)
 }
 
-/// For a FULLY_CONNECTED or CONV_2D with float input and CONSTANT_COPY float weights `[n][k]`
-/// (filters `[n, fh, fw, c]` with k = fh·fw·c), the weights transposed to `[k][n]`.
-pub(crate) fn transposed_weights(
-    graph: &Graph,
-    op: &Operation,
-    consts: &[Option<Tensor>],
-) -> Option<Vec<f32>> {
+/// The operand a FULLY_CONNECTED or CONV_2D with float input reads as its GEMM weights (input
+/// 1), whose constant value [`pack_weights`] prepares once for every operation reading it.
+pub(crate) fn gemm_weights_operand(graph: &Graph, op: &Operation) -> Option<usize> {
     if !matches!(op.op, O::FullyConnected | O::Conv2d) {
         return None;
     }
@@ -113,7 +109,12 @@ pub(crate) fn transposed_weights(
     if !crate::tensor::is_float(input.ty) {
         return None;
     }
-    let w = consts.get(*op.inputs.get(1)? as usize)?.as_ref()?;
+    Some(*op.inputs.get(1)? as usize)
+}
+
+/// Float weights `[n][k]` (filters `[n, fh, fw, c]` with k = fh·fw·c) in the GEMM's B layout:
+/// transposed to `[k][n]`, so the kernels' packing reads B along contiguous rows.
+pub(crate) fn pack_weights(w: &Tensor) -> Option<Vec<f32>> {
     let Data::F32(v) = &w.data else {
         return None;
     };
@@ -617,7 +618,7 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
 }
 
 /// The weights `w[n][k]` as a GEMM B operand `(data, row stride, column stride)`: the
-/// prepared `[k][n]` copy when there is one (contiguous packing), else `w` itself.
+/// prepared `[k][n]` copy ([`pack_weights`]) when there is one, else `w` itself.
 fn weights_operand<'a>(
     ctx: &OpCtx<'a>,
     w: &'a [f32],

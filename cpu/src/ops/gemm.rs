@@ -1,5 +1,6 @@
-//! Single-precision GEMM: matrixmultiply's packed SIMD kernels (AVX-512 / AVX2+FMA picked at run
-//! time), split across threads for large products.
+//! Single-precision GEMM: the `gemm` crate's packed SIMD kernels (AVX-512 / AVX2+FMA picked at
+//! run time inside the crate), split across threads for large products. Measurements and the
+//! choice over matrixmultiply: `docs/dependencies.md`.
 
 use crate::par;
 
@@ -40,7 +41,7 @@ impl SendPtr {
     }
 }
 
-// SAFETY: the pointer is only dereferenced (by matrixmultiply) for disjoint element sets of a
+// SAFETY: the pointer is only dereferenced (by the gemm crate) for disjoint element sets of a
 // buffer that outlives the scoped threads using it; see `gemm_with_threads`.
 unsafe impl Send for SendPtr {}
 // SAFETY: as above; the threads never touch the same element.
@@ -81,7 +82,7 @@ pub(crate) fn gemm_with_threads(
         return Err("gemm operand too small".into());
     }
     let to_isize = |v: usize| isize::try_from(v).map_err(|_| "gemm stride overflow".to_string());
-    // Every offset matrixmultiply forms is below one of the lengths checked above, which fit
+    // Every offset the kernel forms is below one of the lengths checked above, which fit
     // in isize (slices never exceed isize::MAX bytes); check the strides themselves too.
     let (ks, ns, rsb_i, csb_i) = (to_isize(k)?, to_isize(n)?, to_isize(rsb)?, to_isize(csb)?);
     if threads <= 1 {
@@ -90,21 +91,16 @@ pub(crate) fn gemm_with_threads(
         // `c` holds m*n elements addressed as c[i*n + j] and is exclusively borrowed, so it
         // does not alias `a` or `b`.
         unsafe {
-            matrixmultiply::sgemm(
+            kernel(
                 m,
-                k,
-                n,
-                1.0,
-                a.as_ptr(),
                 ks,
-                1,
+                n,
+                a.as_ptr(),
                 b.as_ptr(),
                 rsb_i,
                 csb_i,
-                0.0,
                 c.as_mut_ptr(),
                 ns,
-                1,
             );
         }
         return Ok(());
@@ -116,8 +112,8 @@ pub(crate) fn gemm_with_threads(
             gemm_with_threads(rows, k, n, &a[row0 * k..], b, rsb, csb, cc, 1)
         });
     }
-    // Column blocks (multiples of 16, matrixmultiply's widest kernel): each thread packs its
-    // columns of B once; A is small when m < n.
+    // Column blocks (multiples of 16, whole kernel widths): each thread packs its columns of
+    // B once; A is small when m < n.
     let per = n.div_ceil(threads).div_ceil(16) * 16;
     let cp = SendPtr(c.as_mut_ptr());
     let work = |j0: usize| {
@@ -127,21 +123,16 @@ pub(crate) fn gemm_with_threads(
         // this call writes only c[i*n + j0 + j] for j < cols, a column range disjoint from
         // every other thread's. `c`'s borrow outlives the scope.
         unsafe {
-            matrixmultiply::sgemm(
+            kernel(
                 m,
-                k,
-                cols,
-                1.0,
-                a.as_ptr(),
                 ks,
-                1,
+                cols,
+                a.as_ptr(),
                 b.as_ptr().wrapping_add(j0 * csb),
                 rsb_i,
                 csb_i,
-                0.0,
                 cp.ptr().wrapping_add(j0),
                 ns,
-                1,
             );
         }
     };
@@ -157,6 +148,54 @@ pub(crate) fn gemm_with_threads(
         }
     });
     Ok(())
+}
+
+/// `c = a · B` on the calling thread: `a` row-major `m×k` (row stride k), `B[kk][j] =
+/// b[kk*rsb + j*csb]`, `c[i*ldc + j]`; `ks` is k as isize.
+///
+/// # Safety
+/// `a` must be valid for reads of `m*k` floats, `b` for reads at every `kk*rsb + j*csb`
+/// (kk < k, j < n), `c` for writes at every `i*ldc + j` (i < m, j < n), and `c` must not
+/// overlap `a` or `b` nor be written by anyone else during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel(
+    m: usize,
+    ks: isize,
+    n: usize,
+    a: *const f32,
+    b: *const f32,
+    rsb: isize,
+    csb: isize,
+    c: *mut f32,
+    ldc: isize,
+) {
+    let k = ks.unsigned_abs();
+    // SAFETY: the caller's contract; gemm reads lhs[i*lhs_rs + kk*lhs_cs], rhs[kk*rhs_rs +
+    // j*rhs_cs] and, with read_dst false, only writes dst[i*dst_rs + j*dst_cs] = 1.0 · (a·B)
+    // (alpha is unused when dst is not read). Parallelism::None keeps it on this thread.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            ldc,
+            false,
+            a,
+            1,
+            ks,
+            b,
+            csb,
+            rsb,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
 }
 
 /// Rows of A up to which [`gemv_rows`] beats packing the weights for a GEMM.

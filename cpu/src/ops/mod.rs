@@ -10,7 +10,7 @@ use crate::tensor::{Data, Tensor};
 mod broadcast;
 mod compare;
 mod conv;
-pub(crate) use conv::transposed_weights;
+pub(crate) use conv::{gemm_weights_operand, pack_weights};
 mod conv_variants;
 mod detection;
 mod elementwise;
@@ -37,7 +37,7 @@ pub(crate) struct OpCtx<'a> {
     pub(crate) index: usize,
     pub(crate) values: &'a [Option<Cow<'a, Tensor>>],
     /// The operation's constant float weights as `[k][n]`, when prepared (see
-    /// [`transposed_weights`]).
+    /// [`pack_weights`]).
     pub(crate) weights_t: Option<&'a [f32]>,
 }
 

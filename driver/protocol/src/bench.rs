@@ -128,6 +128,11 @@ impl Comparison {
                 &format!("burst, polling window {}", us(self.window)),
                 &self.burst_polling,
             ),
+            format!(
+                "  p50 ratio polling window {} / window 0: {:.3}",
+                us(self.window),
+                ratio(self.burst_polling.p50, self.burst_no_polling.p50)
+            ),
         ]
     }
 }

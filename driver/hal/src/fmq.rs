@@ -513,6 +513,30 @@ mod tests {
     }
 
     #[test]
+    fn the_busy_bit_wakes_no_one_and_survives_waits_for_the_event_bits() {
+        let q = Fmq::create(4, 4).unwrap();
+        let r = peer(&q);
+        r.announce(WRITER_BUSY);
+        assert!(q.is_set(WRITER_BUSY), "the peer sees it");
+        // A wait for NOT_EMPTY is not satisfied by the busy bit and does not clear it.
+        let soon = sys::deadline_after(Duration::from_millis(10));
+        assert!(matches!(
+            q.wait(NOT_EMPTY, Some(soon)),
+            Err(FmqError::TimedOut)
+        ));
+        assert!(q.is_set(WRITER_BUSY));
+        q.wake(NOT_EMPTY);
+        assert_eq!(q.wait(NOT_EMPTY, None).unwrap(), NOT_EMPTY);
+        assert!(
+            q.is_set(WRITER_BUSY),
+            "taking NOT_EMPTY leaves the busy bit"
+        );
+        r.withdraw(WRITER_BUSY);
+        assert!(!q.is_set(WRITER_BUSY));
+        assert_eq!(q.flag().load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
     fn blocking_calls_meet_across_threads_and_time_out_alone() {
         let q = Fmq::create(8, 2).unwrap();
         let r = peer(&q);

@@ -125,6 +125,10 @@ pub fn wait_mechanism() -> WaitMechanism {
 /// busy but does not move may be waiting for this very CPU.
 pub(crate) const SPIN_GRACE: Duration = Duration::from_micros(3);
 
+/// How long the worker polls for the client to take a result, and then for its next request
+/// (a client executing in a loop, woken or spinning, does each within a few µs).
+pub(crate) const REQUEST_GRACE: Duration = Duration::from_micros(20);
+
 /// `spin_loop` hints between looks at the clock while polling (a look at the queue is two
 /// atomic loads; the clock is a vDSO call).
 pub(crate) const SPINS_PER_LOOK: u32 = 32;
@@ -506,12 +510,15 @@ impl Worker {
         Ok(self.request.available_to_read() > 0)
     }
 
-    /// Polls the request queue, spinning with `spin_loop`, only while the client says it is
-    /// busy (`WRITER_BUSY` in the request queue's flag: from before it writes a request until
-    /// it has read the result) and shows it is running: it must take the last result within
-    /// [`SPIN_GRACE`], and write the next request within [`SPIN_GRACE`] of that. A client that
-    /// is busy but not running (preempted, perhaps by this very poll on a shared CPU) is slept
-    /// on instead. At most the window, at most once per packet. True when a packet is ready.
+    /// Polls the request queue, spinning with `spin_loop`, only while the client shows it is
+    /// busy and running. It starts only if the client's `WRITER_BUSY` is set (from before it
+    /// writes a request until it has read the result); the client must then take the last
+    /// result within [`REQUEST_GRACE`] (a client woken from the futex needs a few µs; one that
+    /// takes longer is not running: preempted, perhaps by this very poll on a shared CPU), and
+    /// write its next request within [`REQUEST_GRACE`] of taking it, its bit never clear for
+    /// [`SPIN_GRACE`] (a client between two executions of a loop clears and sets it again at
+    /// once; an idle one leaves it clear). At most the window, at most once per packet. True
+    /// when a packet is ready.
     fn poll(&mut self) -> bool {
         if self.window.is_zero() || self.polled || !self.request.is_set(WRITER_BUSY) {
             return false;
@@ -519,25 +526,31 @@ impl Worker {
         self.polled = true;
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let mut progress = start;
-        let mut result_taken = self.result.available_to_read() == 0;
+        let mut taken = (self.result.available_to_read() == 0).then_some(start);
+        let mut last_busy = start;
         loop {
             for _ in 0..SPINS_PER_LOOK {
                 if self.request.available_to_read() > 0 {
                     return true;
                 }
-                if !self.request.is_set(WRITER_BUSY) {
-                    return self.request.available_to_read() > 0;
-                }
                 std::hint::spin_loop();
             }
             let now = Instant::now();
-            if !result_taken && self.result.available_to_read() == 0 {
-                result_taken = true;
-                progress = now;
+            if taken.is_none() && self.result.available_to_read() == 0 {
+                taken = Some(now);
             }
-            if now - start >= self.window || now - progress >= SPIN_GRACE {
-                self.stats.polls_timed_out.fetch_add(1, Ordering::Relaxed);
+            let busy = self.request.is_set(WRITER_BUSY);
+            if busy {
+                last_busy = now;
+            }
+            let give_up = match taken {
+                None => now - start >= REQUEST_GRACE,
+                Some(at) => now - at >= REQUEST_GRACE || now - last_busy >= SPIN_GRACE,
+            };
+            if give_up || now - start >= self.window {
+                if busy {
+                    self.stats.polls_timed_out.fetch_add(1, Ordering::Relaxed);
+                }
                 return self.request.available_to_read() > 0;
             }
         }

@@ -19,10 +19,14 @@
 
 use std::process::{Child, Command, ExitCode, Stdio};
 
-use nnaccel_hal::{Backend, Driver, HalDevice};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use nnaccel_hal::burst::BurstConfig;
+use nnaccel_hal::{Backend, Driver, ErrorStatus, HalDevice, MeasureTiming, OperationType};
 use nnaccel_protocol::bench;
 use nnaccel_tests::Sim;
-use nnaccel_tests::service::Hald;
+use nnaccel_tests::service::{Hald, Io3, binary_model};
 
 /// Busy-looping processes (`sh -c 'while :; do :; done'`), killed when dropped.
 struct Hogs(Vec<Child>);
@@ -74,6 +78,64 @@ fn run_models(device: &dyn HalDevice, iterations: u32) -> bool {
     true
 }
 
+/// The cross-thread path on a model of this process (`configure_in_process_over_queues`: the
+/// queues and a worker thread as in the service, without the socket), tiny model, window 0 and
+/// the default window, with what the worker did (`WorkerStats`).
+fn over_queues(driver: &Driver, iterations: u32) -> Result<(), String> {
+    let pm = driver
+        .prepare_model(
+            &binary_model(OperationType::Add, 4),
+            nnaccel_hal::ExecutionPreference::FastSingleAnswer,
+            nnaccel_hal::Priority::Medium,
+            None,
+        )
+        .map_err(|s| format!("prepare: {s}"))?;
+    let pool = nnaccel_protocol::pools::ashmem(Io3::bytes_needed(4)).map_err(|e| e.to_string())?;
+    let io = Io3::new(pool, 4);
+    let request = io.request();
+    println!("tiny: ADD of 4 floats, in process over queues and a worker thread");
+    let mut no_poll_p50 = Duration::ZERO;
+    for window_us in [0, 50] {
+        let b = nnaccel_hal::burst::configure_in_process_over_queues(
+            &pm,
+            BurstConfig {
+                polling_window_us: Some(window_us),
+                ..BurstConfig::default()
+            },
+        )
+        .map_err(|s| format!("configure: {s}"))?;
+        let mut t = Vec::with_capacity(iterations as usize);
+        for i in 0..bench::WARMUP + iterations {
+            let start = Instant::now();
+            let r = b.execute(&request, MeasureTiming::No);
+            if i >= bench::WARMUP {
+                t.push(start.elapsed());
+            }
+            if r.status != ErrorStatus::None {
+                return Err(format!("burst execution: {}", r.status));
+            }
+        }
+        t.sort();
+        let (p50, p99) = (bench::percentile(&t, 0.5), bench::percentile(&t, 0.99));
+        if window_us == 0 {
+            no_poll_p50 = p50;
+        }
+        let st = b.worker_stats().ok_or("no worker counters")?;
+        println!(
+            "  window {window_us:>2} us: p50 {:>6.1} us  p99 {:>7.1} us  (p50 / window 0: {:.3}); \
+             worker: {} packets, {} polls ({} given up), {} sleeps",
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6,
+            p50.as_secs_f64() / no_poll_p50.as_secs_f64().max(1e-12),
+            st.packets.load(Ordering::Relaxed),
+            st.polls.load(Ordering::Relaxed),
+            st.polls_timed_out.load(Ordering::Relaxed),
+            st.sleeps.load(Ordering::Relaxed),
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let device = !std::env::args().any(|a| a == "--cpu") && nnaccel_tests::require_privileges();
     let iterations = std::env::var("NNACCEL_BENCH_ITERS")
@@ -93,6 +155,10 @@ fn main() -> ExitCode {
         println!("=== {scenario}");
         println!("--- in process (CPU executor; bursts run on the caller's thread)");
         if !run_models(&in_process, iterations) {
+            return ExitCode::FAILURE;
+        }
+        if let Err(e) = over_queues(&in_process, iterations) {
+            eprintln!("burst bench: {e}");
             return ExitCode::FAILURE;
         }
         println!("--- service: {}", client.server());

@@ -215,16 +215,29 @@ fn local_model(pm: &dyn HalPreparedModel) -> &nnaccel_hal::PreparedModel {
         .expect("a model prepared in process")
 }
 
+/// An ADD of `n` floats prepared in process, and a burst on it over queues and a worker thread
+/// with the polling window `window_us` (None: the default).
+fn over_queues(
+    n: u32,
+    window_us: Option<u32>,
+) -> (Arc<dyn HalPreparedModel>, ExecutionBurstController) {
+    let driver = Driver::new(Backend::CpuOnly);
+    let pm = prepare(&driver, &binary_model(OperationType::Add, n)).unwrap();
+    let b = nnaccel_hal::burst::configure_in_process_over_queues(
+        local_model(&*pm),
+        BurstConfig {
+            polling_window_us: window_us,
+            ..BurstConfig::default()
+        },
+    )
+    .unwrap();
+    (pm, b)
+}
+
 #[test]
 fn an_in_process_burst_over_queues_gives_the_same_results_as_on_the_caller_thread() {
     with_timeout(limit(), "in-process burst over queues", || {
-        let driver = Driver::new(Backend::CpuOnly);
-        let pm = prepare(&driver, &binary_model(OperationType::Add, 256)).unwrap();
-        let b = nnaccel_hal::burst::configure_in_process_over_queues(
-            local_model(&*pm),
-            BurstConfig::default(),
-        )
-        .unwrap();
+        let (pm, b) = over_queues(256, None);
         assert!(!b.runs_on_caller_thread());
         check_burst_equals_regular(&*pm, &b, "in-process over queues");
         let stats = b.worker_stats().expect("a worker of this process");
@@ -248,17 +261,8 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 #[test]
 fn the_worker_sleeps_while_the_client_is_idle_and_wakes_on_a_request() {
     with_timeout(limit(), "worker sleeps when idle", || {
-        let driver = Driver::new(Backend::CpuOnly);
-        let pm = prepare(&driver, &binary_model(OperationType::Add, 16)).unwrap();
         // A long window: a worker that polled regardless of the client would be seen awake.
-        let b = nnaccel_hal::burst::configure_in_process_over_queues(
-            local_model(&*pm),
-            BurstConfig {
-                polling_window_us: Some(10_000),
-                ..BurstConfig::default()
-            },
-        )
-        .unwrap();
+        let (_pm, b) = over_queues(16, Some(10_000));
         let stats = b.worker_stats().unwrap();
         let io = add_io(16);
         let req = io.request();

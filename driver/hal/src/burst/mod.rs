@@ -139,11 +139,7 @@ pub(crate) fn configure_in_process(
     model: &PreparedModel,
     config: BurstConfig,
 ) -> Result<ExecutionBurstController, ErrorStatus> {
-    let window = server::polling_window(
-        config.polling_window_us,
-        model.preference(),
-        DEFAULT_POLLING_WINDOW,
-    );
+    let window = window_of(model, config);
     Ok(controller::configure_local(
         fallback_of(model),
         server::Executor::new(model.clone(), crate::LOCAL_OWNER),
@@ -158,6 +154,15 @@ pub(crate) fn configure_in_process(
 /// What [`controller::BurstInfo::wait`] says of a burst that runs on the caller's thread.
 pub const IN_CALLER_THREAD: &str = "no worker: packets run on the caller's thread";
 
+/// The polling window of a burst on a model of this process (no service configuration).
+fn window_of(model: &PreparedModel, config: BurstConfig) -> Duration {
+    server::polling_window(
+        config.polling_window_us,
+        model.preference(),
+        DEFAULT_POLLING_WINDOW,
+    )
+}
+
 fn fallback_of(model: &PreparedModel) -> controller::Fallback {
     let fallback_model = model.clone();
     Box::new(move |r, m| fallback_model.execute_synchronously(r, m, None))
@@ -170,11 +175,7 @@ pub fn configure_in_process_over_queues(
     model: &PreparedModel,
     config: BurstConfig,
 ) -> Result<ExecutionBurstController, ErrorStatus> {
-    let window = server::polling_window(
-        config.polling_window_us,
-        model.preference(),
-        DEFAULT_POLLING_WINDOW,
-    );
+    let window = window_of(model, config);
     let stats = std::sync::Arc::<server::WorkerStats>::default();
     let worker_stats = stats.clone();
     controller::configure_observed(

@@ -129,7 +129,7 @@ impl Comparison {
                 &self.burst_polling,
             ),
             format!(
-                "  p50 ratio polling window {} / window 0: {:.3}",
+                "  polling window {} against window 0, p50: {:.3}",
                 us(self.window),
                 ratio(self.burst_polling.p50, self.burst_no_polling.p50)
             ),

@@ -152,7 +152,7 @@ pub(crate) fn configure_in_process(
 }
 
 /// What [`controller::BurstInfo::wait`] says of a burst that runs on the caller's thread.
-pub const IN_CALLER_THREAD: &str = "no worker: packets run on the caller's thread";
+pub const IN_CALLER_THREAD: &str = "nothing (no worker: packets run on the caller's thread)";
 
 /// The polling window of a burst on a model of this process (no service configuration).
 fn window_of(model: &PreparedModel, config: BurstConfig) -> Duration {

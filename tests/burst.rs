@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nnaccel_hal::burst::packet::{self, BurstRequest, DATUM_SIZE};
@@ -93,7 +94,10 @@ fn open_fds(pid: u32) -> usize {
 /// with a regular execution of the same request and with the expected sum; the slot cache
 /// fetches each pool once.
 fn check_results_equal_regular(pm: &dyn HalPreparedModel, what: &str) {
-    let b = burst(pm);
+    check_burst_equals_regular(pm, &burst(pm), what);
+}
+
+fn check_burst_equals_regular(pm: &dyn HalPreparedModel, b: &ExecutionBurstController, what: &str) {
     let ios = [add_io(256), add_io(256)];
     let requests = [ios[0].request(), ios[1].request()];
     for i in 0..2000u32 {
@@ -196,7 +200,165 @@ fn bursts_work_on_a_model_prepared_in_process() {
     with_timeout(limit(), "in-process burst", || {
         let driver = Driver::new(Backend::CpuOnly);
         let pm = prepare(&driver, &binary_model(OperationType::Add, 256)).unwrap();
+        let b = burst(&*pm);
+        assert!(b.runs_on_caller_thread(), "no worker thread in process");
+        assert_eq!(b.info().wait, nnaccel_hal::burst::IN_CALLER_THREAD);
+        assert!(b.worker_stats().is_none());
         check_results_equal_regular(&*pm, "in-process");
+    });
+}
+
+/// The prepared model behind an in-process `HalPreparedModel`.
+fn local_model(pm: &dyn HalPreparedModel) -> &nnaccel_hal::PreparedModel {
+    pm.as_any()
+        .downcast_ref::<nnaccel_hal::PreparedModel>()
+        .expect("a model prepared in process")
+}
+
+/// An ADD of `n` floats prepared in process, and a burst on it over queues and a worker thread
+/// with the polling window `window_us` (None: the default).
+fn over_queues(
+    n: u32,
+    window_us: Option<u32>,
+) -> (Arc<dyn HalPreparedModel>, ExecutionBurstController) {
+    let driver = Driver::new(Backend::CpuOnly);
+    let pm = prepare(&driver, &binary_model(OperationType::Add, n)).unwrap();
+    let b = nnaccel_hal::burst::configure_in_process_over_queues(
+        local_model(&*pm),
+        BurstConfig {
+            polling_window_us: window_us,
+            ..BurstConfig::default()
+        },
+    )
+    .unwrap();
+    (pm, b)
+}
+
+#[test]
+fn an_in_process_burst_over_queues_gives_the_same_results_as_on_the_caller_thread() {
+    with_timeout(limit(), "in-process burst over queues", || {
+        let (pm, b) = over_queues(256, None);
+        assert!(!b.runs_on_caller_thread());
+        check_burst_equals_regular(&*pm, &b, "in-process over queues");
+        let stats = b.worker_stats().expect("a worker of this process");
+        assert_eq!(stats.packets.load(Ordering::Relaxed), 2000);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The polling rule: poll only while the other side says it is busy, then sleep on the futex
+
+/// Waits (a bounded while, not a timing assertion) until `cond` holds.
+#[track_caller]
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + scaled(Duration::from_secs(10));
+    while !cond() {
+        assert!(Instant::now() < until, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn the_worker_sleeps_while_the_client_is_idle_and_wakes_on_a_request() {
+    with_timeout(limit(), "worker sleeps when idle", || {
+        // A long window: a worker that polled regardless of the client would be seen awake.
+        let (_pm, b) = over_queues(16, Some(10_000));
+        let stats = b.worker_stats().unwrap();
+        let io = add_io(16);
+        let req = io.request();
+        for round in 0..5u32 {
+            // Idle client: the worker goes to sleep on the futex and stays there.
+            eventually("the worker asleep", || !b.worker_awake());
+            let sleeps = stats.sleeps.load(Ordering::SeqCst);
+            assert!(sleeps >= 1);
+            let polls = stats.polls.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!b.worker_awake(), "round {round}: still asleep");
+            assert_eq!(
+                stats.polls.load(Ordering::SeqCst),
+                polls,
+                "no poll while idle"
+            );
+            if b.info().wait.contains("io_uring") {
+                // (The plain-futex fallback wakes every 100 ms to look at the socket.)
+                assert_eq!(
+                    stats.sleeps.load(Ordering::SeqCst),
+                    sleeps,
+                    "no wake-up while idle"
+                );
+            }
+            // A request wakes it.
+            let expected = fill(&io, round);
+            assert_ok(&b.execute(&req, MeasureTiming::No), "after sleeping");
+            assert_eq!(io.out(), expected);
+            assert_eq!(stats.packets.load(Ordering::SeqCst), u64::from(round) + 1);
+        }
+        assert_eq!(b.fallbacks(), 0);
+    });
+}
+
+#[test]
+fn a_client_that_stays_busy_without_writing_does_not_keep_the_worker_polling() {
+    use nnaccel_hal::burst::controller::{self, BurstInfo};
+    use nnaccel_hal::fmq::{Fmq, WRITER_BUSY};
+    with_timeout(limit(), "busy client that never writes", || {
+        let driver = Driver::new(Backend::CpuOnly);
+        let pm = prepare(&driver, &binary_model(OperationType::Add, 16)).unwrap();
+        let model = local_model(&*pm).clone();
+        let fallback_model = model.clone();
+        // The client's view of its request queue, to set its busy bit as a client that died
+        // between announcing and writing would leave it.
+        let mut client_view = None;
+        let b = controller::configure(
+            Box::new(move |r, m| fallback_model.execute_synchronously(r, m, None)),
+            nnaccel_hal::burst::CHANNEL_LENGTH,
+            |ends| {
+                let map = |q: &Fmq| {
+                    Fmq::from_fd(
+                        q.fd().try_clone_to_owned().unwrap(),
+                        q.descriptor(),
+                        DATUM_SIZE as u32,
+                    )
+                    .unwrap()
+                };
+                client_view = Some(map(ends.request));
+                ends.request.announce(WRITER_BUSY);
+                let wait = nnaccel_hal::burst::server::start(
+                    model,
+                    nnaccel_hal::LOCAL_OWNER,
+                    map(ends.request),
+                    map(ends.result),
+                    ends.channel,
+                    nnaccel_hal::burst::MAX_POLLING_WINDOW,
+                    None,
+                    None,
+                )
+                .unwrap();
+                Ok(BurstInfo {
+                    polling_window: nnaccel_hal::burst::MAX_POLLING_WINDOW,
+                    wait: wait.describe().into(),
+                })
+            },
+        )
+        .unwrap();
+        let request_queue = client_view.unwrap();
+        assert!(request_queue.is_set(WRITER_BUSY));
+        // Busy for ever and nothing written: the worker polls at most once, then sleeps.
+        eventually("the worker asleep though the client is busy", || {
+            !b.worker_awake()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!b.worker_awake(), "the worker stays asleep");
+        assert!(request_queue.is_set(WRITER_BUSY));
+        // It still serves.
+        let io = add_io(16);
+        let expected = fill(&io, 3);
+        assert_ok(&b.execute(&io.request(), MeasureTiming::No), "after");
+        assert_eq!(io.out(), expected);
+        assert!(
+            !request_queue.is_set(WRITER_BUSY),
+            "the exchange withdrew it"
+        );
     });
 }
 
@@ -280,6 +442,14 @@ fn invalid_requests_on_the_burst_path_are_invalid_argument_without_shapes_or_tim
 }
 
 #[test]
+fn invalid_requests_on_an_in_process_burst_are_invalid_argument_too() {
+    let driver = Driver::new(Backend::CpuOnly);
+    let pm = prepare(&driver, &binary_model(OperationType::Add, 16)).unwrap();
+    assert!(burst(&*pm).runs_on_caller_thread());
+    check_invalid_requests(&*pm);
+}
+
+#[test]
 fn invalid_requests_on_the_burst_path_to_the_device_are_invalid_argument() {
     with_service(true, &[], |hald| {
         let c = hald.client();
@@ -306,7 +476,19 @@ fn three_output_model() -> Model {
 fn a_result_queue_of_8_datums_gives_general_failure() {
     with_service(false, &[], |hald| {
         let c = hald.client();
-        let pm = prepare(&c, &three_output_model()).unwrap();
+        check_small_result_queue(&*prepare(&c, &three_output_model()).unwrap());
+    });
+}
+
+#[test]
+fn a_result_queue_of_8_datums_gives_general_failure_in_process_too() {
+    let driver = Driver::new(Backend::CpuOnly);
+    check_small_result_queue(&*prepare(&driver, &three_output_model()).unwrap());
+}
+
+/// An 11-datum result with a result queue of 8 → GENERAL_FAILURE, not a fallback.
+fn check_small_result_queue(pm: &dyn HalPreparedModel) {
+    {
         let pool = pools::ashmem(4096).unwrap();
         let map = MappedClientPool::new(&pool).unwrap();
         map.write_f32(0, &[1.0, 2.0, 3.0, 4.0]).unwrap();
@@ -328,12 +510,12 @@ fn a_result_queue_of_8_datums_gives_general_failure() {
         // The burst still answers, and a normal-sized one runs the same request.
         let again = small.execute(&req, MeasureTiming::No);
         assert_failure(&again, ErrorStatus::GeneralFailure, "again");
-        let normal = burst(&*pm);
+        let normal = burst(pm);
         let r = normal.execute(&req, MeasureTiming::No);
         assert_ok(&r, "with a 1024-datum result queue");
         assert_eq!(r.output_shapes.len(), 3);
         assert_eq!(map.read_f32(192, 4).unwrap(), vec![5.0, 12.0, 21.0, 32.0]);
-    });
+    }
 }
 
 #[test]

@@ -33,6 +33,12 @@ use serde::{Deserialize, Serialize};
 pub const NOT_FULL: u32 = 0x1;
 /// Event-flag bit: the queue has data (set by the writer after a write).
 pub const NOT_EMPTY: u32 = 0x2;
+/// Event-flag bit outside libfmq's two: the queue's writer is running and will write soon, so
+/// its reader may poll (spin) for a bounded time instead of sleeping. Set and cleared with
+/// [`Fmq::announce`] and [`Fmq::withdraw`], which never wake anyone (futex waits and wakes
+/// carry the event bits as their bitset, so this bit is in no waiter's mask); changing it only
+/// makes a wait that was about to start see a changed word and look again.
+pub const WRITER_BUSY: u32 = 0x4;
 
 const READ_COUNTER: usize = 0;
 const WRITE_COUNTER: usize = 8;
@@ -331,6 +337,21 @@ impl Fmq {
         }
     }
 
+    /// Sets `bits` in the event flag without waking anyone (see [`WRITER_BUSY`]).
+    pub fn announce(&self, bits: u32) {
+        self.flag().fetch_or(bits, Ordering::SeqCst);
+    }
+
+    /// Clears `bits` in the event flag without waking anyone.
+    pub fn withdraw(&self, bits: u32) {
+        self.flag().fetch_and(!bits, Ordering::SeqCst);
+    }
+
+    /// Whether any of `bits` is set in the event flag.
+    pub fn is_set(&self, bits: u32) -> bool {
+        self.flag().load(Ordering::SeqCst) & bits != 0
+    }
+
     /// Takes `bits` out of the event flag: Some(the bits that were set), None if none was
     /// (then `Some(word)` is what to sleep on: see [`Fmq::wait`]).
     pub fn take_bits(&self, bits: u32) -> Result<u32, u32> {
@@ -489,6 +510,30 @@ mod tests {
             q.wait(NOT_EMPTY, Some(soon)),
             Err(FmqError::TimedOut)
         ));
+    }
+
+    #[test]
+    fn the_busy_bit_wakes_no_one_and_survives_waits_for_the_event_bits() {
+        let q = Fmq::create(4, 4).unwrap();
+        let r = peer(&q);
+        r.announce(WRITER_BUSY);
+        assert!(q.is_set(WRITER_BUSY), "the peer sees it");
+        // A wait for NOT_EMPTY is not satisfied by the busy bit and does not clear it.
+        let soon = sys::deadline_after(Duration::from_millis(10));
+        assert!(matches!(
+            q.wait(NOT_EMPTY, Some(soon)),
+            Err(FmqError::TimedOut)
+        ));
+        assert!(q.is_set(WRITER_BUSY));
+        q.wake(NOT_EMPTY);
+        assert_eq!(q.wait(NOT_EMPTY, None).unwrap(), NOT_EMPTY);
+        assert!(
+            q.is_set(WRITER_BUSY),
+            "taking NOT_EMPTY leaves the busy bit"
+        );
+        r.withdraw(WRITER_BUSY);
+        assert!(!q.is_set(WRITER_BUSY));
+        assert_eq!(q.flag().load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -128,6 +128,11 @@ impl Comparison {
                 &format!("burst, polling window {}", us(self.window)),
                 &self.burst_polling,
             ),
+            format!(
+                "  polling window {} against window 0, p50: {:.3}",
+                us(self.window),
+                ratio(self.burst_polling.p50, self.burst_no_polling.p50)
+            ),
         ]
     }
 }

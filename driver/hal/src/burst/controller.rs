@@ -2,7 +2,9 @@
 //! request queue, reads results from the result queue, keeps the slot cache, and answers the
 //! worker's `GetMemories` on a small callback thread (like a binder callback). One execution is
 //! in flight at a time; a request whose packet does not fit the queue, or a burst whose channel
-//! is gone, runs as a regular execution instead.
+//! is gone, runs as a regular execution instead. A burst on a model of this process runs its
+//! packets on the caller's thread instead ([`configure_local`]): the same packets, slot cache
+//! and executor as the worker, without the queues, the channel or a second thread.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -13,8 +15,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::packet::{self, BurstRequest, DATUM_SIZE, Datum};
-use super::{BurstMessage, CHANNEL_LENGTH, SlotMemory};
-use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL};
+use super::server::{Executor, WorkerStats};
+use super::{BurstError, BurstMessage, CHANNEL_LENGTH, SlotMemory};
+use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL, WRITER_BUSY};
 use crate::frame::{self, FdList};
 use crate::types::*;
 
@@ -70,15 +73,52 @@ enum SlotValue {
     Token(u32),
 }
 
+/// What each slot holds, as the client answers `GetMemories` from it.
+#[derive(Debug, Default)]
+struct SlotTable {
+    values: Mutex<HashMap<i32, SlotValue>>,
+    /// Slots handed to the worker (or the local executor) so far.
+    memories_sent: AtomicU64,
+}
+
+impl SlotTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, SlotValue>> {
+        self.values.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pools of `slots` for the local executor, as the callback thread would send them.
+    fn fetch(&self, slots: &[i32]) -> Result<Vec<MemoryPool>, BurstError> {
+        let map = self.lock();
+        self.memories_sent
+            .fetch_add(slots.len() as u64, Ordering::Relaxed);
+        slots
+            .iter()
+            .map(|s| match map.get(s) {
+                Some(SlotValue::Memory { fd, kind, size }) => fd
+                    .upgrade()
+                    .map(|fd| {
+                        MemoryPool::Memory(Memory {
+                            kind: *kind,
+                            fd,
+                            size: *size,
+                        })
+                    })
+                    .ok_or(BurstError::UnknownSlot(*s)),
+                Some(SlotValue::Token(t)) => Ok(MemoryPool::Token(*t)),
+                None => Err(BurstError::UnknownSlot(*s)),
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     request: Fmq,
     result: Fmq,
     channel: UnixStream,
     send: Mutex<()>,
-    slots: Mutex<HashMap<i32, SlotValue>>,
+    slots: Arc<SlotTable>,
     invalid: AtomicBool,
-    memories_sent: AtomicU64,
 }
 
 impl Shared {
@@ -103,13 +143,30 @@ struct Cache {
     next: i32,
 }
 
+/// How a burst reaches what runs its packets.
+enum Link {
+    /// The queues and the channel to a worker thread (the service's, or one of this process).
+    Queues {
+        shared: Arc<Shared>,
+        callback: Option<JoinHandle<()>>,
+        /// The worker's counters, when it runs in this process.
+        stats: Option<Arc<WorkerStats>>,
+    },
+    /// The model is in this process: packets run on the caller's thread.
+    Local {
+        exec: Box<Mutex<Executor>>,
+        /// Datums the result queue would hold (results beyond it fail as over the queues).
+        result_length: usize,
+    },
+}
+
 /// A burst on one prepared model.
 pub struct ExecutionBurstController {
-    shared: Arc<Shared>,
+    link: Link,
+    slots: Arc<SlotTable>,
     cache: Mutex<Cache>,
     fallback: Fallback,
     info: BurstInfo,
-    callback: Option<JoinHandle<()>>,
     fallbacks: AtomicU64,
 }
 
@@ -117,8 +174,30 @@ impl std::fmt::Debug for ExecutionBurstController {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecutionBurstController")
             .field("info", &self.info)
-            .field("invalid", &self.shared.invalid.load(Ordering::Relaxed))
+            .field("valid", &self.is_valid())
             .finish_non_exhaustive()
+    }
+}
+
+/// A burst whose packets run on the caller's thread with `exec` (a model of this process):
+/// the slot cache, packets and results are those of a burst over queues, results larger than
+/// `result_length` datums fail alike, and no thread is crossed.
+pub(crate) fn configure_local(
+    fallback: Fallback,
+    exec: Executor,
+    result_length: u32,
+    info: BurstInfo,
+) -> ExecutionBurstController {
+    ExecutionBurstController {
+        link: Link::Local {
+            exec: Box::new(Mutex::new(exec)),
+            result_length: result_length as usize,
+        },
+        slots: Arc::default(),
+        cache: Mutex::new(Cache::default()),
+        fallback,
+        info,
+        fallbacks: AtomicU64::new(0),
     }
 }
 
@@ -128,6 +207,16 @@ impl std::fmt::Debug for ExecutionBurstController {
 pub fn configure(
     fallback: Fallback,
     result_length: u32,
+    start: impl FnOnce(BurstEnds<'_>) -> Result<BurstInfo, ErrorStatus>,
+) -> Result<ExecutionBurstController, ErrorStatus> {
+    configure_observed(fallback, result_length, None, start)
+}
+
+/// [`configure`] for a worker of this process whose counters are `stats`.
+pub(crate) fn configure_observed(
+    fallback: Fallback,
+    result_length: u32,
+    stats: Option<Arc<WorkerStats>>,
     start: impl FnOnce(BurstEnds<'_>) -> Result<BurstInfo, ErrorStatus>,
 ) -> Result<ExecutionBurstController, ErrorStatus> {
     let fail = |e: &dyn std::fmt::Display| {
@@ -142,14 +231,14 @@ pub fn configure(
         result: &result,
         channel: theirs,
     })?;
+    let slots = Arc::<SlotTable>::default();
     let shared = Arc::new(Shared {
         request,
         result,
         channel: mine,
         send: Mutex::new(()),
-        slots: Mutex::new(HashMap::new()),
+        slots: slots.clone(),
         invalid: AtomicBool::new(false),
-        memories_sent: AtomicU64::new(0),
     });
     let s = shared.clone();
     let callback = std::thread::Builder::new()
@@ -157,11 +246,15 @@ pub fn configure(
         .spawn(move || callback_thread(&s))
         .map_err(|e| fail(&e))?;
     Ok(ExecutionBurstController {
-        shared,
+        link: Link::Queues {
+            shared,
+            callback: Some(callback),
+            stats,
+        },
+        slots,
         cache: Mutex::new(Cache::default()),
         fallback,
         info,
-        callback: Some(callback),
         fallbacks: AtomicU64::new(0),
     })
 }
@@ -189,7 +282,7 @@ fn callback_thread(s: &Shared) {
             }
         };
         let values: Vec<Option<SlotValue>> = {
-            let map = s.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            let map = s.slots.lock();
             slots.iter().map(|k| map.get(k).cloned()).collect()
         };
         // Hold the memories alive while their fds are sent.
@@ -214,7 +307,8 @@ fn callback_thread(s: &Shared) {
                 _ => SlotMemory::Unknown,
             })
             .collect();
-        s.memories_sent
+        s.slots
+            .memories_sent
             .fetch_add(slots.len() as u64, Ordering::Relaxed);
         if !s.send(&BurstMessage::Memories { entries }, &fds) {
             break;
@@ -249,7 +343,23 @@ impl ExecutionBurstController {
 
     /// Whether the burst still works (false once the service or the channel is gone).
     pub fn is_valid(&self) -> bool {
-        !self.shared.invalid.load(Ordering::SeqCst)
+        match &self.link {
+            Link::Queues { shared, .. } => !shared.invalid.load(Ordering::SeqCst),
+            Link::Local { .. } => true,
+        }
+    }
+
+    /// Whether the burst's packets run on the caller's thread (a model of this process).
+    pub fn runs_on_caller_thread(&self) -> bool {
+        matches!(self.link, Link::Local { .. })
+    }
+
+    /// The counters of the burst's worker, when it is a thread of this process.
+    pub fn worker_stats(&self) -> Option<&WorkerStats> {
+        match &self.link {
+            Link::Queues { stats, .. } => stats.as_deref(),
+            Link::Local { .. } => None,
+        }
     }
 
     /// Executions that ran as regular executions instead.
@@ -259,7 +369,17 @@ impl ExecutionBurstController {
 
     /// Slots the worker fetched with `GetMemories` so far.
     pub fn memories_sent(&self) -> u64 {
-        self.shared.memories_sent.load(Ordering::Relaxed)
+        self.slots.memories_sent.load(Ordering::Relaxed)
+    }
+
+    /// Whether the burst's worker is awake (polling or executing) rather than asleep on the
+    /// futex, as it announces in the result queue's flag (`fmq::WRITER_BUSY`).
+    /// Always false for a burst whose packets run on the caller's thread (it has no worker).
+    pub fn worker_awake(&self) -> bool {
+        match &self.link {
+            Link::Queues { shared, .. } => shared.result.is_set(WRITER_BUSY),
+            Link::Local { .. } => false,
+        }
     }
 
     /// Slots in the cache.
@@ -286,11 +406,7 @@ impl ExecutionBurstController {
                 cache.next - 1
             });
             cache.by_key.insert(key, slot);
-            self.shared
-                .slots
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(slot, value);
+            self.slots.lock().insert(slot, value);
             out.push(slot);
         }
         out
@@ -299,11 +415,7 @@ impl ExecutionBurstController {
     /// Frees the slots of memories the client has dropped since.
     fn sweep(&self, cache: &mut Cache) {
         let dead: Vec<(MemoryKey, i32)> = {
-            let slots = self
-                .shared
-                .slots
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let slots = self.slots.lock();
             cache
                 .by_key
                 .iter()
@@ -320,18 +432,19 @@ impl ExecutionBurstController {
     }
 
     fn release_slot(&self, cache: &mut Cache, slot: i32) {
-        let known = self
-            .shared
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&slot)
-            .is_some();
+        let known = self.slots.lock().remove(&slot).is_some();
         if known {
             cache.free.push(slot);
         }
-        self.shared
-            .send(&BurstMessage::FreeMemory { slot }, &FdList::default());
+        match &self.link {
+            Link::Queues { shared, .. } => {
+                shared.send(&BurstMessage::FreeMemory { slot }, &FdList::default());
+            }
+            Link::Local { exec, .. } => exec
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .free(slot),
+        }
     }
 
     /// `freeMemory(slot)`: the service drops what it cached for the slot; the slot may be
@@ -363,11 +476,18 @@ impl ExecutionBurstController {
             slots,
             measure,
         });
-        if datums.len() > self.shared.request.capacity() {
+        if datums.len() > CHANNEL_LENGTH as usize {
             drop(cache);
             return self.fall_back(request, measure);
         }
-        match self.exchange(&packet::to_bytes(&datums)) {
+        let answer = match &self.link {
+            Link::Queues { shared, .. } => self.exchange(shared, &packet::to_bytes(&datums)),
+            Link::Local {
+                exec,
+                result_length,
+            } => Ok(self.run_local(exec, &datums, *result_length)),
+        };
+        match answer {
             Ok(result) => packet::deserialize_result(&result).unwrap_or_else(|e| {
                 tracing::debug!("burst result: {e}");
                 ExecutionResult::failure(ErrorStatus::GeneralFailure)
@@ -387,10 +507,36 @@ impl ExecutionBurstController {
         if !self.is_valid() {
             return Err(ErrorStatus::DeviceUnavailable);
         }
-        self.exchange(bytes).map_err(|e| match e {
-            Exchange::NotSent => ErrorStatus::GeneralFailure,
-            Exchange::Failed(s) => s,
-        })
+        match &self.link {
+            Link::Queues { shared, .. } => self.exchange(shared, bytes).map_err(|e| match e {
+                Exchange::NotSent => ErrorStatus::GeneralFailure,
+                Exchange::Failed(s) => s,
+            }),
+            // What the request queue refuses to carry.
+            Link::Local { .. }
+                if bytes.len() % DATUM_SIZE != 0
+                    || bytes.len() > CHANNEL_LENGTH as usize * DATUM_SIZE =>
+            {
+                Err(ErrorStatus::GeneralFailure)
+            }
+            Link::Local {
+                exec,
+                result_length,
+            } => Ok(self.run_local(exec, &packet::from_bytes(bytes), *result_length)),
+        }
+    }
+
+    /// Runs a request packet on this thread, as the worker would: an empty packet gets the
+    /// worker's GENERAL_FAILURE; pools come from the slot table as `GetMemories` would.
+    fn run_local(
+        &self,
+        exec: &Mutex<Executor>,
+        datums: &[Datum],
+        result_length: usize,
+    ) -> Vec<Datum> {
+        let mut exec = exec.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = exec.execute(datums, |unknown| self.slots.fetch(unknown));
+        super::server::fit_result(&result, result_length)
     }
 
     fn fall_back(&self, request: &Request, measure: MeasureTiming) -> ExecutionResult {
@@ -400,8 +546,16 @@ impl ExecutionBurstController {
 
     /// Writes one packet and waits for one result packet. Callers hold the cache lock, so one
     /// execution is in flight.
-    fn exchange(&self, bytes: &[u8]) -> Result<Vec<Datum>, Exchange> {
-        let s = &self.shared;
+    fn exchange(&self, s: &Shared, bytes: &[u8]) -> Result<Vec<Datum>, Exchange> {
+        // Busy from before the write until the result is read: the worker may poll for the
+        // request meanwhile (and stops when the bit goes).
+        s.request.announce(WRITER_BUSY);
+        let r = self.send_and_wait(s, bytes);
+        s.request.withdraw(WRITER_BUSY);
+        r
+    }
+
+    fn send_and_wait(&self, s: &Shared, bytes: &[u8]) -> Result<Vec<Datum>, Exchange> {
         match s.request.write(bytes) {
             Ok(true) => s.request.wake(NOT_EMPTY),
             Ok(false) => return Err(Exchange::NotSent),
@@ -410,16 +564,32 @@ impl ExecutionBurstController {
                 return Err(Exchange::NotSent);
             }
         }
-        let until = Instant::now() + self.info.polling_window;
+        let window = self.info.polling_window;
+        let sent = Instant::now();
+        let until = sent + window;
         loop {
             if s.result.available_to_read() > 0 {
-                return self.read_result();
+                return read_result(&s.result);
             }
-            if !self.is_valid() {
+            if s.invalid.load(Ordering::SeqCst) {
                 return Err(Exchange::Failed(ErrorStatus::GeneralFailure));
             }
-            if Instant::now() < until {
-                std::thread::yield_now();
+            // Poll while the worker is awake (its WRITER_BUSY in the result queue's flag), shows
+            // it runs (it took the request, or it is within SPIN_GRACE of the write) and the
+            // window lasts; a sleeping worker is woken by NOT_EMPTY and takes a while, and an
+            // awake one that does not take the request may be waiting for this CPU, so the
+            // client sleeps then. The worker setting or clearing the bit changes the word this
+            // side sleeps on, so a sleep about to start looks again.
+            let now = Instant::now();
+            let running = s.result.is_set(WRITER_BUSY)
+                && (s.request.available_to_read() == 0 || now < sent + super::server::SPIN_GRACE);
+            if !window.is_zero() && running && now < until {
+                for _ in 0..super::server::SPINS_PER_LOOK {
+                    if s.result.available_to_read() > 0 {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let deadline = nnaccel_uapi::sys::deadline_after(WAIT_SLICE);
@@ -432,18 +602,17 @@ impl ExecutionBurstController {
             }
         }
     }
+}
 
-    fn read_result(&self) -> Result<Vec<Datum>, Exchange> {
-        let q = &self.shared.result;
-        let bad = |why: super::BurstError| {
-            tracing::debug!("burst result: {why}");
-            let _ = q.discard_all();
-            Exchange::Failed(ErrorStatus::GeneralFailure)
-        };
-        let datums = packet::read_packet(q, packet::result_packet_size).map_err(bad)?;
-        q.wake(NOT_FULL);
-        Ok(datums)
-    }
+fn read_result(q: &Fmq) -> Result<Vec<Datum>, Exchange> {
+    let bad = |why: BurstError| {
+        tracing::debug!("burst result: {why}");
+        let _ = q.discard_all();
+        Exchange::Failed(ErrorStatus::GeneralFailure)
+    };
+    let datums = packet::read_packet(q, packet::result_packet_size).map_err(bad)?;
+    q.wake(NOT_FULL);
+    Ok(datums)
 }
 
 enum Exchange {
@@ -455,10 +624,15 @@ enum Exchange {
 
 impl Drop for ExecutionBurstController {
     fn drop(&mut self) {
-        // The worker sees the channel close and frees the burst; the callback thread ends.
-        let _ = rustix::net::shutdown(self.shared.channel.as_fd(), rustix::net::Shutdown::Both);
-        if let Some(t) = self.callback.take() {
-            let _ = t.join();
+        if let Link::Queues {
+            shared, callback, ..
+        } = &mut self.link
+        {
+            // The worker sees the channel close and frees the burst; the callback thread ends.
+            let _ = rustix::net::shutdown(shared.channel.as_fd(), rustix::net::Shutdown::Both);
+            if let Some(t) = callback.take() {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::{ErrorStatus, PreparedModel};
 pub use controller::{ExecutionBurstController, configure};
 
 /// Datums in each of the burst's queues (the HAL's channel length).
-pub(crate) const CHANNEL_LENGTH: u32 = 1024;
+pub const CHANNEL_LENGTH: u32 = 1024;
 /// The polling window before a worker sleeps, unless the preference is LOW_POWER (then 0) or
 /// the service's configuration or the burst says otherwise.
 pub const DEFAULT_POLLING_WINDOW: Duration = Duration::from_micros(50);
@@ -133,43 +133,79 @@ impl Default for BurstConfig {
     }
 }
 
-/// A burst on a model prepared in this process: the same queues, channel and worker as
-/// through the service, with the worker on a thread of this process.
+/// A burst on a model prepared in this process: its packets run on the caller's thread with
+/// the same slot cache, packet checks and executor as a worker's, without crossing a thread.
 pub(crate) fn configure_in_process(
     model: &PreparedModel,
     config: BurstConfig,
 ) -> Result<ExecutionBurstController, ErrorStatus> {
-    let fallback_model = model.clone();
-    let fallback: controller::Fallback =
-        Box::new(move |r, m| fallback_model.execute_synchronously(r, m, None));
-    let window = server::polling_window(
+    let window = window_of(model, config);
+    Ok(controller::configure_local(
+        fallback_of(model),
+        server::Executor::new(model.clone(), crate::LOCAL_OWNER),
+        config.result_length,
+        controller::BurstInfo {
+            polling_window: window,
+            wait: IN_CALLER_THREAD.into(),
+        },
+    ))
+}
+
+/// What [`controller::BurstInfo::wait`] says of a burst that runs on the caller's thread.
+pub const IN_CALLER_THREAD: &str = "nothing (no worker: packets run on the caller's thread)";
+
+/// The polling window of a burst on a model of this process (no service configuration).
+fn window_of(model: &PreparedModel, config: BurstConfig) -> Duration {
+    server::polling_window(
         config.polling_window_us,
         model.preference(),
         DEFAULT_POLLING_WINDOW,
-    );
-    controller::configure(fallback, config.result_length, |ends| {
-        let peer = |q: &Fmq| {
-            let fd = q
-                .fd()
-                .try_clone_to_owned()
-                .map_err(|_| ErrorStatus::GeneralFailure)?;
-            Fmq::from_fd(fd, q.descriptor(), packet::DATUM_SIZE as u32)
-                .map_err(|_| ErrorStatus::GeneralFailure)
-        };
-        let wait = server::start(
-            model.clone(),
-            crate::LOCAL_OWNER,
-            peer(ends.request)?,
-            peer(ends.result)?,
-            ends.channel,
-            window,
-            None,
-            None,
-        )
-        .map_err(|_| ErrorStatus::GeneralFailure)?;
-        Ok(controller::BurstInfo {
-            polling_window: window,
-            wait: wait.describe().into(),
-        })
-    })
+    )
+}
+
+fn fallback_of(model: &PreparedModel) -> controller::Fallback {
+    let fallback_model = model.clone();
+    Box::new(move |r, m| fallback_model.execute_synchronously(r, m, None))
+}
+
+/// A burst on a model prepared in this process over the queues, the channel and a worker
+/// thread, as through the service but without the socket: for tests of the worker and for
+/// measurements. Its worker's counters are [`ExecutionBurstController::worker_stats`].
+pub fn configure_in_process_over_queues(
+    model: &PreparedModel,
+    config: BurstConfig,
+) -> Result<ExecutionBurstController, ErrorStatus> {
+    let window = window_of(model, config);
+    let stats = std::sync::Arc::<server::WorkerStats>::default();
+    let worker_stats = stats.clone();
+    controller::configure_observed(
+        fallback_of(model),
+        config.result_length,
+        Some(stats),
+        |ends| {
+            let peer = |q: &Fmq| {
+                let fd = q
+                    .fd()
+                    .try_clone_to_owned()
+                    .map_err(|_| ErrorStatus::GeneralFailure)?;
+                Fmq::from_fd(fd, q.descriptor(), packet::DATUM_SIZE as u32)
+                    .map_err(|_| ErrorStatus::GeneralFailure)
+            };
+            let wait = server::start_observed(
+                model.clone(),
+                crate::LOCAL_OWNER,
+                (peer(ends.request)?, peer(ends.result)?),
+                ends.channel,
+                window,
+                None,
+                None,
+                worker_stats,
+            )
+            .map_err(|_| ErrorStatus::GeneralFailure)?;
+            Ok(controller::BurstInfo {
+                polling_window: window,
+                wait: wait.describe().into(),
+            })
+        },
+    )
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use rustix::event::{PollFd, PollFlags};
 use super::packet::{self, DATUM_SIZE, Datum};
 use super::{BurstError, BurstMessage, CALLBACK_TIMEOUT, SlotMemory};
 use crate::driver::BurstCache;
-use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL};
+use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL, WRITER_BUSY};
 use crate::frame::{self, ProtocolError, ReceivedFds};
 use crate::live_sockets::LiveSockets;
 use crate::types::*;
@@ -120,6 +120,19 @@ pub fn wait_mechanism() -> WaitMechanism {
     })
 }
 
+/// How long a poller waits for a sign that its peer is running (the peer taking what it was
+/// given, or writing what it is about to) before it sleeps instead: a peer that announced it is
+/// busy but does not move may be waiting for this very CPU.
+pub(crate) const SPIN_GRACE: Duration = Duration::from_micros(3);
+
+/// How long the worker polls for the client to take a result, and then for its next request
+/// (a client executing in a loop, woken or spinning, does each within a few µs).
+pub(crate) const REQUEST_GRACE: Duration = Duration::from_micros(20);
+
+/// `spin_loop` hints between looks at the clock while polling (a look at the queue is two
+/// atomic loads; the clock is a vDSO call).
+pub(crate) const SPINS_PER_LOOK: u32 = 32;
+
 /// Wake-ups in a row that found no packet (`NOT_EMPTY` set, the queue empty) after which the
 /// worker takes its client for one that floods the flag and ends the burst. A well-behaved
 /// client sets the flag once per packet, so at most one wake-up per packet finds it stale.
@@ -155,28 +168,167 @@ enum Stop {
 /// itself again (junk written as fast as it is read) must not keep the worker busy for ever.
 pub(crate) const MAX_BAD_PACKETS: u32 = 10_000;
 
+/// What a worker did, for tests and logs: how often it polled and how often it slept.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Polls (bounded spins) started because the client announced it was busy.
+    pub polls: AtomicU64,
+    /// Polls given up without a packet while the client still said it was busy (the window
+    /// passed, or the client showed no progress for [`SPIN_GRACE`]).
+    pub polls_timed_out: AtomicU64,
+    /// Times the worker went to sleep on the futex (or the ring), counted before it clears its
+    /// busy bit.
+    pub sleeps: AtomicU64,
+    /// Packets served.
+    pub packets: AtomicU64,
+}
+
 /// A cached slot: the pool the client named, kept for the life of the burst.
 #[derive(Debug)]
 struct Slot {
     pool: MemoryPool,
 }
 
-struct Worker {
+/// What runs a burst's packets — in the service's worker, or on the caller's thread for a
+/// burst in process: the model, the cached slots and what the driver keeps for them.
+pub(crate) struct Executor {
     model: PreparedModel,
     /// The burst's client, whose memory-domain tokens its requests may name.
     owner: OwnerId,
+    slots: HashMap<i32, Slot>,
+    /// Per slot the BO and the mapping, and the burst's own high-performance device queue.
+    cache: BurstCache,
+}
+
+impl Executor {
+    pub(crate) fn new(model: PreparedModel, owner: OwnerId) -> Self {
+        Self {
+            model,
+            owner,
+            slots: HashMap::new(),
+            cache: BurstCache::new(),
+        }
+    }
+
+    /// Runs one request packet. `fetch` gets the pools of the slots not cached (sorted,
+    /// deduplicated, non-negative, within [`MAX_SLOTS_PER_BURST`]), one per slot in order.
+    pub(crate) fn execute(
+        &mut self,
+        datums: &[Datum],
+        fetch: impl FnOnce(&[i32]) -> Result<Vec<MemoryPool>, BurstError>,
+    ) -> ExecutionResult {
+        let req = match packet::deserialize_request(datums) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!("burst: {e}");
+                return ExecutionResult::failure(ErrorStatus::GeneralFailure);
+            }
+        };
+        if let Err(e) = self.resolve_slots(&req.slots, fetch) {
+            tracing::debug!("burst: {e}");
+            return ExecutionResult::failure(ErrorStatus::GeneralFailure);
+        }
+        let mut pools = Vec::with_capacity(req.slots.len());
+        for s in &req.slots {
+            match self.slots.get(s) {
+                Some(slot) => pools.push(slot.pool.clone()),
+                None => return ExecutionResult::failure(ErrorStatus::GeneralFailure),
+            }
+        }
+        let request = Request {
+            inputs: req.inputs,
+            outputs: req.outputs,
+            pools,
+        };
+        self.model.execute_in_burst(
+            self.owner,
+            &request,
+            req.measure,
+            &mut self.cache,
+            &req.slots,
+        )
+    }
+
+    /// Fetches the slots not in the cache, all at once.
+    fn resolve_slots(
+        &mut self,
+        slots: &[i32],
+        fetch: impl FnOnce(&[i32]) -> Result<Vec<MemoryPool>, BurstError>,
+    ) -> Result<(), BurstError> {
+        let mut unknown: Vec<i32> = slots
+            .iter()
+            .copied()
+            .filter(|s| !self.slots.contains_key(s))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        unknown.sort_unstable();
+        unknown.dedup();
+        if let Some(s) = unknown.iter().find(|s| **s < 0) {
+            return Err(BurstError::NegativeSlot(*s));
+        }
+        if self.slots.len() + unknown.len() > MAX_SLOTS_PER_BURST {
+            return Err(BurstError::TooManySlots {
+                new: unknown.len(),
+                cached: self.slots.len(),
+                limit: MAX_SLOTS_PER_BURST,
+            });
+        }
+        let pools = fetch(&unknown)?;
+        if pools.len() != unknown.len() {
+            return Err(BurstError::BadAnswer(format!(
+                "{} memories for {} slots",
+                pools.len(),
+                unknown.len()
+            )));
+        }
+        for (slot, pool) in unknown.into_iter().zip(pools) {
+            self.slots.insert(slot, Slot { pool });
+        }
+        Ok(())
+    }
+
+    /// freeMemory: forgets the slot's pool, BO and mapping.
+    pub(crate) fn free(&mut self, slot: i32) {
+        self.cache.forget(slot);
+        match self.slots.remove(&slot) {
+            Some(_) => tracing::trace!("burst slot {slot} freed"),
+            None => tracing::debug!("freeMemory of unknown slot {slot} ignored"),
+        }
+    }
+}
+
+/// The result packet for `result` in a result queue with room for `room` datums: a result
+/// that does not fit is replaced by a GENERAL_FAILURE one (2 datums, as AOSP's server does).
+pub(crate) fn fit_result(result: &ExecutionResult, room: usize) -> Vec<Datum> {
+    let datums = packet::serialize_result(result);
+    if datums.len() <= room {
+        return datums;
+    }
+    tracing::debug!(
+        "a {}-datum result does not fit the result queue; answering GENERAL_FAILURE",
+        datums.len()
+    );
+    packet::serialize_result(&ExecutionResult::failure(ErrorStatus::GeneralFailure))
+}
+
+struct Worker {
+    exec: Executor,
     request: Fmq,
     result: Fmq,
     channel: UnixStream,
     window: Duration,
-    slots: HashMap<i32, Slot>,
-    /// Per slot the BO and the mapping, and the burst's own high-performance device queue.
-    cache: BurstCache,
     executions: u64,
     /// Wake-ups since the last packet that found `NOT_EMPTY` set and no data.
     empty_wakes: u32,
     /// Packets in a row that did not parse.
     bad_packets: u32,
+    /// Whether the worker polled since the last packet (it polls at most once per packet, so
+    /// a client that stays busy without writing, or died busy, costs one window, not one per
+    /// wake-up).
+    polled: bool,
+    stats: Arc<WorkerStats>,
 }
 
 /// Starts a worker for a burst on `model`, for `owner`'s requests, registered in `workers`
@@ -193,6 +345,30 @@ pub fn start(
     workers: Option<&Arc<Workers>>,
     keep: Option<Box<dyn std::any::Any + Send>>,
 ) -> io::Result<WaitMechanism> {
+    start_observed(
+        model,
+        owner,
+        (request, result),
+        channel,
+        window,
+        workers,
+        keep,
+        Arc::default(),
+    )
+}
+
+/// [`start`], counting what the worker does in `stats`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_observed(
+    model: PreparedModel,
+    owner: OwnerId,
+    (request, result): (Fmq, Fmq),
+    channel: UnixStream,
+    window: Duration,
+    workers: Option<&Arc<Workers>>,
+    keep: Option<Box<dyn std::any::Any + Send>>,
+    stats: Arc<WorkerStats>,
+) -> io::Result<WaitMechanism> {
     let place = Place::take().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::QuotaExceeded,
@@ -203,18 +379,20 @@ pub fn start(
     channel.set_read_timeout(Some(CALLBACK_TIMEOUT))?;
     channel.set_write_timeout(Some(CALLBACK_TIMEOUT))?;
     let mechanism = wait_mechanism();
+    // Awake from the start (the client may poll for a result while this bit is set), until
+    // the worker sleeps or ends.
+    result.announce(WRITER_BUSY);
     let worker = Worker {
-        model,
-        owner,
+        exec: Executor::new(model, owner),
         request,
         result,
         channel,
         window,
-        slots: HashMap::new(),
-        cache: BurstCache::new(),
         executions: 0,
         empty_wakes: 0,
         bad_packets: 0,
+        polled: false,
+        stats,
     };
     std::thread::Builder::new()
         .name("nnaccel-burst".into())
@@ -274,6 +452,8 @@ impl Worker {
         };
         // The ring goes first: its pending FutexWait names the request queue's flag word.
         drop(uring);
+        // Gone: no client may poll for this worker any more.
+        self.result.withdraw(WRITER_BUSY);
         if let Stop::EmptyWakes(_) | Stop::BadPackets(_) = stop {
             tracing::warn!("burst ended: {stop}");
         }
@@ -282,9 +462,9 @@ impl Worker {
             "burst worker ends after {} executions ({why}); freeing {} slots ({} with a BO or \
              mapping){}",
             self.executions,
-            self.slots.len(),
-            self.cache.len(),
-            if self.cache.has_device_queue() {
+            self.exec.slots.len(),
+            self.exec.cache.len(),
+            if self.exec.cache.has_device_queue() {
                 " and its high-performance device queue"
             } else {
                 ""
@@ -297,14 +477,8 @@ impl Worker {
         if self.request.available_to_read() > 0 {
             return Ok(true);
         }
-        if !self.window.is_zero() {
-            let until = Instant::now() + self.window;
-            while Instant::now() < until {
-                if self.request.available_to_read() > 0 {
-                    return Ok(true);
-                }
-                std::thread::yield_now();
-            }
+        if self.poll() {
+            return Ok(true);
         }
         // Deferred wake: a NOT_EMPTY set since the last look means data, or is stale (set for
         // a packet already served); taking it clears it, so the next take finds it clear.
@@ -315,17 +489,71 @@ impl Worker {
                 Err(word) => break word,
             }
         };
+        // Asleep from here: a client that writes now sleeps too rather than poll for a worker
+        // that is not running. Withdrawing first and looking at the queue after means a packet
+        // written before the withdrawal is seen here, and one written after finds the bit
+        // clear and wakes the worker through NOT_EMPTY.
+        self.stats.sleeps.fetch_add(1, Ordering::SeqCst);
+        self.result.withdraw(WRITER_BUSY);
         if self.request.available_to_read() > 0 {
+            self.result.announce(WRITER_BUSY);
             return Ok(true);
         }
         let socket_ready = match uring {
             Some(u) => self.sleep_uring(u, word),
             None => self.sleep_futex(word),
         };
+        self.result.announce(WRITER_BUSY);
         if socket_ready {
             self.drain_channel()?;
         }
         Ok(self.request.available_to_read() > 0)
+    }
+
+    /// Polls the request queue, spinning with `spin_loop`, only while the client shows it is
+    /// busy and running. It starts only if the client's `WRITER_BUSY` is set (from before it
+    /// writes a request until it has read the result); the client must then take the last
+    /// result within [`REQUEST_GRACE`] (a client woken from the futex needs a few µs; one that
+    /// takes longer is not running: preempted, perhaps by this very poll on a shared CPU), and
+    /// write its next request within [`REQUEST_GRACE`] of taking it, its bit never clear for
+    /// [`SPIN_GRACE`] (a client between two executions of a loop clears and sets it again at
+    /// once; an idle one leaves it clear). At most the window, at most once per packet. True
+    /// when a packet is ready.
+    fn poll(&mut self) -> bool {
+        if self.window.is_zero() || self.polled || !self.request.is_set(WRITER_BUSY) {
+            return false;
+        }
+        self.polled = true;
+        self.stats.polls.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let mut taken = (self.result.available_to_read() == 0).then_some(start);
+        let mut last_busy = start;
+        loop {
+            for _ in 0..SPINS_PER_LOOK {
+                if self.request.available_to_read() > 0 {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            let now = Instant::now();
+            if taken.is_none() && self.result.available_to_read() == 0 {
+                taken = Some(now);
+            }
+            let busy = self.request.is_set(WRITER_BUSY);
+            if busy {
+                last_busy = now;
+            }
+            let give_up = match taken {
+                None => now - start >= REQUEST_GRACE,
+                Some(at) => now - at >= REQUEST_GRACE || now - last_busy >= SPIN_GRACE,
+            };
+            if give_up || now - start >= self.window {
+                if busy {
+                    self.stats.polls_timed_out.fetch_add(1, Ordering::Relaxed);
+                }
+                return self.request.available_to_read() > 0;
+            }
+        }
     }
 
     /// Counts a wake-up that found the flag set and no packet; too many in a row end the burst.
@@ -419,41 +647,20 @@ impl Worker {
     /// Handles every message waiting on the socket (frees; stray answers are dropped).
     fn drain_channel(&mut self) -> Result<(), Stop> {
         while self.socket_readable() {
-            let msg = self.receive(Instant::now() + CALLBACK_TIMEOUT)?;
+            let msg = receive(&self.channel, Instant::now() + CALLBACK_TIMEOUT)?;
             if let (BurstMessage::FreeMemory { slot }, _) = msg {
-                self.free(slot);
+                self.exec.free(slot);
             }
         }
         Ok(())
-    }
-
-    /// Receives one message, whole by `deadline` (a client trickling a frame byte by byte
-    /// cannot hold the worker longer).
-    fn receive(&mut self, deadline: Instant) -> Result<(BurstMessage, ReceivedFds), Stop> {
-        // io_uring completions run as task work, which interrupts a blocking recvmsg with
-        // EINTR before it took anything: retry.
-        let (body, fds) = loop {
-            match frame::recv_frame_by(&self.channel, 1 << 20, deadline) {
-                Err(frame::ProtocolError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                other => break other?,
-            }
-        };
-        let msg = frame::decode::<BurstMessage>(&body)?;
-        Ok((msg, ReceivedFds::new(fds)))
-    }
-
-    fn free(&mut self, slot: i32) {
-        self.cache.forget(slot);
-        match self.slots.remove(&slot) {
-            Some(_) => tracing::trace!("burst slot {slot} freed"),
-            None => tracing::debug!("freeMemory of unknown slot {slot} ignored"),
-        }
     }
 
     /// Reads one packet and answers it; a bad packet gets a GENERAL_FAILURE result, and
     /// [`MAX_BAD_PACKETS`] in a row end the burst.
     fn serve_packet(&mut self) -> Result<(), Stop> {
         self.empty_wakes = 0;
+        self.polled = false;
+        self.stats.packets.fetch_add(1, Ordering::Relaxed);
         let result = match self.take_packet() {
             Ok(datums) => {
                 self.bad_packets = 0;
@@ -493,114 +700,85 @@ impl Worker {
             tracing::debug!("burst channel: {e}");
             return ExecutionResult::failure(ErrorStatus::GeneralFailure);
         }
-        let req = match packet::deserialize_request(datums) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!("burst: {e}");
-                return ExecutionResult::failure(ErrorStatus::GeneralFailure);
-            }
-        };
-        if let Err(e) = self.resolve_slots(&req.slots) {
-            tracing::debug!("burst: {e}");
-            return ExecutionResult::failure(ErrorStatus::GeneralFailure);
+        let mut frees = Vec::new();
+        let channel = &self.channel;
+        let result = self
+            .exec
+            .execute(datums, |unknown| get_memories(channel, unknown, &mut frees));
+        for slot in frees {
+            self.exec.free(slot);
         }
-        let mut pools = Vec::with_capacity(req.slots.len());
-        for s in &req.slots {
-            match self.slots.get(s) {
-                Some(slot) => pools.push(slot.pool.clone()),
-                None => return ExecutionResult::failure(ErrorStatus::GeneralFailure),
-            }
-        }
-        let request = Request {
-            inputs: req.inputs,
-            outputs: req.outputs,
-            pools,
-        };
-        self.model.execute_in_burst(
-            self.owner,
-            &request,
-            req.measure,
-            &mut self.cache,
-            &req.slots,
-        )
-    }
-
-    /// Fetches the slots not in the cache with one `GetMemories` (sorted, deduplicated).
-    fn resolve_slots(&mut self, slots: &[i32]) -> Result<(), BurstError> {
-        let mut unknown: Vec<i32> = slots
-            .iter()
-            .copied()
-            .filter(|s| !self.slots.contains_key(s))
-            .collect();
-        if unknown.is_empty() {
-            return Ok(());
-        }
-        unknown.sort_unstable();
-        unknown.dedup();
-        if let Some(s) = unknown.iter().find(|s| **s < 0) {
-            return Err(BurstError::NegativeSlot(*s));
-        }
-        if self.slots.len() + unknown.len() > MAX_SLOTS_PER_BURST {
-            return Err(BurstError::TooManySlots {
-                new: unknown.len(),
-                cached: self.slots.len(),
-                limit: MAX_SLOTS_PER_BURST,
-            });
-        }
-        let ask = frame::encode(&BurstMessage::GetMemories {
-            slots: unknown.clone(),
-        })?;
-        frame::send_frame(&self.channel, &ask, &[])?;
-        let deadline = Instant::now() + CALLBACK_TIMEOUT;
-        loop {
-            let (msg, mut fds) = self.receive(deadline).map_err(|e| match e {
-                Stop::ChannelClosed(e) => BurstError::Channel(e),
-                other => BurstError::BadAnswer(other.to_string()),
-            })?;
-            let entries = match msg {
-                BurstMessage::FreeMemory { slot } => {
-                    self.free(slot);
-                    continue;
-                }
-                BurstMessage::GetMemories { .. } => {
-                    return Err(BurstError::BadAnswer("the client sent getMemories".into()));
-                }
-                BurstMessage::Memories { entries } => entries,
-            };
-            if entries.len() != unknown.len() {
-                return Err(BurstError::BadAnswer(format!(
-                    "{} memories for {} slots",
-                    entries.len(),
-                    unknown.len()
-                )));
-            }
-            for (slot, entry) in unknown.iter().zip(entries) {
-                let pool = match entry {
-                    SlotMemory::Memory(w) => MemoryPool::Memory(fds.memory(&w)?),
-                    SlotMemory::Token(t) => MemoryPool::Token(t),
-                    SlotMemory::Unknown => return Err(BurstError::UnknownSlot(*slot)),
-                };
-                self.slots.insert(*slot, Slot { pool });
-            }
-            return Ok(());
-        }
+        result
     }
 
     fn send_result(&self, result: &ExecutionResult) {
-        let mut datums = packet::serialize_result(result);
-        if datums.len() > self.result.available_to_write() {
-            tracing::debug!(
-                "a {}-datum result does not fit the result queue; answering GENERAL_FAILURE",
-                datums.len()
-            );
-            datums =
-                packet::serialize_result(&ExecutionResult::failure(ErrorStatus::GeneralFailure));
-        }
+        let datums = fit_result(result, self.result.available_to_write());
         match self.result.write(&packet::to_bytes(&datums)) {
             Ok(true) => self.result.wake(NOT_EMPTY),
             Ok(false) => tracing::debug!("the result queue is full; result dropped"),
             Err(e) => tracing::debug!("result queue: {e}"),
         }
+    }
+}
+
+/// Receives one message on a burst's channel, whole by `deadline` (a client trickling a frame
+/// byte by byte cannot hold the worker longer).
+fn receive(channel: &UnixStream, deadline: Instant) -> Result<(BurstMessage, ReceivedFds), Stop> {
+    // io_uring completions run as task work, which interrupts a blocking recvmsg with
+    // EINTR before it took anything: retry.
+    let (body, fds) = loop {
+        match frame::recv_frame_by(channel, 1 << 20, deadline) {
+            Err(frame::ProtocolError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => break other?,
+        }
+    };
+    let msg = frame::decode::<BurstMessage>(&body)?;
+    Ok((msg, ReceivedFds::new(fds)))
+}
+
+/// Asks the client for the pools of `unknown` slots with one `GetMemories` and waits for the
+/// answer; frees that arrive meanwhile are collected in `frees`.
+fn get_memories(
+    channel: &UnixStream,
+    unknown: &[i32],
+    frees: &mut Vec<i32>,
+) -> Result<Vec<MemoryPool>, BurstError> {
+    let ask = frame::encode(&BurstMessage::GetMemories {
+        slots: unknown.to_vec(),
+    })?;
+    frame::send_frame(channel, &ask, &[])?;
+    let deadline = Instant::now() + CALLBACK_TIMEOUT;
+    loop {
+        let (msg, mut fds) = receive(channel, deadline).map_err(|e| match e {
+            Stop::ChannelClosed(e) => BurstError::Channel(e),
+            other => BurstError::BadAnswer(other.to_string()),
+        })?;
+        let entries = match msg {
+            BurstMessage::FreeMemory { slot } => {
+                frees.push(slot);
+                continue;
+            }
+            BurstMessage::GetMemories { .. } => {
+                return Err(BurstError::BadAnswer("the client sent getMemories".into()));
+            }
+            BurstMessage::Memories { entries } => entries,
+        };
+        if entries.len() != unknown.len() {
+            return Err(BurstError::BadAnswer(format!(
+                "{} memories for {} slots",
+                entries.len(),
+                unknown.len()
+            )));
+        }
+        return unknown
+            .iter()
+            .zip(entries)
+            .map(|(slot, entry)| match entry {
+                SlotMemory::Memory(w) => Ok(MemoryPool::Memory(fds.memory(&w)?)),
+                SlotMemory::Token(t) => Ok(MemoryPool::Token(t)),
+                SlotMemory::Unknown => Err(BurstError::UnknownSlot(*slot)),
+            })
+            .collect();
     }
 }
 

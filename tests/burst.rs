@@ -267,8 +267,18 @@ fn the_worker_sleeps_while_the_client_is_idle_and_wakes_on_a_request() {
         let io = add_io(16);
         let req = io.request();
         for round in 0..5u32 {
-            // Idle client: the worker goes to sleep on the futex and stays there.
-            eventually("the worker asleep", || !b.worker_awake());
+            // Idle client: the worker goes to sleep on the futex and stays there. Its first
+            // futex wait may return at once when the client's busy bit cleared between the
+            // worker reading the flag word and waiting on it (the word changed): it then
+            // sleeps again. So the baseline is taken once the sleep count holds still.
+            let mut settled = stats.sleeps.load(Ordering::SeqCst);
+            eventually("the worker asleep and settled", || {
+                std::thread::sleep(Duration::from_millis(5));
+                let now = stats.sleeps.load(Ordering::SeqCst);
+                let still = now == settled && !b.worker_awake();
+                settled = now;
+                still
+            });
             let sleeps = stats.sleeps.load(Ordering::SeqCst);
             assert!(sleeps >= 1);
             let polls = stats.polls.load(Ordering::SeqCst);

@@ -466,7 +466,7 @@ impl Driver {
         let on_device: Vec<bool> = (0..graph.operations.len())
             .map(|i| {
                 !unmappable[i]
-                    && !partition::reads_subgraph(model, &graph, i)
+                    && !partition::reads_subgraph(&graph, i)
                     && self.device_runs_operation(model, &graph, i)
             })
             .collect();

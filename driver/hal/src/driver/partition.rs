@@ -49,24 +49,15 @@ pub(super) fn is_heavy(op: nnaccel_cpu::OperationType) -> bool {
 }
 
 /// Whether operation `index` names a subgraph (IF, WHILE): device programs carry none.
-pub(super) fn reads_subgraph(model: &Model, graph: &Graph, index: usize) -> bool {
-    let in_model = model.operations.get(index).is_some_and(|op| {
+pub(super) fn reads_subgraph(graph: &Graph, index: usize) -> bool {
+    graph.operations.get(index).is_some_and(|op| {
         op.inputs.iter().any(|&k| {
-            model
-                .operands
-                .get(k as usize)
-                .is_some_and(|o| o.lifetime == OperandLifetime::Subgraph)
+            matches!(
+                graph.operands.get(k as usize).map(|o| &o.lifetime),
+                Some(Lifetime::Subgraph { .. })
+            )
         })
-    });
-    in_model
-        || graph.operations.get(index).is_some_and(|op| {
-            op.inputs.iter().any(|&k| {
-                matches!(
-                    graph.operands.get(k as usize).map(|o| &o.lifetime),
-                    Some(Lifetime::Subgraph { .. })
-                )
-            })
-        })
+    })
 }
 
 /// The execution order of `graph`'s operations (None when there is none: a cycle).
@@ -1194,10 +1185,10 @@ mod tests {
     #[test]
     fn an_operation_naming_a_subgraph_is_not_for_the_device() {
         let mut model = add_mul_add();
-        assert!(!reads_subgraph(&model, &model_to_graph(&model), 0));
+        assert!(!reads_subgraph(&model_to_graph(&model), 0));
         // The activation operand, retyped as a SUBGRAPH reference (what IF and WHILE read).
         model.operands[2].lifetime = OperandLifetime::Subgraph;
-        assert!(reads_subgraph(&model, &model_to_graph(&model), 0));
+        assert!(reads_subgraph(&model_to_graph(&model), 0));
     }
 
     #[test]

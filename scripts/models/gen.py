@@ -97,24 +97,26 @@ class Net:
         total = max((out - 1) * s + k - size, 0)
         return out, total // 2, total - total // 2
 
-    def conv(self, x, cout, k, s, act, gain=2.0):
-        n, h, w, cin = self.shapes[x]
+    def _window(self, x, k, s, cout):
+        """The output tensor of a k×k window at stride s with SAME padding, and the pads
+        (left, right, top, bottom)."""
+        n, h, w, _ = self.shapes[x]
         oh, pt, pb = self.same_pads(h, k, s)
         ow, pl, pr = self.same_pads(w, k, s)
-        out = self._new([n, oh, ow, cout])
-        self.layers.append(dict(kind="conv", x=x, out=out, k=k, s=s, act=act,
-                                pads=(pl, pr, pt, pb),
+        return self._new([n, oh, ow, cout]), (pl, pr, pt, pb)
+
+    def conv(self, x, cout, k, s, act, gain=2.0):
+        cin = self.shapes[x][3]
+        out, pads = self._window(x, k, s, cout)
+        self.layers.append(dict(kind="conv", x=x, out=out, k=k, s=s, act=act, pads=pads,
                                 w=self.weight([cout, k, k, cin], k * k * cin, gain),
                                 b=self.bias(cout)))
         return out
 
     def dwconv(self, x, k, s, act):
-        n, h, w, c = self.shapes[x]
-        oh, pt, pb = self.same_pads(h, k, s)
-        ow, pl, pr = self.same_pads(w, k, s)
-        out = self._new([n, oh, ow, c])
-        self.layers.append(dict(kind="dwconv", x=x, out=out, k=k, s=s, act=act,
-                                pads=(pl, pr, pt, pb),
+        c = self.shapes[x][3]
+        out, pads = self._window(x, k, s, c)
+        self.layers.append(dict(kind="dwconv", x=x, out=out, k=k, s=s, act=act, pads=pads,
                                 w=self.weight([1, k, k, c], k * k), b=self.bias(c)))
         return out
 
@@ -443,6 +445,8 @@ def write_nnaccel(path, net, tensors, ops):
             return index[name]
         t = tensors[name]
         fields = {"type": NN_TYPES[t.dtype], "dimensions": t.shape}
+        # Per-channel biases (int32_pc) keep scale 0: NNAPI takes each value's scale as
+        # input scale * filter scale[c].
         if t.dtype in ("int8", "int32"):
             fields["scale"] = t.scale
             fields["zeroPoint"] = t.zp
@@ -457,7 +461,6 @@ def write_nnaccel(path, net, tensors, ops):
         if t.dtype == "int8_pc":
             fields["channelQuant"] = {"channelDim": t.channel[0],
                                       "scales": [float(s) for s in t.channel[1]]}
-        # Per-channel biases: scale 0 (NNAPI: each value's scale is input * filter[c]).
         index[name] = operand(fields, values_text(t) if t.data is not None else None)
         return index[name]
 
@@ -500,6 +503,16 @@ def write_nnaccel(path, net, tensors, ops):
 
 
 # --- the .tflite model ----------------------------------------------------------------------
+
+
+# Layer kind -> the TFLite BuiltinOptions member and its object-API class.
+OPTIONS = {"conv": ("Conv2DOptions", "Conv2DOptionsT"),
+           "dwconv": ("DepthwiseConv2DOptions", "DepthwiseConv2DOptionsT"),
+           "fc": ("FullyConnectedOptions", "FullyConnectedOptionsT"),
+           "add": ("AddOptions", "AddOptionsT"),
+           "avgpool": ("Pool2DOptions", "Pool2DOptionsT"),
+           "reshape": ("ReshapeOptions", "ReshapeOptionsT"),
+           "softmax": ("SoftmaxOptions", "SoftmaxOptionsT")}
 
 
 def write_tflite(path, net, tensors, ops):
@@ -583,28 +596,18 @@ def write_tflite(path, net, tensors, ops):
         o.opcodeIndex = code_index[k]
         o.inputs = [tensor(n) for n in op["inputs"]]
         act = NNAPI_ACT[l.get("act")]
-        if k == "conv":
-            o.builtinOptionsType = S.BuiltinOptions.Conv2DOptions
-            o.builtinOptions = S.Conv2DOptionsT()
-        elif k == "dwconv":
-            o.builtinOptionsType = S.BuiltinOptions.DepthwiseConv2DOptions
-            o.builtinOptions = S.DepthwiseConv2DOptionsT()
-            o.builtinOptions.depthMultiplier = 1
+        kind_name, cls = OPTIONS[k]
+        o.builtinOptionsType = getattr(S.BuiltinOptions, kind_name)
+        o.builtinOptions = opts = getattr(S, cls)()
         if k in ("conv", "dwconv"):
-            o.builtinOptions.padding = S.Padding.SAME
-            o.builtinOptions.strideW = o.builtinOptions.strideH = l["s"]
-            o.builtinOptions.fusedActivationFunction = act
+            opts.padding = S.Padding.SAME
+            opts.strideW = opts.strideH = l["s"]
+            opts.fusedActivationFunction = act
+            if k == "dwconv":
+                opts.depthMultiplier = 1
         elif k == "fc":
-            o.builtinOptionsType = S.BuiltinOptions.FullyConnectedOptions
-            o.builtinOptions = S.FullyConnectedOptionsT()
-            o.builtinOptions.fusedActivationFunction = act
-        elif k == "add":
-            o.builtinOptionsType = S.BuiltinOptions.AddOptions
-            o.builtinOptions = S.AddOptionsT()
+            opts.fusedActivationFunction = act
         elif k == "avgpool":
-            o.builtinOptionsType = S.BuiltinOptions.Pool2DOptions
-            o.builtinOptions = S.Pool2DOptionsT()
-            opts = o.builtinOptions
             opts.padding = S.Padding.VALID
             opts.strideW = opts.strideH = 1
             opts.filterWidth, opts.filterHeight = l["kw"], l["kh"]
@@ -613,13 +616,9 @@ def write_tflite(path, net, tensors, ops):
             o.inputs.append(tensor(op["out"] + "_shape",
                                    Tensor(op["out"] + "_shape", [len(l["shape"])], "int32_plain",
                                           data=shape)))
-            o.builtinOptionsType = S.BuiltinOptions.ReshapeOptions
-            o.builtinOptions = S.ReshapeOptionsT()
-            o.builtinOptions.newShape = list(l["shape"])
+            opts.newShape = list(l["shape"])
         elif k == "softmax":
-            o.builtinOptionsType = S.BuiltinOptions.SoftmaxOptions
-            o.builtinOptions = S.SoftmaxOptionsT()
-            o.builtinOptions.beta = 1.0
+            opts.beta = 1.0
         o.outputs = [tensor(op["out"])]
         operators.append(o)
     sg = S.SubGraphT()

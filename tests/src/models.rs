@@ -5,18 +5,18 @@
 //! counting its multiply-accumulates from the shapes, and running LiteRT on the same network's
 //! `.tflite` (`scripts/models/litert_run.py`, `litert_bench.py`).
 
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use nnaccel_hal::{
-    DataLocation, ErrorStatus, ExecutionPreference, HalDevice, HalPreparedModel, MeasureTiming,
-    Memory, MemoryKind, MemoryPool, Model, OperandType, OperationType, Priority, Request,
-    RequestArgument,
+    ErrorStatus, ExecutionPreference, HalDevice, HalPreparedModel, MeasureTiming, Memory,
+    MemoryKind, Model, OperandType, OperationType, Priority, Request, RequestArgument,
 };
 use nnaccel_protocol::modelfile;
-use nnaccel_uapi::sys::{Mapping, memfd_create};
+
+use crate::SharedBuf;
+use crate::service::{arg, request};
 
 /// The repository (this crate's parent directory).
 pub fn repo_root() -> PathBuf {
@@ -181,7 +181,7 @@ pub struct Prepared {
     pub model: Model,
     prepared: Arc<dyn HalPreparedModel>,
     request: Request,
-    map: Mapping,
+    buf: SharedBuf,
     /// Per output: (offset, length) in the pool.
     outputs: Vec<(usize, usize)>,
 }
@@ -193,16 +193,6 @@ pub struct Output {
     pub ty: OperandType,
     /// Its values (FLOAT32 as is, quantized types as their raw integers).
     pub values: Vec<f64>,
-}
-
-fn location(offset: usize, length: usize) -> Result<DataLocation, String> {
-    let n = |v: usize| u32::try_from(v).map_err(|_| format!("request offset {v} too large"));
-    Ok(DataLocation {
-        pool_index: 0,
-        offset: n(offset)?,
-        length: n(length)?,
-        ..DataLocation::default()
-    })
 }
 
 impl Prepared {
@@ -222,21 +212,19 @@ impl Prepared {
             )
             .map_err(|s| format!("{}: preparing failed: {}", files.json.display(), s.name()))?;
         let mut end = 0usize;
-        let mut place = |len: usize| {
+        let mut place = |len: usize| -> Result<(usize, RequestArgument), String> {
             let offset = end.next_multiple_of(ARG_ALIGN);
             end = offset + len;
-            offset
+            let n =
+                |v: usize| u32::try_from(v).map_err(|_| format!("request offset {v} too large"));
+            Ok((offset, arg(0, n(offset)?, n(len)?)))
         };
         let mut in_args = Vec::new();
         let mut in_offsets = Vec::new();
         for input in &inputs {
-            let offset = place(input.bytes.len());
+            let (offset, a) = place(input.bytes.len())?;
             in_offsets.push(offset);
-            in_args.push(RequestArgument {
-                has_no_value: false,
-                location: location(offset, input.bytes.len())?,
-                dimensions: Vec::new(),
-            });
+            in_args.push(a);
         }
         let mut outputs = Vec::new();
         let mut out_args = Vec::new();
@@ -252,35 +240,27 @@ impl Prepared {
                     n.checked_mul(d as usize)
                 })
                 .ok_or_else(|| format!("output operand {idx} is too large"))?;
-            let offset = place(len);
+            let (offset, a) = place(len)?;
             outputs.push((offset, len));
-            out_args.push(RequestArgument {
-                has_no_value: false,
-                location: location(offset, len)?,
-                dimensions: Vec::new(),
-            });
+            out_args.push(a);
         }
-        let size = end.max(1).next_multiple_of(4096);
-        let fd = memfd_create(c"nnaccel-models", size as u64).map_err(|e| e.to_string())?;
-        let map = Mapping::map_shared(fd.as_fd(), 0, size, true).map_err(|e| e.to_string())?;
+        let buf = SharedBuf::new(end);
         for (input, &offset) in inputs.iter().zip(&in_offsets) {
-            map.write_at(offset, &input.bytes)
+            buf.map
+                .write_at(offset, &input.bytes)
                 .map_err(|e| e.to_string())?;
         }
-        let request = Request {
-            inputs: in_args,
-            outputs: out_args,
-            pools: vec![MemoryPool::Memory(Memory {
-                kind: MemoryKind::Ashmem,
-                fd: Arc::new(fd),
-                size: size as u64,
-            })],
+        let memory = Memory {
+            kind: MemoryKind::Ashmem,
+            fd: Arc::new(buf.fd.try_clone().map_err(|e| e.to_string())?),
+            size: buf.size(),
         };
+        let request = request(in_args, out_args, &[&memory]);
         Ok(Self {
             model,
             prepared,
             request,
-            map,
+            buf,
             outputs,
         })
     }
@@ -310,7 +290,8 @@ impl Prepared {
             .map(|o| o.operand_type)
             .ok_or_else(|| format!("output operand {idx} does not exist"))?;
         let mut bytes = vec![0u8; len];
-        self.map
+        self.buf
+            .map
             .read_at(offset, &mut bytes)
             .map_err(|e| e.to_string())?;
         let values = match ty {
@@ -417,7 +398,15 @@ pub fn litert_bench(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nnaccel_hal::{Operand, OperandLifetime, Operation};
+    use nnaccel_hal::{DataLocation, Operand, OperandLifetime, Operation};
+
+    fn op(operation_type: OperationType, inputs: &[u32], output: u32) -> Operation {
+        Operation {
+            operation_type,
+            inputs: inputs.to_vec(),
+            outputs: vec![output],
+        }
+    }
 
     fn operand(dims: &[u32]) -> Operand {
         Operand {
@@ -445,26 +434,10 @@ mod tests {
                 operand(&[1, 10]),         // 5 fc output
             ],
             operations: vec![
-                Operation {
-                    operation_type: OperationType::Conv2d,
-                    inputs: vec![9, 0],
-                    outputs: vec![1],
-                },
-                Operation {
-                    operation_type: OperationType::DepthwiseConv2d,
-                    inputs: vec![1, 2],
-                    outputs: vec![3],
-                },
-                Operation {
-                    operation_type: OperationType::FullyConnected,
-                    inputs: vec![3, 4],
-                    outputs: vec![5],
-                },
-                Operation {
-                    operation_type: OperationType::Add,
-                    inputs: vec![1, 3],
-                    outputs: vec![3],
-                },
+                op(OperationType::Conv2d, &[9, 0], 1),
+                op(OperationType::DepthwiseConv2d, &[1, 2], 3),
+                op(OperationType::FullyConnected, &[3, 4], 5),
+                op(OperationType::Add, &[1, 3], 3),
             ],
             ..Model::default()
         };

@@ -140,8 +140,13 @@ fn main() {
             return;
         }
     };
-    if let Err(why) = &litert {
-        println!("LiteRT: not measured ({why})");
+    match &litert {
+        Ok(python) => println!(
+            "LiteRT: ai-edge-litert {} ({}), default CPU path (XNNPACK delegate)",
+            models::litert_version(python).unwrap_or_else(|e| format!("version unknown: {e}")),
+            python.display()
+        ),
+        Err(why) => println!("LiteRT: not measured ({why})"),
     }
     let driver = Driver::new(Backend::CpuOnly);
     let mut rows = Vec::new();

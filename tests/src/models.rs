@@ -63,6 +63,17 @@ pub fn litert_venv() -> Result<PathBuf, String> {
     }
 }
 
+/// The installed ai-edge-litert's version, as the venv's pip metadata says.
+pub fn litert_version(python: &Path) -> Result<String, String> {
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-c",
+        "import importlib.metadata as m; print(m.version('ai-edge-litert'))",
+    ])
+    .stderr(Stdio::piped());
+    output_of(&mut cmd, "the LiteRT version").map(|v| v.trim().to_string())
+}
+
 /// Runs `scripts/models/gen.py` with `python` for `names` into `dir` (models already up to
 /// date are kept); `json_only` leaves the `.tflite` files out (a python without the wheel).
 pub fn generate(python: &Path, dir: &Path, names: &[&str], json_only: bool) -> Result<(), String> {

@@ -698,7 +698,8 @@ def up_to_date(name, out_dir, json_only):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=False, help="output directory")
     p.add_argument("--json-only", action="store_true", help="no .tflite (no LiteRT wheel)")
     p.add_argument("--force", action="store_true", help="rebuild even when up to date")

@@ -8,7 +8,12 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v cargo >/dev/null 2>&1 || { echo "setup.sh: cargo is required (rustup)" >&2; exit 1; }
 [ -e /dev/fuse ] || missing+=(fuse3)
 # scripts/check-layers.py, the layering check.
-command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
+# scripts/litert-venv.sh (the LiteRT venv of tests/litert.rs and the model bench): Debian's
+# python3 makes venvs only with python3-venv (ensurepip).
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
 # tests/systemd.rs: `systemd-analyze verify` on the units, `systemd-socket-activate`.
 { command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null 2>&1 || missing+=(systemd)
 

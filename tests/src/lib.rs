@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use nnaccel_uapi as uapi;
+pub mod models;
 pub mod service;
 use uapi::abi::{
     BO_ACCESS_MASK, Binding, Job, PARAM_LIVE_BOS, PARAM_LIVE_FILES, PARAM_LIVE_PROGRAMS,

@@ -1,0 +1,238 @@
+//! A MobileNetV1-1.0-224-shaped float32 network (deterministic random weights) through the
+//! public API: milliseconds per inference at 1 and 2 threads, GFLOP/s, the 2-thread speed-up,
+//! and the minor page faults per inference (fresh pages the allocator maps for activations).
+//!
+//! `cargo bench -p nnaccel-cpu --bench mobilenet [-- REPS]` (default 20 timed inferences per
+//! thread count, after 3 warm-ups; the median is printed). Figures: `docs/dependencies.md`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use nnaccel_cpu::{
+    Graph, InputArg, Lifetime, Operand, OperandType as T, Operation, OperationType as O,
+    PreparedGraph,
+};
+
+const RELU6: i32 = 3;
+const SAME: i32 = 1;
+const VALID: i32 = 2;
+
+/// Builds a chain of layers, each reading the previous one's output.
+struct Net {
+    g: Graph,
+    /// The current activation: operand index and NHWC extents.
+    cur: u32,
+    shape: [u32; 4],
+    flops: f64,
+    seed: u32,
+}
+
+impl Net {
+    fn new(shape: [u32; 4]) -> Self {
+        let mut g = Graph::default();
+        g.operands.push(Operand::new(
+            T::TensorFloat32,
+            shape.to_vec(),
+            Lifetime::SubgraphInput,
+        ));
+        g.input_indexes = vec![0];
+        Net {
+            g,
+            cur: 0,
+            shape,
+            flops: 0.0,
+            seed: 1,
+        }
+    }
+
+    fn operand(&mut self, ty: T, dims: &[u32], lifetime: Lifetime) -> u32 {
+        self.g
+            .operands
+            .push(Operand::new(ty, dims.to_vec(), lifetime));
+        u32::try_from(self.g.operands.len() - 1).unwrap()
+    }
+
+    fn constant(&mut self, ty: T, dims: &[u32], bytes: Vec<u8>) -> u32 {
+        let (offset, length) = (self.g.operand_values.len(), bytes.len());
+        self.g.operand_values.extend(bytes);
+        self.operand(ty, dims, Lifetime::ConstantCopy { offset, length })
+    }
+
+    /// Random floats in ±`scale`/2 (xorshift, so runs are comparable).
+    fn weights(&mut self, dims: &[u32], scale: f32) -> u32 {
+        let n: u32 = dims.iter().product();
+        self.seed = self.seed.wrapping_add(0x9e37_79b9);
+        let mut s = self.seed | 1;
+        let bytes = (0..n)
+            .flat_map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (((s >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * scale).to_le_bytes()
+            })
+            .collect();
+        self.constant(T::TensorFloat32, dims, bytes)
+    }
+
+    fn ints(&mut self, vs: &[i32]) -> Vec<u32> {
+        vs.iter()
+            .map(|v| self.constant(T::Int32, &[], v.to_le_bytes().to_vec()))
+            .collect()
+    }
+
+    /// Appends `op` on the current activation with `extra` inputs, producing `shape`.
+    fn layer(&mut self, op: O, extra: Vec<u32>, shape: [u32; 4], flops: f64) {
+        let out = self.operand(T::TensorFloat32, &shape, Lifetime::TemporaryVariable);
+        let mut inputs = vec![self.cur];
+        inputs.extend(extra);
+        self.g.operations.push(Operation {
+            op,
+            inputs,
+            outputs: vec![out],
+        });
+        self.cur = out;
+        self.shape = shape;
+        self.flops += flops;
+    }
+
+    /// CONV_2D f×f, SAME padding, RELU6.
+    fn conv(&mut self, f: u32, stride: u32, oc: u32) {
+        let [n, h, w, c] = self.shape;
+        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+        let scale = 2.0 / (f * f * c) as f32;
+        let mut extra = vec![
+            self.weights(&[oc, f, f, c], scale.sqrt()),
+            self.weights(&[oc], 0.1),
+        ];
+        extra.extend(self.ints(&[SAME, stride as i32, stride as i32, RELU6]));
+        let flops = 2.0 * f64::from(n * oh * ow * oc) * f64::from(f * f * c);
+        self.layer(O::Conv2d, extra, [n, oh, ow, oc], flops);
+    }
+
+    /// DEPTHWISE_CONV_2D 3×3, multiplier 1, SAME padding, RELU6.
+    fn depthwise(&mut self, stride: u32) {
+        let [n, h, w, c] = self.shape;
+        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+        let mut extra = vec![self.weights(&[1, 3, 3, c], 0.6), self.weights(&[c], 0.1)];
+        extra.extend(self.ints(&[SAME, stride as i32, stride as i32, 1, RELU6]));
+        let flops = 2.0 * 9.0 * f64::from(n * oh * ow * c);
+        self.layer(O::DepthwiseConv2d, extra, [n, oh, ow, c], flops);
+    }
+
+    /// AVERAGE_POOL_2D over the whole image, then FULLY_CONNECTED to `units`.
+    fn head(&mut self, units: u32) {
+        let [n, h, w, c] = self.shape;
+        let extra = self.ints(&[VALID, 1, 1, w as i32, h as i32, 0]);
+        self.layer(
+            O::AveragePool2d,
+            extra,
+            [n, 1, 1, c],
+            f64::from(n * h * w * c),
+        );
+        let mut extra = vec![
+            self.weights(&[units, c], (2.0 / c as f32).sqrt()),
+            self.weights(&[units], 0.1),
+        ];
+        extra.extend(self.ints(&[0]));
+        let out = self.operand(T::TensorFloat32, &[n, units], Lifetime::SubgraphOutput);
+        self.g.operations.push(Operation {
+            op: O::FullyConnected,
+            inputs: std::iter::once(self.cur).chain(extra).collect(),
+            outputs: vec![out],
+        });
+        self.g.output_indexes = vec![out];
+        self.flops += 2.0 * f64::from(n * units * c);
+    }
+}
+
+/// MobileNetV1 1.0 at 224×224: 27 convolutions, a pooling and a classifier.
+fn mobilenet_v1() -> Net {
+    let mut net = Net::new([1, 224, 224, 3]);
+    net.conv(3, 2, 32);
+    let blocks: [(u32, u32); 13] = [
+        (1, 64),
+        (2, 128),
+        (1, 128),
+        (2, 256),
+        (1, 256),
+        (2, 512),
+        (1, 512),
+        (1, 512),
+        (1, 512),
+        (1, 512),
+        (1, 512),
+        (2, 1024),
+        (1, 1024),
+    ];
+    for (stride, oc) in blocks {
+        net.depthwise(stride);
+        net.conv(1, 1, oc);
+    }
+    net.head(1000);
+    net
+}
+
+/// Minor page faults of this process so far (field 10 of /proc/self/stat).
+fn minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(7)?.parse().ok()
+}
+
+fn main() {
+    let reps: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20);
+    let net = mobilenet_v1();
+    let flops = net.flops;
+    let input: Vec<u8> = (0..224 * 224 * 3)
+        .flat_map(|i: u32| ((i % 251) as f32 / 251.0).to_le_bytes())
+        .collect();
+    let p = PreparedGraph::new(net.g).expect("the network is valid");
+    let mut out = vec![0u8; 1000 * 4];
+    println!(
+        "MobileNetV1-1.0-224 float32, {:.2} GFLOP per inference, median of {reps}",
+        flops / 1e9
+    );
+    let mut per_thread = Vec::new();
+    for threads in [1, 2] {
+        nnaccel_cpu::set_max_threads(threads);
+        let mut run = || {
+            let inputs = [InputArg::Value {
+                data: &input,
+                dimensions: vec![],
+            }];
+            p.execute(&[], &inputs, &mut [&mut out[..]])
+                .expect("execution");
+        };
+        for _ in 0..3 {
+            run();
+        }
+        let faults0 = minor_faults();
+        let mut times: Vec<f64> = (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                run();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        let faults = faults0
+            .zip(minor_faults())
+            .map(|(a, b)| (b - a) as f64 / reps as f64);
+        times.sort_by(f64::total_cmp);
+        let med = times[times.len() / 2];
+        per_thread.push(med);
+        println!(
+            "{threads} thread(s): {:8.2} ms  {:6.1} GFLOP/s  min {:.2} ms  page faults/inference {}",
+            med * 1e3,
+            flops / med / 1e9,
+            times[0] * 1e3,
+            faults.map_or("n/a".into(), |f| format!("{f:.0}")),
+        );
+    }
+    if let [one, two] = per_thread[..] {
+        println!("2 threads / 1 thread speed-up: {:.2}x", one / two);
+    }
+}

@@ -896,6 +896,11 @@ impl DepthwiseF32<'_> {
                 return;
             }
         }
+        // aarch64 always has NEON with fused multiply-add: the generic code with `mul_add`
+        // compiles to vector `fmla` there.
+        #[cfg(target_arch = "aarch64")]
+        self.rows_generic::<true>(r0, out);
+        #[cfg(not(target_arch = "aarch64"))]
         self.rows_generic::<false>(r0, out);
     }
 
@@ -1022,5 +1027,135 @@ impl DepthwiseF32<'_> {
                 *v = v.max(lo).min(hi);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod depthwise_f32_tests {
+    use super::*;
+
+    /// Xorshift state step.
+    fn next(seed: &mut u32) -> u32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 17;
+        *seed ^= *seed << 5;
+        *seed
+    }
+
+    /// Floats in [-1, 1).
+    fn floats(seed: &mut u32, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (next(seed) >> 8) as f32 / (1u32 << 23) as f32 - 1.0)
+            .collect()
+    }
+
+    /// The depthwise convolution written out as its definition: for every output element
+    /// (pixel, input channel, multiplier), the bias plus the sum over in-bounds taps (in
+    /// f64), clamped.
+    fn direct(w: &FloatWindow<'_>, f: &[f32], n: usize, mult: usize) -> Vec<f32> {
+        let (h, wd) = w.in_hw;
+        let (oh, ow) = w.out_hw;
+        let (fh, fw) = w.filter_hw;
+        let (c, g) = (w.c, &w.g);
+        let oc = c * mult;
+        let mut out = Vec::new();
+        for b in 0..n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for o in 0..oc {
+                        let mut acc = f64::from(w.bias[o]);
+                        for ky in 0..fh {
+                            for kx in 0..fw {
+                                let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_t);
+                                let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_l);
+                                let (Some(iy), Some(ix)) = (iy, ix) else {
+                                    continue;
+                                };
+                                if iy >= h || ix >= wd {
+                                    continue;
+                                }
+                                let xv = w.x[((b * h + iy) * wd + ix) * c + o / mult];
+                                let fv = f[(ky * fw + kx) * oc + o];
+                                acc += f64::from(xv) * f64::from(fv);
+                            }
+                        }
+                        out.push((acc as f32).max(w.lo).min(w.hi));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn depthwise_f32_portable_and_fused_paths_match_the_definition_on_random_shapes() {
+        let mut seed = 0x1234_5678u32;
+        let mut data_seed = 99u32;
+        let mut ran = 0;
+        for case in 0..80 {
+            let mut pick = |n: usize| next(&mut seed) as usize % n;
+            let (fh, fw) = (1 + pick(5), 1 + pick(5));
+            let mult = [1, 1, 1, 2, 3][pick(5)];
+            // Channel counts below, at and past the 32-channel register block, with remainders.
+            let c = [1, 3, 8, 32, 40, 64, 72][pick(7)];
+            let n = 1 + pick(2);
+            let (h, w) = (1 + pick(16), 1 + pick(16));
+            let g = Geometry {
+                pad_l: pick(fw),
+                pad_r: pick(fw),
+                pad_t: pick(fh),
+                pad_b: pick(fh),
+                stride_w: 1 + pick(3),
+                stride_h: 1 + pick(3),
+                dil_w: 1 + pick(4) / 3,
+                dil_h: 1 + pick(4) / 3,
+            };
+            let (eh, ew) = ((fh - 1) * g.dil_h + 1, (fw - 1) * g.dil_w + 1);
+            let (ph, pw) = (h + g.pad_t + g.pad_b, w + g.pad_l + g.pad_r);
+            if ph < eh || pw < ew {
+                continue;
+            }
+            let (oh, ow) = ((ph - eh) / g.stride_h + 1, (pw - ew) / g.stride_w + 1);
+            let oc = c * mult;
+            let x = floats(&mut data_seed, n * h * w * c);
+            let f = floats(&mut data_seed, fh * fw * oc);
+            let bias = floats(&mut data_seed, oc);
+            // No activation, or a clamp like RELU6's (scaled to these values).
+            let (lo, hi) = if case % 3 == 0 {
+                (f32::NEG_INFINITY, f32::INFINITY)
+            } else {
+                (0.0, 0.75)
+            };
+            let win = FloatWindow {
+                x: &x,
+                bias: &bias,
+                lo,
+                hi,
+                g,
+                in_hw: (h, w),
+                c,
+                out_hw: (oh, ow),
+                filter_hw: (fh, fw),
+            };
+            let want = direct(&win, &f, n, mult);
+            let dw = DepthwiseF32 { win, f: &f, mult };
+            let mut portable = vec![f32::NAN; want.len()];
+            dw.rows_generic::<false>(0, &mut portable);
+            let mut fused = vec![f32::NAN; want.len()];
+            dw.rows_generic::<true>(0, &mut fused);
+            let mut picked = vec![f32::NAN; want.len()];
+            dw.run(&mut picked);
+            let what = format!("{fh}×{fw} ×{mult} c {c} n {n} {h}×{w} {g:?}");
+            for (name, got) in [("portable", &portable), ("fused", &fused), ("run", &picked)] {
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "{what} {name}: [{i}] {a} vs {b}"
+                    );
+                }
+            }
+            ran += 1;
+        }
+        assert!(ran > 50, "{ran} cases ran");
     }
 }

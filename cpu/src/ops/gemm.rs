@@ -234,6 +234,10 @@ fn dots(x: &[f32], w: &[f32], out: &mut [f32]) {
             return;
         }
     }
+    // aarch64 always has NEON with fused multiply-add: `mul_add` compiles to vector `fmla`.
+    #[cfg(target_arch = "aarch64")]
+    dots_generic::<true>(x, w, out);
+    #[cfg(not(target_arch = "aarch64"))]
     dots_generic::<false>(x, w, out);
 }
 

@@ -25,6 +25,8 @@ struct Net {
     shape: [u32; 4],
     flops: f64,
     seed: u32,
+    /// Floats of each layer's output, in order.
+    sizes: Vec<usize>,
 }
 
 impl Net {
@@ -42,6 +44,7 @@ impl Net {
             shape,
             flops: 0.0,
             seed: 1,
+            sizes: Vec::new(),
         }
     }
 
@@ -93,6 +96,7 @@ impl Net {
         self.cur = out;
         self.shape = shape;
         self.flops += flops;
+        self.sizes.push(shape.iter().map(|&d| d as usize).product());
     }
 
     /// CONV_2D f×f, SAME padding, RELU6.
@@ -120,6 +124,14 @@ impl Net {
     }
 
     /// AVERAGE_POOL_2D over the whole image, then FULLY_CONNECTED to `units`.
+    /// Makes the current activation the graph's output (for a network cut short).
+    fn finish(&mut self) {
+        if let Some(o) = self.g.operands.get_mut(self.cur as usize) {
+            o.lifetime = Lifetime::SubgraphOutput;
+        }
+        self.g.output_indexes = vec![self.cur];
+    }
+
     fn head(&mut self, units: u32) {
         let [n, h, w, c] = self.shape;
         let extra = self.ints(&[VALID, 1, 1, w as i32, h as i32, 0]);
@@ -172,6 +184,61 @@ fn mobilenet_v1() -> Net {
     net
 }
 
+/// Median seconds of `reps` executions of `p` on `input` (after 3 warm-ups), with the minor
+/// page faults per execution.
+fn time_graph(
+    p: &PreparedGraph,
+    input: &[u8],
+    out_len: usize,
+    reps: usize,
+) -> (f64, f64, Option<f64>) {
+    let mut out = vec![0u8; out_len];
+    let mut run = || {
+        let inputs = [InputArg::Value {
+            data: input,
+            dimensions: vec![],
+        }];
+        p.execute(&[], &inputs, &mut [&mut out[..]])
+            .expect("execution");
+    };
+    for _ in 0..3 {
+        run();
+    }
+    let faults0 = minor_faults();
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            run();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    let faults = faults0
+        .zip(minor_faults())
+        .map(|(a, b)| (b - a) as f64 / reps as f64);
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], times[0], faults)
+}
+
+/// Median ms of allocating each layer's output as the kernels do (`vec![0f32; n]`, so
+/// zeroed) with the executor's lifetimes (freed once the next layer has read it), and nothing
+/// else: what a memory plan that reuses buffers without zeroing could save at most.
+fn alloc_only_ms(sizes: &[usize], reps: usize) -> f64 {
+    let mut times: Vec<f64> = (0..reps + 3)
+        .map(|_| {
+            let t = Instant::now();
+            let mut prev: Option<Vec<f32>> = None;
+            for &n in sizes {
+                let v = std::hint::black_box(vec![0f32; n]);
+                prev = Some(v);
+            }
+            drop(std::hint::black_box(prev));
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 /// Minor page faults of this process so far (field 10 of /proc/self/stat).
 fn minor_faults() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -187,6 +254,7 @@ fn main() {
         .unwrap_or(20);
     let net = mobilenet_v1();
     let flops = net.flops;
+    let sizes = net.sizes.clone();
     let input: Vec<u8> = (0..224 * 224 * 3)
         .flat_map(|i: u32| ((i % 251) as f32 / 251.0).to_le_bytes())
         .collect();
@@ -196,43 +264,53 @@ fn main() {
         "MobileNetV1-1.0-224 float32, {:.2} GFLOP per inference, median of {reps}",
         flops / 1e9
     );
+    let inputs = [InputArg::Value {
+        data: &input,
+        dimensions: vec![],
+    }];
+    let faults0 = minor_faults();
+    let t = Instant::now();
+    p.execute(&[], &inputs, &mut [&mut out[..]])
+        .expect("execution");
+    let faults = faults0.zip(minor_faults()).map(|(a, b)| b - a);
+    println!(
+        "first inference: {:.2} ms, {} page faults",
+        t.elapsed().as_secs_f64() * 1e3,
+        faults.map_or("n/a".into(), |f| f.to_string())
+    );
+    // The first layer alone: CONV_2D 3×3 stride 2 on 3 channels (im2col with k = 27).
+    let mut first = Net::new([1, 224, 224, 3]);
+    first.conv(3, 2, 32);
+    first.finish();
+    let first_flops = first.flops;
+    let first = PreparedGraph::new(first.g).expect("the layer is valid");
     let mut per_thread = Vec::new();
     for threads in [1, 2] {
         nnaccel_cpu::set_max_threads(threads);
-        let mut run = || {
-            let inputs = [InputArg::Value {
-                data: &input,
-                dimensions: vec![],
-            }];
-            p.execute(&[], &inputs, &mut [&mut out[..]])
-                .expect("execution");
-        };
-        for _ in 0..3 {
-            run();
-        }
-        let faults0 = minor_faults();
-        let mut times: Vec<f64> = (0..reps)
-            .map(|_| {
-                let t = Instant::now();
-                run();
-                t.elapsed().as_secs_f64()
-            })
-            .collect();
-        let faults = faults0
-            .zip(minor_faults())
-            .map(|(a, b)| (b - a) as f64 / reps as f64);
-        times.sort_by(f64::total_cmp);
-        let med = times[times.len() / 2];
+        let (med, min, faults) = time_graph(&p, &input, out.len(), reps);
         per_thread.push(med);
         println!(
             "{threads} thread(s): {:8.2} ms  {:6.1} GFLOP/s  min {:.2} ms  page faults/inference {}",
             med * 1e3,
             flops / med / 1e9,
-            times[0] * 1e3,
+            min * 1e3,
             faults.map_or("n/a".into(), |f| format!("{f:.0}")),
+        );
+        let (fmed, _, _) = time_graph(&first, &input, 112 * 112 * 32 * 4, reps);
+        println!(
+            "    first layer (CONV_2D 3x3/2, 3->32) alone: {:.3} ms  {:.1} GFLOP/s",
+            fmed * 1e3,
+            first_flops / fmed / 1e9
         );
     }
     if let [one, two] = per_thread[..] {
         println!("2 threads / 1 thread speed-up: {:.2}x", one / two);
     }
+    let total: usize = sizes.iter().sum();
+    println!(
+        "allocating and zeroing the {} activations alone ({:.1} MB): {:.2} ms",
+        sizes.len(),
+        total as f64 * 4.0 / 1e6,
+        alloc_only_ms(&sizes, reps)
+    );
 }

@@ -244,8 +244,10 @@ static POOL: OnceLock<Pool> = OnceLock::new();
 
 /// How long a worker that ran out of work polls for the next job before it sleeps: the kernels
 /// of one inference follow each other within microseconds, and a worker caught awake saves the
-/// caller a wake-up (tens of µs on a virtual machine, often more than a small part's work).
-const IDLE_POLL: Duration = Duration::from_micros(50);
+/// caller a wake-up (tens of µs on a virtual machine). Kept short: on cores shared with other
+/// processes the poll takes time from them (MobileNet at 2 threads ran as fast with 0, 10 and
+/// 50 µs on a quiet machine, docs/dependencies.md).
+const IDLE_POLL: Duration = Duration::from_micros(20);
 
 impl Pool {
     /// Queues `job` and makes sure up to `helpers` workers (within the thread limit) are there

@@ -136,16 +136,12 @@ pub fn for_each_part<F: Fn(usize) + Sync>(parts: usize, f: F) {
         return;
     }
     let pool = POOL.get_or_init(Pool::default);
-    let f: &(dyn Fn(usize) + Sync) = &f;
-    // SAFETY: the job reaches the workers through the queue with this lifetime erased. A
-    // worker calls `f` only after claiming an index below `parts` (`Job::work`), and this
-    // function does not return (nor unwind: the caller's own parts run under `catch_unwind`)
-    // before `pending` says every claimed index has finished, so no call of `f` outlives it.
-    // After that, workers still holding the `Arc<Job>` only see exhausted indexes and never
-    // read `f` again.
-    let f: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
+    let f: *const (dyn Fn(usize) + Sync + '_) = &f;
+    // SAFETY: only the trait object's lifetime bound changes (same pointer, same layout), so
+    // the pointer can sit in the `'static` queue. When it may be dereferenced: see `FnPtr`.
+    let f: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
     let job = Arc::new(Job {
-        f: FnRef(f),
+        f: FnPtr(f),
         parts,
         next: AtomicUsize::new(0),
         pending: AtomicUsize::new(parts),
@@ -185,13 +181,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The job's function, with its borrow's lifetime erased (see [`for_each_part`]).
+/// The job's function, a closure on the stack of the thread in [`for_each_part`], as a raw
+/// pointer (it dangles once that call returns, which a raw pointer may; workers may still hold
+/// the `Arc<Job>` then). It is dereferenced only in [`Job::work`], after claiming an index
+/// below `parts`; [`for_each_part`] returns (or unwinds: its own parts run under
+/// `catch_unwind`) only after `pending` says every claimed index has finished, so every call
+/// happens while the closure is alive. Later claims see exhausted indexes and never call it.
 #[derive(Clone, Copy)]
-struct FnRef(&'static (dyn Fn(usize) + Sync));
+struct FnPtr(*const (dyn Fn(usize) + Sync + 'static));
+
+// SAFETY: the closure is `Sync`, so calling it from other threads through a shared pointer is
+// sound; the pointer is only dereferenced while the closure lives (see above).
+unsafe impl Send for FnPtr {}
+// SAFETY: as above.
+unsafe impl Sync for FnPtr {}
 
 /// One split: its parts are claimed by index from `next`.
 struct Job {
-    f: FnRef,
+    f: FnPtr,
     parts: usize,
     /// The next unclaimed part.
     next: AtomicUsize,
@@ -204,18 +211,20 @@ struct Job {
 }
 
 impl Job {
-    /// Claims and runs parts until none is left. Returns whether it ran any.
-    fn work(&self) -> bool {
+    /// Claims and runs parts until none is left.
+    fn work(&self) {
         let was = IN_PART.replace(true);
-        let mut ran = false;
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= self.parts {
                 break;
             }
-            ran = true;
             let f = self.f.0;
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+            // SAFETY: index `i` < `parts` was claimed above and its `pending` count is not yet
+            // released, so the caller is still waiting in `for_each_part` and the closure is
+            // alive (see `FnPtr`).
+            let call = || unsafe { (*f)(i) };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(call)) {
                 lock(&self.panic).get_or_insert(p);
             }
             if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -223,7 +232,6 @@ impl Job {
             }
         }
         IN_PART.set(was);
-        ran
     }
 
     fn exhausted(&self) -> bool {

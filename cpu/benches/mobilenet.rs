@@ -1,6 +1,7 @@
 //! A MobileNetV1-1.0-224-shaped float32 network (deterministic random weights) through the
 //! public API: milliseconds per inference at 1 and 2 threads, GFLOP/s, the 2-thread speed-up,
-//! and the minor page faults per inference (fresh pages the allocator maps for activations).
+//! the minor page faults per inference (fresh pages the allocator maps for activations), the
+//! cost of allocating the activations alone, and each layer timed alone, summed by kind.
 //!
 //! `cargo bench -p nnaccel-cpu --bench mobilenet [-- REPS]` (default 20 timed inferences per
 //! thread count, after 3 warm-ups; the median is printed). Figures: `docs/dependencies.md`.
@@ -157,10 +158,40 @@ impl Net {
     }
 }
 
+/// One layer of the network, as [`Net`] builds it.
+#[derive(Clone, Copy)]
+enum Layer {
+    /// CONV_2D: filter size, stride, output depth.
+    Conv(u32, u32, u32),
+    /// DEPTHWISE_CONV_2D 3×3: stride.
+    Depthwise(u32),
+    /// AVERAGE_POOL_2D and FULLY_CONNECTED: classes.
+    Head(u32),
+}
+
+impl Layer {
+    fn add_to(self, net: &mut Net) {
+        match self {
+            Layer::Conv(f, stride, oc) => net.conv(f, stride, oc),
+            Layer::Depthwise(stride) => net.depthwise(stride),
+            Layer::Head(units) => net.head(units),
+        }
+    }
+
+    /// The row of the per-kind table this layer counts in.
+    fn kind(self) -> &'static str {
+        match self {
+            Layer::Conv(1, ..) => "CONV_2D 1x1",
+            Layer::Conv(..) => "CONV_2D 3x3/2 (first, 3 channels)",
+            Layer::Depthwise(_) => "DEPTHWISE_CONV_2D 3x3",
+            Layer::Head(_) => "AVERAGE_POOL + FULLY_CONNECTED",
+        }
+    }
+}
+
 /// MobileNetV1 1.0 at 224×224: 27 convolutions, a pooling and a classifier.
-fn mobilenet_v1() -> Net {
-    let mut net = Net::new([1, 224, 224, 3]);
-    net.conv(3, 2, 32);
+fn mobilenet_v1() -> Vec<Layer> {
+    let mut layers = vec![Layer::Conv(3, 2, 32)];
     let blocks: [(u32, u32); 13] = [
         (1, 64),
         (2, 128),
@@ -177,11 +208,62 @@ fn mobilenet_v1() -> Net {
         (1, 1024),
     ];
     for (stride, oc) in blocks {
-        net.depthwise(stride);
-        net.conv(1, 1, oc);
+        layers.push(Layer::Depthwise(stride));
+        layers.push(Layer::Conv(1, 1, oc));
     }
-    net.head(1000);
-    net
+    layers.push(Layer::Head(1000));
+    layers
+}
+
+/// Each layer alone (its own one-layer graph, byte decoding and encoding included), at 1 and 2
+/// threads, summed by kind: where the time goes and which layers gain from the second thread.
+fn per_kind(layers: &[Layer], reps: usize) {
+    let mut kinds: Vec<(&str, usize, [f64; 2])> = Vec::new();
+    let mut shape = [1, 224, 224, 3];
+    for &layer in layers {
+        let mut one = Net::new(shape);
+        layer.add_to(&mut one);
+        if !matches!(layer, Layer::Head(_)) {
+            one.finish();
+        }
+        let next = one.shape;
+        let out_len = match layer {
+            Layer::Head(units) => units as usize * 4,
+            _ => next.iter().map(|&d| d as usize).product::<usize>() * 4,
+        };
+        let in_floats: usize = shape.iter().map(|&d| d as usize).product();
+        let input: Vec<u8> = (0..in_floats)
+            .flat_map(|i| ((i % 251) as f32 / 251.0).to_le_bytes())
+            .collect();
+        let p = PreparedGraph::new(one.g).expect("the layer is valid");
+        let mut t = [0.0; 2];
+        for (slot, threads) in t.iter_mut().zip([1, 2]) {
+            nnaccel_cpu::set_max_threads(threads);
+            *slot = time_graph(&p, &input, out_len, reps).0;
+        }
+        match kinds.iter_mut().find(|k| k.0 == layer.kind()) {
+            Some(k) => {
+                k.1 += 1;
+                k.2[0] += t[0];
+                k.2[1] += t[1];
+            }
+            None => kinds.push((layer.kind(), 1, t)),
+        }
+        shape = next;
+    }
+    println!("each layer alone, summed by kind (ms):");
+    println!(
+        "{:<36} {:>6} {:>9} {:>9} {:>8}",
+        "kind", "layers", "1 thread", "2 threads", "2T/1T"
+    );
+    for (kind, n, [one, two]) in kinds {
+        println!(
+            "{kind:<36} {n:>6} {:>9.3} {:>9.3} {:>7.2}x",
+            one * 1e3,
+            two * 1e3,
+            one / two
+        );
+    }
 }
 
 /// Median seconds of `reps` executions of `p` on `input` (after 3 warm-ups), with the minor
@@ -252,7 +334,11 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(20);
-    let net = mobilenet_v1();
+    let layers = mobilenet_v1();
+    let mut net = Net::new([1, 224, 224, 3]);
+    for &layer in &layers {
+        layer.add_to(&mut net);
+    }
     let flops = net.flops;
     let sizes = net.sizes.clone();
     let input: Vec<u8> = (0..224 * 224 * 3)
@@ -278,12 +364,6 @@ fn main() {
         t.elapsed().as_secs_f64() * 1e3,
         faults.map_or("n/a".into(), |f| f.to_string())
     );
-    // The first layer alone: CONV_2D 3×3 stride 2 on 3 channels (im2col with k = 27).
-    let mut first = Net::new([1, 224, 224, 3]);
-    first.conv(3, 2, 32);
-    first.finish();
-    let first_flops = first.flops;
-    let first = PreparedGraph::new(first.g).expect("the layer is valid");
     let mut per_thread = Vec::new();
     for threads in [1, 2] {
         nnaccel_cpu::set_max_threads(threads);
@@ -296,12 +376,6 @@ fn main() {
             min * 1e3,
             faults.map_or("n/a".into(), |f| format!("{f:.0}")),
         );
-        let (fmed, _, _) = time_graph(&first, &input, 112 * 112 * 32 * 4, reps);
-        println!(
-            "    first layer (CONV_2D 3x3/2, 3->32) alone: {:.3} ms  {:.1} GFLOP/s",
-            fmed * 1e3,
-            first_flops / fmed / 1e9
-        );
     }
     if let [one, two] = per_thread[..] {
         println!("2 threads / 1 thread speed-up: {:.2}x", one / two);
@@ -313,4 +387,5 @@ fn main() {
         total as f64 * 4.0 / 1e6,
         alloc_only_ms(&sizes, reps)
     );
+    per_kind(&layers, reps);
 }

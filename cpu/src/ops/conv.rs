@@ -761,9 +761,13 @@ impl ConvF32<'_> {
             .saturating_mul(m)
             .saturating_mul(k)
             .saturating_mul(oc);
-        let threads = par::threads_for(flops, blocks);
-        if threads > 1 && blocks >= 2 * threads {
-            // Many blocks: each thread takes a run of output pixels, one GEMM per block.
+        // Runs of pixels split well when there are many blocks, or when the filter is small
+        // (few input channels, as in an image's first layer) so that each run packing it
+        // again costs little: then im2col runs in parallel too.
+        let small_filter = k.saturating_mul(oc) <= PATCH_FLOATS / 4;
+        let threads = par::threads_for(flops, if small_filter { m / 256 } else { blocks });
+        if threads > 1 && (blocks >= 2 * threads || small_filter) {
+            // Each thread takes runs of output pixels, one GEMM per block.
             par::for_row_ranges(out, oc, threads, |p0, part| {
                 self.blocks(p0, part, block, false)
             })
@@ -1031,7 +1035,7 @@ impl DepthwiseF32<'_> {
 }
 
 #[cfg(test)]
-mod depthwise_f32_tests {
+mod float_kernel_tests {
     use super::*;
 
     /// Xorshift state step.
@@ -1157,5 +1161,55 @@ mod depthwise_f32_tests {
             ran += 1;
         }
         assert!(ran > 50, "{ran} cases ran");
+    }
+
+    /// A first layer's shape (3 input channels, 3×3, stride 2, padding right and bottom), big
+    /// enough (7 Mflop) to split across 2 threads by runs of pixels, against the convolution
+    /// written out in f64.
+    #[test]
+    fn a_small_filter_conv_split_across_threads_matches_the_definition() {
+        use crate::model::{OperandType as T, OperationType as O};
+        use crate::test_support::{B, close, run_f32};
+        crate::set_max_threads(2);
+        let (h, w, c, oc) = (128usize, 128usize, 3usize, 32usize);
+        let (oh, ow) = (64usize, 64usize);
+        let mut seed = 7u32;
+        let x = floats(&mut seed, h * w * c);
+        let f = floats(&mut seed, oc * 9 * c);
+        let bias = floats(&mut seed, oc);
+        let mut b = B::new();
+        let xi = b.input(T::TensorFloat32, &[1, 128, 128, 3]);
+        let fi = b.f32c(&[32, 3, 3, 3], &f);
+        let bi = b.f32c(&[32], &bias);
+        // Explicit padding: left 0, right 1, top 0, bottom 1; strides 2, 2; RELU6.
+        let args: Vec<u32> = [0, 1, 0, 1, 2, 2, 3].iter().map(|&v| b.int(v)).collect();
+        let o = b.output(T::TensorFloat32, &[1, 64, 64, 32]);
+        let ins: Vec<u32> = [xi, fi, bi].into_iter().chain(args).collect();
+        b.op(O::Conv2d, &ins, &[o]);
+        let (out, dims) = run_f32(b.g, &[&x]);
+        assert_eq!(dims, [1, 64, 64, 32]);
+        let mut want = Vec::with_capacity(oh * ow * oc);
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for o in 0..oc {
+                    let mut acc = f64::from(bias[o]);
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (oy * 2 + ky, ox * 2 + kx);
+                            if iy >= h || ix >= w {
+                                continue;
+                            }
+                            for ci in 0..c {
+                                let xv = x[(iy * w + ix) * c + ci];
+                                let fv = f[((o * 3 + ky) * 3 + kx) * c + ci];
+                                acc += f64::from(xv) * f64::from(fv);
+                            }
+                        }
+                    }
+                    want.push((acc as f32).clamp(0.0, 6.0));
+                }
+            }
+        }
+        close(&out, &want);
     }
 }

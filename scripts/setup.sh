@@ -16,6 +16,11 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >
 fi
 # tests/systemd.rs: `systemd-analyze verify` on the units, `systemd-socket-activate`.
 { command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null 2>&1 || missing+=(systemd)
+# scripts/test.sh's aarch64 tier: the CPU executor's unit tests cross-built and run under
+# qemu-user (linker, target libc, emulator).
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || missing+=(gcc-aarch64-linux-gnu)
+[ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] || missing+=(libc6-dev-arm64-cross)
+command -v qemu-aarch64 >/dev/null 2>&1 || missing+=(qemu-user)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -32,3 +37,6 @@ if [ ! -e /dev/fuse ] && [ "$(id -u)" = 0 ]; then
     modprobe fuse 2>/dev/null || true
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+# The aarch64 target for scripts/test.sh's cross check (idempotent).
+rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu \
+    || rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting and lints, unit tests, the integration
+# The whole test suite, as CI runs it: formatting and lints, the aarch64 cross check (and the
+# CPU executor's unit tests on aarch64 under qemu-user), unit tests, the integration
 # tests that run the simulated device on FUSE (they need root and /dev/fuse; with CI=true they
 # fail rather than skip when those are missing), then the QEMU tier (scripts/qemu/suite.sh:
 # the same suites inside a Debian 6.12 guest, with CUSE, dma-heap, udmabuf, io_uring futex).
@@ -30,6 +31,12 @@ cargo fmt --all -- --check
 step "lints (clippy, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "aarch64 (cargo check of every crate and target for aarch64-unknown-linux-gnu)"
+# setup.sh adds the target; add it here too when rustup is there but setup could not.
+rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu \
+    || rustup target add aarch64-unknown-linux-gnu
+cargo check --workspace --all-targets --locked --target aarch64-unknown-linux-gnu
+
 step "layering (crates import only the layers below them; no module circles)"
 python3 scripts/check-layers.py --self-test
 python3 scripts/check-layers.py
@@ -45,6 +52,20 @@ cargo build --workspace --all-targets --locked
 
 step "operation coverage table (docs/operations.md matches the code and its tests)"
 scripts/gen-operations.sh --check
+
+step "CPU executor unit tests on aarch64 (qemu-user)"
+# Linker and runner set for this command only, so host builds are unaffected. The crate's
+# unit tests (its whole suite: about a minute with the cross build on 2 cores).
+if command -v qemu-aarch64 >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1; then
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+        cargo test -p nnaccel-cpu --locked --lib --target aarch64-unknown-linux-gnu
+elif [ "${CI:-}" = true ]; then
+    echo "error: qemu-aarch64 or aarch64-linux-gnu-gcc missing (scripts/setup.sh installs them)" >&2
+    exit 1
+else
+    echo "skipped: qemu-aarch64 or aarch64-linux-gnu-gcc missing (scripts/setup.sh installs them)"
+fi
 
 step "tests (unit and integration)"
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then

@@ -50,6 +50,9 @@ pub use error::{ExecError, GraphError, OutputShape};
 pub use exec::{InputArg, PreparedGraph};
 pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 pub use order::execution_order;
+/// The worker pool's split, for `cpu/benches/pool.rs` only (not a stable API).
+#[doc(hidden)]
+pub use par::for_each_part;
 pub use par::{MAX_THREADS, max_threads, set_max_threads};
 pub use tensor::{f16_to_f32, f32_to_f16};
 pub use validate::supported_operation_types;

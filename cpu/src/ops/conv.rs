@@ -761,9 +761,13 @@ impl ConvF32<'_> {
             .saturating_mul(m)
             .saturating_mul(k)
             .saturating_mul(oc);
-        let threads = par::threads_for(flops, blocks);
-        if threads > 1 && blocks >= 2 * threads {
-            // Many blocks: each thread takes a run of output pixels, one GEMM per block.
+        // Runs of pixels split well when there are many blocks, or when the filter is small
+        // (few input channels, as in an image's first layer) so that each run packing it
+        // again costs little: then im2col runs in parallel too.
+        let small_filter = k.saturating_mul(oc) <= PATCH_FLOATS / 4;
+        let threads = par::threads_for(flops, if small_filter { m / 256 } else { blocks });
+        if threads > 1 && (blocks >= 2 * threads || small_filter) {
+            // Each thread takes runs of output pixels, one GEMM per block.
             par::for_row_ranges(out, oc, threads, |p0, part| {
                 self.blocks(p0, part, block, false)
             })
@@ -896,6 +900,11 @@ impl DepthwiseF32<'_> {
                 return;
             }
         }
+        // aarch64 always has NEON with fused multiply-add: the generic code with `mul_add`
+        // compiles to vector `fmla` there.
+        #[cfg(target_arch = "aarch64")]
+        self.rows_generic::<true>(r0, out);
+        #[cfg(not(target_arch = "aarch64"))]
         self.rows_generic::<false>(r0, out);
     }
 
@@ -1022,5 +1031,185 @@ impl DepthwiseF32<'_> {
                 *v = v.max(lo).min(hi);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod float_kernel_tests {
+    use super::*;
+
+    /// Xorshift state step.
+    fn next(seed: &mut u32) -> u32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 17;
+        *seed ^= *seed << 5;
+        *seed
+    }
+
+    /// Floats in [-1, 1).
+    fn floats(seed: &mut u32, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (next(seed) >> 8) as f32 / (1u32 << 23) as f32 - 1.0)
+            .collect()
+    }
+
+    /// The depthwise convolution written out as its definition: for every output element
+    /// (pixel, input channel, multiplier), the bias plus the sum over in-bounds taps (in
+    /// f64), clamped.
+    fn direct(w: &FloatWindow<'_>, f: &[f32], n: usize, mult: usize) -> Vec<f32> {
+        let (h, wd) = w.in_hw;
+        let (oh, ow) = w.out_hw;
+        let (fh, fw) = w.filter_hw;
+        let (c, g) = (w.c, &w.g);
+        let oc = c * mult;
+        let mut out = Vec::new();
+        for b in 0..n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for o in 0..oc {
+                        let mut acc = f64::from(w.bias[o]);
+                        for ky in 0..fh {
+                            for kx in 0..fw {
+                                let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_t);
+                                let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_l);
+                                let (Some(iy), Some(ix)) = (iy, ix) else {
+                                    continue;
+                                };
+                                if iy >= h || ix >= wd {
+                                    continue;
+                                }
+                                let xv = w.x[((b * h + iy) * wd + ix) * c + o / mult];
+                                let fv = f[(ky * fw + kx) * oc + o];
+                                acc += f64::from(xv) * f64::from(fv);
+                            }
+                        }
+                        out.push((acc as f32).max(w.lo).min(w.hi));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn depthwise_f32_portable_and_fused_paths_match_the_definition_on_random_shapes() {
+        let mut seed = 0x1234_5678u32;
+        let mut data_seed = 99u32;
+        let mut ran = 0;
+        for case in 0..80 {
+            let mut pick = |n: usize| next(&mut seed) as usize % n;
+            let (fh, fw) = (1 + pick(5), 1 + pick(5));
+            let mult = [1, 1, 1, 2, 3][pick(5)];
+            // Channel counts below, at and past the 32-channel register block, with remainders.
+            let c = [1, 3, 8, 32, 40, 64, 72][pick(7)];
+            let n = 1 + pick(2);
+            let (h, w) = (1 + pick(16), 1 + pick(16));
+            let g = Geometry {
+                pad_l: pick(fw),
+                pad_r: pick(fw),
+                pad_t: pick(fh),
+                pad_b: pick(fh),
+                stride_w: 1 + pick(3),
+                stride_h: 1 + pick(3),
+                dil_w: 1 + pick(4) / 3,
+                dil_h: 1 + pick(4) / 3,
+            };
+            let (eh, ew) = ((fh - 1) * g.dil_h + 1, (fw - 1) * g.dil_w + 1);
+            let (ph, pw) = (h + g.pad_t + g.pad_b, w + g.pad_l + g.pad_r);
+            if ph < eh || pw < ew {
+                continue;
+            }
+            let (oh, ow) = ((ph - eh) / g.stride_h + 1, (pw - ew) / g.stride_w + 1);
+            let oc = c * mult;
+            let x = floats(&mut data_seed, n * h * w * c);
+            let f = floats(&mut data_seed, fh * fw * oc);
+            let bias = floats(&mut data_seed, oc);
+            // No activation, or a clamp like RELU6's (scaled to these values).
+            let (lo, hi) = if case % 3 == 0 {
+                (f32::NEG_INFINITY, f32::INFINITY)
+            } else {
+                (0.0, 0.75)
+            };
+            let win = FloatWindow {
+                x: &x,
+                bias: &bias,
+                lo,
+                hi,
+                g,
+                in_hw: (h, w),
+                c,
+                out_hw: (oh, ow),
+                filter_hw: (fh, fw),
+            };
+            let want = direct(&win, &f, n, mult);
+            let dw = DepthwiseF32 { win, f: &f, mult };
+            let mut portable = vec![f32::NAN; want.len()];
+            dw.rows_generic::<false>(0, &mut portable);
+            let mut fused = vec![f32::NAN; want.len()];
+            dw.rows_generic::<true>(0, &mut fused);
+            let mut picked = vec![f32::NAN; want.len()];
+            dw.run(&mut picked);
+            let what = format!("{fh}×{fw} ×{mult} c {c} n {n} {h}×{w} {g:?}");
+            for (name, got) in [("portable", &portable), ("fused", &fused), ("run", &picked)] {
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "{what} {name}: [{i}] {a} vs {b}"
+                    );
+                }
+            }
+            ran += 1;
+        }
+        assert!(ran > 50, "{ran} cases ran");
+    }
+
+    /// A first layer's shape (3 input channels, 3×3, stride 2, padding right and bottom), big
+    /// enough (7 Mflop) to split across 2 threads by runs of pixels, against the convolution
+    /// written out in f64.
+    #[test]
+    fn a_small_filter_conv_split_across_threads_matches_the_definition() {
+        use crate::model::{OperandType as T, OperationType as O};
+        use crate::test_support::{B, close, run_f32};
+        crate::set_max_threads(2);
+        let (h, w, c, oc) = (128usize, 128usize, 3usize, 32usize);
+        let (oh, ow) = (64usize, 64usize);
+        let mut seed = 7u32;
+        let x = floats(&mut seed, h * w * c);
+        let f = floats(&mut seed, oc * 9 * c);
+        let bias = floats(&mut seed, oc);
+        let mut b = B::new();
+        let xi = b.input(T::TensorFloat32, &[1, 128, 128, 3]);
+        let fi = b.f32c(&[32, 3, 3, 3], &f);
+        let bi = b.f32c(&[32], &bias);
+        // Explicit padding: left 0, right 1, top 0, bottom 1; strides 2, 2; RELU6.
+        let args: Vec<u32> = [0, 1, 0, 1, 2, 2, 3].iter().map(|&v| b.int(v)).collect();
+        let o = b.output(T::TensorFloat32, &[1, 64, 64, 32]);
+        let ins: Vec<u32> = [xi, fi, bi].into_iter().chain(args).collect();
+        b.op(O::Conv2d, &ins, &[o]);
+        let (out, dims) = run_f32(b.g, &[&x]);
+        assert_eq!(dims, [1, 64, 64, 32]);
+        let mut want = Vec::with_capacity(oh * ow * oc);
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for o in 0..oc {
+                    let mut acc = f64::from(bias[o]);
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (oy * 2 + ky, ox * 2 + kx);
+                            if iy >= h || ix >= w {
+                                continue;
+                            }
+                            for ci in 0..c {
+                                let xv = x[(iy * w + ix) * c + ci];
+                                let fv = f[((o * 3 + ky) * 3 + kx) * c + ci];
+                                acc += f64::from(xv) * f64::from(fv);
+                            }
+                        }
+                    }
+                    want.push((acc as f32).clamp(0.0, 6.0));
+                }
+            }
+        }
+        close(&out, &want);
     }
 }

@@ -31,7 +31,7 @@ pub(crate) fn sgemm(
     )
 }
 
-/// A raw pointer that may cross to a scoped worker thread.
+/// A raw pointer that may cross to a pool worker thread.
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
 impl SendPtr {
@@ -42,7 +42,7 @@ impl SendPtr {
 }
 
 // SAFETY: the pointer is only dereferenced (by the gemm crate) for disjoint element sets of a
-// buffer that outlives the scoped threads using it; see `gemm_with_threads`.
+// buffer that outlives the parts using it (`par::for_each_part` returns after all of them); see `gemm_with_threads`.
 unsafe impl Send for SendPtr {}
 // SAFETY: as above; the threads never touch the same element.
 unsafe impl Sync for SendPtr {}
@@ -121,7 +121,7 @@ pub(crate) fn gemm_with_threads(
         // SAFETY: as in the single-threaded call for `a` and `b` (column j0 + j < n reads
         // b[kk*rsb + (j0+j)*csb], within the checked bound); `c` holds m*n elements and
         // this call writes only c[i*n + j0 + j] for j < cols, a column range disjoint from
-        // every other thread's. `c`'s borrow outlives the scope.
+        // every other thread's. `c`'s borrow outlives every part.
         unsafe {
             kernel(
                 m,
@@ -136,17 +136,7 @@ pub(crate) fn gemm_with_threads(
             );
         }
     };
-    std::thread::scope(|s| {
-        let work = &work;
-        let handles: Vec<_> = (per..n)
-            .step_by(per)
-            .map(|j0| s.spawn(move || work(j0)))
-            .collect();
-        work(0);
-        for h in handles {
-            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        }
-    });
+    par::for_each_part(n.div_ceil(per), |part| work(part * per));
     Ok(())
 }
 
@@ -244,6 +234,10 @@ fn dots(x: &[f32], w: &[f32], out: &mut [f32]) {
             return;
         }
     }
+    // aarch64 always has NEON with fused multiply-add: `mul_add` compiles to vector `fmla`.
+    #[cfg(target_arch = "aarch64")]
+    dots_generic::<true>(x, w, out);
+    #[cfg(not(target_arch = "aarch64"))]
     dots_generic::<false>(x, w, out);
 }
 

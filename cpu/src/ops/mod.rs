@@ -22,6 +22,7 @@ mod movement;
 mod normalization;
 mod opdef;
 mod pool;
+mod qgemm;
 mod quant;
 mod reduce;
 pub(crate) mod registry;

@@ -150,6 +150,37 @@ impl Requant {
         })
     }
 
+    /// A requantization from its parts: one real multiplier per channel (input scale × filter
+    /// scale / output scale), the output zero point, the activation bounds and the type.
+    #[cfg(test)]
+    pub(crate) fn from_parts(
+        multipliers: &[f64],
+        out_zp: i32,
+        (lo, hi): (i32, i32),
+        ty: OperandType,
+    ) -> Requant {
+        Requant {
+            mult: multipliers
+                .iter()
+                .map(|&m| quantize_multiplier(m))
+                .collect(),
+            out_zp,
+            lo,
+            hi,
+            ty,
+        }
+    }
+
+    /// Output channel `oc`'s fixed-point multiplier and shift ([`quantize_multiplier`]).
+    pub(crate) fn multiplier(&self, oc: usize) -> Option<(i32, i32)> {
+        self.mult.get(oc).copied()
+    }
+
+    /// The output zero point and the activation's bounds.
+    pub(crate) fn output_range(&self) -> (i32, i32, i32) {
+        (self.out_zp, self.lo, self.hi)
+    }
+
     /// `acc` (clamped to i32) requantized for output channel `oc`.
     #[inline]
     pub(crate) fn apply(&self, acc: i64, oc: usize) -> i32 {

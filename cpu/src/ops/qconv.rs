@@ -531,7 +531,7 @@ impl Depthwise<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn pixel_avx2(&self, offs: &[usize], out: &mut [u8]) {
-        use super::qgemm::avx2::{bytes16, ld16, requant};
+        use super::qgemm::avx2::{bytes16, ld16, requant, store};
         use std::arch::x86_64::*;
         let blocks = self.blocks;
         for (b, o) in out.chunks_mut(DW).enumerate() {
@@ -550,7 +550,7 @@ impl Depthwise<'_> {
             let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), self.ep, 2 * b);
             let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), self.ep, 2 * b + 1);
             let bytes = bytes16(v0, v1, self.ep.signed);
-            o.copy_from_slice(&bytes[..o.len()]);
+            store(o, &bytes);
         }
     }
 }

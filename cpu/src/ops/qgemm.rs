@@ -343,23 +343,21 @@ pub(crate) mod avx2 {
         _mm256_blendv_epi8(s, sat, _mm256_srai_epi32(ovf, 31))
     }
 
-    /// gemmlowp SaturatingRoundingDoublingHighMul for `m >= 0` (as every multiplier is): the
-    /// product of |a| and m in 64 bits, nudged, shifted, signed back.
+    /// gemmlowp SaturatingRoundingDoublingHighMul for `m >= 0` (as every multiplier is, so
+    /// the saturating case a = m = i32::MIN never arises). Its rounding, (a·m + 2^30) / 2^31
+    /// truncated for a·m >= 0 and (a·m + 1 - 2^30) / 2^31 truncated (= ceiled) below, is in both
+    /// cases floor((a·m + 2^30) / 2^31), whose value fits i32: bits 31..62 of the 64-bit sum.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn srdhm(a: __m256i, m: __m256i) -> __m256i {
-        let neg = _mm256_srai_epi32(a, 31);
-        let abs = _mm256_abs_epi32(a);
-        let p_even = _mm256_mul_epu32(abs, m);
-        let p_odd = _mm256_mul_epu32(_mm256_srli_epi64(abs, 32), _mm256_srli_epi64(m, 32));
         let half = _mm256_set1_epi64x(1 << 30);
-        // A negative product rounds with 2^30 - 1, a non-negative one with 2^30.
-        let n_even = _mm256_sub_epi64(half, _mm256_and_si256(neg, _mm256_set1_epi64x(1)));
-        let n_odd = _mm256_sub_epi64(half, _mm256_srli_epi64(neg, 63));
-        let r_even = _mm256_srli_epi64(_mm256_add_epi64(p_even, n_even), 31);
-        let r_odd = _mm256_slli_epi64(_mm256_add_epi64(p_odd, n_odd), 1);
-        let r = _mm256_blend_epi32(r_even, r_odd, 0b1010_1010);
-        _mm256_sub_epi32(_mm256_xor_si256(r, neg), neg)
+        let p_even = _mm256_add_epi64(_mm256_mul_epi32(a, m), half);
+        // Lanes 1, 3, 5, 7 moved to the even positions mul_epi32 reads.
+        let (a_odd, m_odd) = (_mm256_shuffle_epi32(a, 0xF5), _mm256_shuffle_epi32(m, 0xF5));
+        let p_odd = _mm256_add_epi64(_mm256_mul_epi32(a_odd, m_odd), half);
+        let r_even = _mm256_srli_epi64(p_even, 31);
+        let r_odd = _mm256_slli_epi64(p_odd, 1);
+        _mm256_blend_epi32(r_even, r_odd, 0b1010_1010)
     }
 
     /// Channels `8g..8g+8` of `acc`, requantized and clamped (i32 lanes).
@@ -419,6 +417,16 @@ pub(crate) mod avx2 {
         out
     }
 
+    /// Stores the first `dst.len()` (at most 16) of `bytes`: a whole block without a call to
+    /// `memcpy`.
+    #[inline(always)]
+    pub(crate) fn store(dst: &mut [u8], bytes: &[u8; 16]) {
+        match dst.first_chunk_mut::<16>() {
+            Some(d) => *d = *bytes,
+            None => dst.copy_from_slice(&bytes[..dst.len()]),
+        }
+    }
+
     /// The AVX2 form of [`super::tile_portable`].
     #[target_feature(enable = "avx2")]
     pub(crate) fn tile(
@@ -445,7 +453,7 @@ pub(crate) mod avx2 {
             let v0 = requant(accr[0], ep, g);
             let v1 = requant(accr[1], ep, g + 1);
             let bytes = bytes16(v0, v1, ep.signed);
-            out[r * ldo + j0..][..nc].copy_from_slice(&bytes[..nc]);
+            store(&mut out[r * ldo + j0..][..nc], &bytes);
         }
     }
 }

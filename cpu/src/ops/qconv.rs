@@ -475,6 +475,26 @@ fn depthwise_filter(
 impl Depthwise<'_> {
     /// Output rows `r0..` (a row is one (batch, y) pair), all of `out`.
     fn rows(&self, r0: usize, out: &mut [u8]) {
+        match self.isa {
+            Isa::Portable => self.rows_with::<false>(r0, out),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
+            Isa::Avx2 => unsafe { self.rows_avx2(r0, out) },
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn rows_avx2(&self, r0: usize, out: &mut [u8]) {
+        self.rows_with::<true>(r0, out);
+    }
+
+    /// [`Self::rows`] with the AVX2 pixel kernel when `AVX2` (instantiated with it only from
+    /// [`Self::rows_avx2`]), else the portable one. Pixels whose window lies inside the input
+    /// step their tap offsets by the stride; border pixels point their outside taps at the zero
+    /// pixel.
+    #[inline(always)]
+    fn rows_with<const AVX2: bool>(&self, r0: usize, out: &mut [u8]) {
         let ([_, h, w, _], (fh, fw), (oh, ow), g) = (
             self.win.nhwc,
             self.win.filter_hw,
@@ -482,7 +502,17 @@ impl Depthwise<'_> {
             &self.win.g,
         );
         let (oc, blocks) = (self.oc, self.blocks);
+        // Output columns whose whole window lies inside the input horizontally.
+        let ox_lo = g.pad_l.div_ceil(g.stride_w).min(ow);
+        let span = (fw - 1) * g.dil_w;
+        let ox_hi = if w + g.pad_l > span {
+            ((w + g.pad_l - span - 1) / g.stride_w + 1).clamp(ox_lo, ow)
+        } else {
+            ox_lo
+        };
         let mut offs = vec![self.zero; self.taps_even];
+        // Interior pixels: tap offsets at input column 0.
+        let mut rel = vec![0usize; fh * fw];
         let mut row_at: Vec<Option<usize>> = vec![None; fh];
         for (ri, orow) in out.chunks_exact_mut(ow * oc).enumerate() {
             let r = r0 + ri;
@@ -490,22 +520,38 @@ impl Depthwise<'_> {
             for (ky, at) in row_at.iter_mut().enumerate() {
                 *at = g.in_y(oy, ky, h).map(|iy| (b * h + iy) * w);
             }
+            let full_rows = row_at.iter().all(Option::is_some);
+            if full_rows {
+                for (t, rv) in rel.iter_mut().enumerate() {
+                    let (ky, kx) = (t / fw, t % fw);
+                    *rv = row_at[ky].map_or(0, |a| (a + kx * g.dil_w) * blocks);
+                }
+            }
             for (ox, o) in orow.chunks_exact_mut(oc).enumerate() {
-                for kx in 0..fw {
-                    let ix = g.in_x(ox, kx, w);
-                    for (ky, at) in row_at.iter().enumerate() {
-                        offs[ky * fw + kx] = match (at, ix) {
-                            (Some(a), Some(ix)) => (a + ix) * blocks,
-                            _ => self.zero,
-                        };
+                if full_rows && (ox_lo..ox_hi).contains(&ox) {
+                    let shift = (ox * g.stride_w - g.pad_l) * blocks;
+                    for (d, &rv) in offs.iter_mut().zip(&rel) {
+                        *d = rv + shift;
+                    }
+                } else {
+                    for kx in 0..fw {
+                        let ix = g.in_x(ox, kx, w);
+                        for (ky, at) in row_at.iter().enumerate() {
+                            offs[ky * fw + kx] = match (at, ix) {
+                                (Some(a), Some(ix)) => (a + ix) * blocks,
+                                _ => self.zero,
+                            };
+                        }
                     }
                 }
-                match self.isa {
-                    Isa::Portable => self.pixel_portable(&offs, o),
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
-                    Isa::Avx2 => unsafe { self.pixel_avx2(&offs, o) },
+                #[cfg(target_arch = "x86_64")]
+                if AVX2 {
+                    // SAFETY: AVX2 is true only in the instance called from rows_avx2, whose
+                    // callers checked that the CPU has AVX2.
+                    unsafe { self.pixel_avx2(&offs, o) };
+                    continue;
                 }
+                self.pixel_portable(&offs, o);
             }
         }
     }
@@ -529,6 +575,7 @@ impl Depthwise<'_> {
 
     /// The AVX2 form of [`Self::pixel_portable`]: two taps per `_mm256_madd_epi16`.
     #[cfg(target_arch = "x86_64")]
+    #[inline]
     #[target_feature(enable = "avx2")]
     fn pixel_avx2(&self, offs: &[usize], out: &mut [u8]) {
         use super::qgemm::avx2::{bytes16, ld16, requant, store};

@@ -189,8 +189,19 @@ fn epilogue(ctx: &OpCtx<'_>, n: usize, k: usize, act: usize) -> KResult<Epilogue
 fn copy_rows(x: &Input<'_>, k: usize, r0: usize, dst: &mut [i16]) {
     let kp = padded(k);
     for (i, d) in dst.chunks_exact_mut(kp.max(1)).enumerate() {
-        x.center((r0 + i) * k, &mut d[..k]);
-        d[k..].fill(0);
+        let (row, pad) = d.split_at_mut(k);
+        x.center((r0 + i) * k, row);
+        zero(pad);
+    }
+}
+
+/// Zeroes `d` (short runs: no call to `memset` for the empty and one-element ones).
+#[inline]
+fn zero(d: &mut [i16]) {
+    match d {
+        [] => {}
+        [v] => *v = 0,
+        _ => d.fill(0),
     }
 }
 
@@ -283,11 +294,11 @@ fn im2col(x: &Input<'_>, win: &Window, p0: usize, dst: &mut [i16]) {
         let p = p0 + r;
         let (b, q) = (p / per_img, p % per_img);
         let (oy, ox) = (q / ow, q % ow);
-        drow[k..].fill(0);
+        zero(&mut drow[k..]);
         for ky in 0..fh {
             let d = &mut drow[ky * fw * c..(ky + 1) * fw * c];
             let Some(iy) = g.in_y(oy, ky, h) else {
-                d.fill(0);
+                zero(d);
                 continue;
             };
             let src = (b * h + iy) * w * c;
@@ -296,17 +307,17 @@ fn im2col(x: &Input<'_>, win: &Window, p0: usize, dst: &mut [i16]) {
                 let base = ox * g.stride_w;
                 let lo = g.pad_l.saturating_sub(base).min(fw);
                 let hi = (w + g.pad_l).saturating_sub(base).clamp(lo, fw);
-                d[..lo * c].fill(0);
+                zero(&mut d[..lo * c]);
                 if hi > lo {
                     let ix0 = base + lo - g.pad_l;
                     x.center(src + ix0 * c, &mut d[lo * c..hi * c]);
                 }
-                d[hi * c..].fill(0);
+                zero(&mut d[hi * c..]);
             } else {
                 for (kx, dd) in d.chunks_exact_mut(c.max(1)).enumerate() {
                     match g.in_x(ox, kx, w) {
                         Some(ix) => x.center(src + ix * c, dd),
-                        None => dd.fill(0),
+                        None => zero(dd),
                     }
                 }
             }

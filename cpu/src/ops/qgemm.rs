@@ -241,11 +241,16 @@ where
                 let at = &ap[i * pairs..(i + 1) * pairs];
                 let mr = MR.min(rows - i * MR);
                 let o = &mut block[i * MR * n..];
-                match isa {
-                    Isa::Portable => tile_portable(at, b, ep, (j0, nc, mr), o, n),
+                // A lone row (a batch-1 FULLY_CONNECTED) computes one row, not MR.
+                match (isa, mr) {
+                    (Isa::Portable, 1) => tile_portable::<1>(at, b, ep, (j0, nc, mr), o, n),
+                    (Isa::Portable, _) => tile_portable::<MR>(at, b, ep, (j0, nc, mr), o, n),
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
-                    Isa::Avx2 => unsafe { avx2::tile(at, b, ep, (j0, nc, mr), o, n) },
+                    (Isa::Avx2, 1) => unsafe { avx2::tile::<1>(at, b, ep, (j0, nc, mr), o, n) },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above.
+                    (Isa::Avx2, _) => unsafe { avx2::tile::<MR>(at, b, ep, (j0, nc, mr), o, n) },
                 }
             }
         }
@@ -283,9 +288,10 @@ fn unpair(v: i32) -> (i32, i32) {
     (i32::from(v as i16), v >> 16)
 }
 
-/// Portable micro-kernel: one MR × NR tile, `(j0, nc, mr)` = first column, valid columns and
-/// valid rows; row r of the tile is written at `out[r * ldo + j0..][..nc]`.
-pub(crate) fn tile_portable(
+/// Portable micro-kernel: the first R (≤ MR) rows of one MR × NR tile, `(j0, nc, mr)` = first
+/// column, valid columns and valid rows; row r of the tile is written at
+/// `out[r * ldo + j0..][..nc]`.
+pub(crate) fn tile_portable<const R: usize>(
     a: &[[i32; MR]],
     b: &[[i16; 2 * NR]],
     ep: &Epilogue,
@@ -293,7 +299,7 @@ pub(crate) fn tile_portable(
     out: &mut [u8],
     ldo: usize,
 ) {
-    let mut acc = [[0i32; NR]; MR];
+    let mut acc = [[0i32; NR]; R];
     for (a4, bp) in a.iter().zip(b) {
         for (r, accr) in acc.iter_mut().enumerate() {
             let (x0, x1) = unpair(a4[r]);
@@ -429,7 +435,7 @@ pub(crate) mod avx2 {
 
     /// The AVX2 form of [`super::tile_portable`].
     #[target_feature(enable = "avx2")]
-    pub(crate) fn tile(
+    pub(crate) fn tile<const R: usize>(
         a: &[[i32; MR]],
         b: &[[i16; 2 * NR]],
         ep: &Epilogue,
@@ -438,7 +444,7 @@ pub(crate) mod avx2 {
         ldo: usize,
     ) {
         let z = _mm256_setzero_si256();
-        let mut acc = [[z; 2]; MR];
+        let mut acc = [[z; 2]; R];
         for (a4, bp) in a.iter().zip(b) {
             let b0 = ld16(bp, 0);
             let b1 = ld16(bp, 16);

@@ -589,7 +589,7 @@ impl Depthwise<'_> {
     #[inline]
     #[target_feature(enable = "avx2")]
     fn pixel_avx2(&self, offs: &[usize], out: &mut [u8]) {
-        use super::qgemm::avx2::{bytes16, ld16, requant, store};
+        use super::qgemm::avx2::{Lanes, bytes16, ld16, requant, store};
         use std::arch::x86_64::*;
         let blocks = self.blocks;
         for (b, o) in out.chunks_mut(DW).enumerate() {
@@ -605,8 +605,10 @@ impl Depthwise<'_> {
                 hi = _mm256_add_epi32(hi, phi);
             }
             // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
-            let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), self.ep, 2 * b);
-            let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), self.ep, 2 * b + 1);
+            let p0 = Lanes::load(self.ep, 2 * b);
+            let p1 = Lanes::load(self.ep, 2 * b + 1);
+            let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
+            let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
             let bytes = bytes16(v0, v1, self.ep.signed);
             store(o, &bytes);
         }

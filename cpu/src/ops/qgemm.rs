@@ -366,43 +366,77 @@ pub(crate) mod avx2 {
         _mm256_blend_epi32(r_even, r_odd, 0b1010_1010)
     }
 
-    /// Channels `8g..8g+8` of `acc`, requantized and clamped (i32 lanes).
+    /// The requantization parameters of 8 channels in registers, loaded once for every row
+    /// of a tile.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Lanes {
+        bias: __m256i,
+        mult: __m256i,
+        left: __m256i,
+        right: __m256i,
+        mask: __m256i,
+        half: __m256i,
+        lo: __m256i,
+        hi: __m256i,
+        zp: __m256i,
+        plain_bias: bool,
+        no_left: bool,
+    }
+
+    impl Lanes {
+        /// Channels `8g..8g+8` of `ep`.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn load(ep: &Epilogue, g: usize) -> Lanes {
+            let Group {
+                bias,
+                mult,
+                left,
+                right,
+                mask,
+                half,
+            } = &ep.groups[g];
+            Lanes {
+                bias: ld8(bias),
+                mult: ld8(mult),
+                left: ld8(left),
+                right: ld8(right),
+                mask: ld8(mask),
+                half: ld8(half),
+                lo: _mm256_set1_epi32(ep.lo),
+                hi: _mm256_set1_epi32(ep.hi),
+                zp: _mm256_set1_epi32(ep.zp),
+                plain_bias: ep.plain_bias,
+                no_left: ep.no_left,
+            }
+        }
+    }
+
+    /// `acc` (8 channels' accumulators) requantized and clamped with the channels' `p` (i32
+    /// lanes).
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(crate) fn requant(acc: __m256i, ep: &Epilogue, g: usize) -> __m256i {
-        let Group {
-            bias,
-            mult,
-            left,
-            right,
-            mask,
-            half,
-        } = &ep.groups[g];
-        let a = if ep.plain_bias {
-            _mm256_add_epi32(acc, ld8(bias))
+    pub(crate) fn requant(acc: __m256i, p: &Lanes) -> __m256i {
+        let a = if p.plain_bias {
+            _mm256_add_epi32(acc, p.bias)
         } else {
-            sat_add(acc, ld8(bias))
+            sat_add(acc, p.bias)
         };
-        let xs = if ep.no_left {
+        let xs = if p.no_left {
             a
         } else {
-            let left = ld8(left);
-            let sh = _mm256_sllv_epi32(a, left);
-            let kept = _mm256_cmpeq_epi32(_mm256_srav_epi32(sh, left), a);
+            let sh = _mm256_sllv_epi32(a, p.left);
+            let kept = _mm256_cmpeq_epi32(_mm256_srav_epi32(sh, p.left), a);
             let sat = _mm256_xor_si256(_mm256_srai_epi32(a, 31), _mm256_set1_epi32(i32::MAX));
             _mm256_blendv_epi8(sat, sh, kept)
         };
-        let x = srdhm(xs, ld8(mult));
+        let x = srdhm(xs, p.mult);
         // RoundingDivideByPOT: (x >> e) + (rem > half + (x < 0)).
-        let right = ld8(right);
-        let rem = _mm256_and_si256(x, ld8(mask));
-        let thr = _mm256_sub_epi32(ld8(half), _mm256_srai_epi32(x, 31));
-        let r = _mm256_sub_epi32(_mm256_srav_epi32(x, right), _mm256_cmpgt_epi32(rem, thr));
-        let r = _mm256_min_epi32(
-            _mm256_max_epi32(r, _mm256_set1_epi32(ep.lo)),
-            _mm256_set1_epi32(ep.hi),
-        );
-        _mm256_add_epi32(r, _mm256_set1_epi32(ep.zp))
+        let rem = _mm256_and_si256(x, p.mask);
+        let thr = _mm256_sub_epi32(p.half, _mm256_srai_epi32(x, 31));
+        let r = _mm256_sub_epi32(_mm256_srav_epi32(x, p.right), _mm256_cmpgt_epi32(rem, thr));
+        let r = _mm256_min_epi32(_mm256_max_epi32(r, p.lo), p.hi);
+        _mm256_add_epi32(r, p.zp)
     }
 
     /// 16 requantized values (channels of `v0` then `v1`, each within the output type's
@@ -454,10 +488,11 @@ pub(crate) mod avx2 {
                 accr[1] = _mm256_add_epi32(accr[1], _mm256_madd_epi16(x, b1));
             }
         }
-        let g = j0 / 8;
+        let p0 = Lanes::load(ep, j0 / 8);
+        let p1 = Lanes::load(ep, j0 / 8 + 1);
         for (r, accr) in acc.iter().enumerate().take(mr) {
-            let v0 = requant(accr[0], ep, g);
-            let v1 = requant(accr[1], ep, g + 1);
+            let v0 = requant(accr[0], &p0);
+            let v1 = requant(accr[1], &p1);
             let bytes = bytes16(v0, v1, ep.signed);
             store(&mut out[r * ldo + j0..][..nc], &bytes);
         }
@@ -550,7 +585,7 @@ pub(crate) mod tests {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn avx2_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
-        let v = avx2::requant(_mm256_set1_epi32(acc), ep, j / 8);
+        let v = avx2::requant(_mm256_set1_epi32(acc), &avx2::Lanes::load(ep, j / 8));
         let bytes = avx2::bytes16(v, v, ep.signed);
         bytes[j % 8]
     }

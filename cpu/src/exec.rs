@@ -545,6 +545,14 @@ mod tests {
     use crate::test_support::{B, bf, close, fb};
     use crate::{InputArg, PreparedGraph};
 
+    /// `data` as an input of the model's dimensions.
+    fn arg(data: &[u8]) -> InputArg<'_> {
+        InputArg::Value {
+            data,
+            dimensions: vec![],
+        }
+    }
+
     /// Two FULLY_CONNECTED (5 rows each, past the dot-product path, so both run the GEMM on the
     /// packed weights) reading one constant `[2][3]` weights operand.
     #[test]
@@ -569,16 +577,7 @@ mod tests {
         let in2 = fb(&[
             1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, -1.0, 0.0, 1.0, 3.0, 1.0, 2.0,
         ]);
-        let args = [
-            InputArg::Value {
-                data: &in1,
-                dimensions: vec![],
-            },
-            InputArg::Value {
-                data: &in2,
-                dimensions: vec![],
-            },
-        ];
+        let args = [arg(&in1), arg(&in2)];
         let (mut out1, mut out2) = (vec![0u8; 40], vec![0u8; 40]);
         p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
             .unwrap();
@@ -619,16 +618,7 @@ mod tests {
         let p = PreparedGraph::new(b.g).unwrap();
         assert_eq!(p.packed_weight_bytes(), 2 * 16 * 2 * 2);
         let (in1, in2) = ([1u8, 2, 3], [0u8, 1, 2]);
-        let args = [
-            InputArg::Value {
-                data: &in1,
-                dimensions: vec![],
-            },
-            InputArg::Value {
-                data: &in2,
-                dimensions: vec![],
-            },
-        ];
+        let args = [arg(&in1), arg(&in2)];
         let (mut out1, mut out2) = ([0u8; 2], [0u8; 2]);
         p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
             .unwrap();

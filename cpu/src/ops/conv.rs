@@ -272,6 +272,19 @@ impl Geometry {
         Ok((g, oh, ow))
     }
 
+    /// The output columns (of `ow`) whose whole window of `fw` taps lies inside an input of
+    /// width `w`.
+    pub(crate) fn interior_cols(&self, w: usize, fw: usize, ow: usize) -> std::ops::Range<usize> {
+        let lo = self.pad_l.div_ceil(self.stride_w).min(ow);
+        let span = fw.saturating_sub(1) * self.dil_w;
+        let hi = if w + self.pad_l > span {
+            ((w + self.pad_l - span - 1) / self.stride_w + 1).clamp(lo, ow)
+        } else {
+            lo
+        };
+        lo..hi
+    }
+
     /// Input row for output row `oy` and filter row `ky`, if inside the input.
     #[inline]
     pub(crate) fn in_y(&self, oy: usize, ky: usize, h: usize) -> Option<usize> {

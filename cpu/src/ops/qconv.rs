@@ -513,14 +513,7 @@ impl Depthwise<'_> {
             &self.win.g,
         );
         let (oc, blocks) = (self.oc, self.blocks);
-        // Output columns whose whole window lies inside the input horizontally.
-        let ox_lo = g.pad_l.div_ceil(g.stride_w).min(ow);
-        let span = (fw - 1) * g.dil_w;
-        let ox_hi = if w + g.pad_l > span {
-            ((w + g.pad_l - span - 1) / g.stride_w + 1).clamp(ox_lo, ow)
-        } else {
-            ox_lo
-        };
+        let interior = g.interior_cols(w, fw, ow);
         let mut offs = vec![self.zero; self.taps_even];
         // Interior pixels: tap offsets at input column 0.
         let mut rel = vec![0usize; fh * fw];
@@ -539,7 +532,7 @@ impl Depthwise<'_> {
                 }
             }
             for (ox, o) in orow.chunks_exact_mut(oc).enumerate() {
-                if full_rows && (ox_lo..ox_hi).contains(&ox) {
+                if full_rows && interior.contains(&ox) {
                     let shift = (ox * g.stride_w - g.pad_l) * blocks;
                     for (d, &rv) in offs.iter_mut().zip(&rel) {
                         *d = rv + shift;

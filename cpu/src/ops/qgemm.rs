@@ -240,17 +240,23 @@ where
             for i in 0..tiles {
                 let at = &ap[i * pairs..(i + 1) * pairs];
                 let mr = MR.min(rows - i * MR);
-                let o = &mut block[i * MR * n..];
+                let d = Dst {
+                    out: &mut block[i * MR * n..],
+                    ldo: n,
+                    j0,
+                    nc,
+                    mr,
+                };
                 // A lone row (a batch-1 FULLY_CONNECTED) computes one row, not MR.
                 match (isa, mr) {
-                    (Isa::Portable, 1) => tile_portable::<1>(at, b, ep, (j0, nc, mr), o, n),
-                    (Isa::Portable, _) => tile_portable::<MR>(at, b, ep, (j0, nc, mr), o, n),
+                    (Isa::Portable, 1) => tile_portable::<1>(at, b, ep, d),
+                    (Isa::Portable, _) => tile_portable::<MR>(at, b, ep, d),
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
-                    (Isa::Avx2, 1) => unsafe { avx2::tile::<1>(at, b, ep, (j0, nc, mr), o, n) },
+                    (Isa::Avx2, 1) => unsafe { avx2::tile::<1>(at, b, ep, d) },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
-                    (Isa::Avx2, _) => unsafe { avx2::tile::<MR>(at, b, ep, (j0, nc, mr), o, n) },
+                    (Isa::Avx2, _) => unsafe { avx2::tile::<MR>(at, b, ep, d) },
                 }
             }
         }
@@ -288,17 +294,18 @@ fn unpair(v: i32) -> (i32, i32) {
     (i32::from(v as i16), v >> 16)
 }
 
-/// Portable micro-kernel: the first R (≤ MR) rows of one MR × NR tile, `(j0, nc, mr)` = first
-/// column, valid columns and valid rows; row r of the tile is written at
-/// `out[r * ldo + j0..][..nc]`.
-pub(crate) fn tile_portable<const R: usize>(
-    a: &[[i32; MR]],
-    b: &[[i16; 2 * NR]],
-    ep: &Epilogue,
-    (j0, nc, mr): (usize, usize, usize),
-    out: &mut [u8],
+/// Where a tile goes: row r (of the first `mr`) at `out[r * ldo + j0..][..nc]`.
+pub(crate) struct Dst<'a> {
+    out: &'a mut [u8],
     ldo: usize,
-) {
+    j0: usize,
+    nc: usize,
+    mr: usize,
+}
+
+/// Portable micro-kernel: the first R (≤ MR) rows of one MR × NR tile.
+fn tile_portable<const R: usize>(a: &[[i32; MR]], b: &[[i16; 2 * NR]], ep: &Epilogue, d: Dst<'_>) {
+    let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
     let mut acc = [[0i32; NR]; R];
     for (a4, bp) in a.iter().zip(b) {
         for (r, accr) in acc.iter_mut().enumerate() {
@@ -320,7 +327,7 @@ pub(crate) fn tile_portable<const R: usize>(
 pub(crate) mod avx2 {
     //! The AVX2 micro-kernel and the vector epilogue shared with the depthwise kernel.
 
-    use super::{Epilogue, Group, MR, NR};
+    use super::{Dst, Epilogue, Group, MR, NR};
     use std::arch::x86_64::*;
 
     /// 16 i16 from an array of at least 16.
@@ -473,10 +480,9 @@ pub(crate) mod avx2 {
         a: &[[i32; MR]],
         b: &[[i16; 2 * NR]],
         ep: &Epilogue,
-        (j0, nc, mr): (usize, usize, usize),
-        out: &mut [u8],
-        ldo: usize,
+        d: Dst<'_>,
     ) {
+        let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
         let z = _mm256_setzero_si256();
         let mut acc = [[z; 2]; R];
         for (a4, bp) in a.iter().zip(b) {

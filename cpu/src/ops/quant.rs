@@ -38,7 +38,12 @@ pub(crate) fn quantize_multiplier(m: f64) -> (i32, i32) {
     if !m.is_finite() || m <= 0.0 {
         return (0, 0);
     }
-    let (q, mut e) = frexp(m);
+    let (q, e) = frexp(m);
+    fixed_multiplier(q, e)
+}
+
+/// `q · 2^e` (q in [0.5, 1)) as TFLite's fixed-point multiplier and shift.
+fn fixed_multiplier(q: f64, mut e: i32) -> (i32, i32) {
     let mut q_fixed = (q * (1i64 << 31) as f64).round() as i64;
     if q_fixed == 1i64 << 31 {
         q_fixed /= 2;
@@ -240,18 +245,7 @@ mod tests {
             q *= 2.0;
             e -= 1;
         }
-        let mut q_fixed = (q * (1i64 << 31) as f64).round() as i64;
-        if q_fixed == 1i64 << 31 {
-            q_fixed /= 2;
-            e += 1;
-        }
-        if e < -31 {
-            return (0, 0);
-        }
-        if e > 30 {
-            return (i32::MAX, 30);
-        }
-        (q_fixed as i32, e)
+        fixed_multiplier(q, e)
     }
 
     #[test]

@@ -514,7 +514,9 @@ impl Depthwise<'_> {
         );
         let (oc, blocks) = (self.oc, self.blocks);
         let interior = g.interior_cols(w, fw, ow);
-        let mut offs = vec![self.zero; self.taps_even];
+        let te = self.taps_even;
+        // The row's tap offsets, `te` a pixel (the odd count's last tap reads the zero pixel).
+        let mut row_offs = vec![self.zero; ow * te];
         // Interior pixels: tap offsets at input column 0.
         let mut rel = vec![0usize; fh * fw];
         let mut row_at: Vec<Option<usize>> = vec![None; fh];
@@ -531,7 +533,7 @@ impl Depthwise<'_> {
                     *rv = row_at[ky].map_or(0, |a| (a + kx * g.dil_w) * blocks);
                 }
             }
-            for (ox, o) in orow.chunks_exact_mut(oc).enumerate() {
+            for (ox, offs) in row_offs.chunks_exact_mut(te).enumerate() {
                 if full_rows && interior.contains(&ox) {
                     let shift = (ox * g.stride_w - g.pad_l) * blocks;
                     for (d, &rv) in offs.iter_mut().zip(&rel) {
@@ -548,14 +550,16 @@ impl Depthwise<'_> {
                         }
                     }
                 }
-                #[cfg(target_arch = "x86_64")]
-                if AVX2 {
-                    // SAFETY: AVX2 is true only in the instance called from rows_avx2, whose
-                    // callers checked that the CPU has AVX2.
-                    unsafe { self.pixel_avx2(&offs, o) };
-                    continue;
-                }
-                self.pixel_portable(&offs, o);
+            }
+            #[cfg(target_arch = "x86_64")]
+            if AVX2 {
+                // SAFETY: AVX2 is true only in the instance called from rows_avx2, whose
+                // callers checked that the CPU has AVX2.
+                unsafe { self.row_avx2(&row_offs, orow) };
+                continue;
+            }
+            for (offs, o) in row_offs.chunks_exact(te).zip(orow.chunks_exact_mut(oc)) {
+                self.pixel_portable(offs, o);
             }
         }
     }
@@ -577,33 +581,37 @@ impl Depthwise<'_> {
         }
     }
 
-    /// The AVX2 form of [`Self::pixel_portable`]: two taps per `_mm256_madd_epi16`.
+    /// The AVX2 form of [`Self::pixel_portable`] over a row of pixels (`offs`: each pixel's
+    /// taps), one block of channels at a time so its filter and epilogue parameters stay in
+    /// registers: two taps per `_mm256_madd_epi16`.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn pixel_avx2(&self, offs: &[usize], out: &mut [u8]) {
-        use super::qgemm::avx2::{Lanes, bytes16, ld16, requant, store};
+    fn row_avx2(&self, offs: &[usize], out: &mut [u8]) {
+        use super::qgemm::avx2::{Lanes, ld16, requant, store16};
         use std::arch::x86_64::*;
-        let blocks = self.blocks;
-        for (b, o) in out.chunks_mut(DW).enumerate() {
-            let mut lo = _mm256_setzero_si256();
-            let mut hi = _mm256_setzero_si256();
-            for (q, pair) in offs.chunks_exact(2).enumerate() {
-                let x0 = ld16(&self.x[pair[0] + b], 0);
-                let x1 = ld16(&self.x[pair[1] + b], 0);
-                let f = &self.f[q * blocks + b];
-                let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), ld16(f, 0));
-                let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), ld16(f, 16));
-                lo = _mm256_add_epi32(lo, plo);
-                hi = _mm256_add_epi32(hi, phi);
-            }
-            // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
+        let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
+        for b in 0..blocks {
             let p0 = Lanes::load(self.ep, 2 * b);
             let p1 = Lanes::load(self.ep, 2 * b + 1);
-            let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
-            let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
-            let bytes = bytes16(v0, v1, self.ep.signed);
-            store(o, &bytes);
+            let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
+            for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
+                let mut lo = _mm256_setzero_si256();
+                let mut hi = _mm256_setzero_si256();
+                for (q, pair) in po.chunks_exact(2).enumerate() {
+                    let x0 = ld16(&self.x[pair[0] + b], 0);
+                    let x1 = ld16(&self.x[pair[1] + b], 0);
+                    let f = &self.f[q * blocks + b];
+                    let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), ld16(f, 0));
+                    let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), ld16(f, 16));
+                    lo = _mm256_add_epi32(lo, plo);
+                    hi = _mm256_add_epi32(hi, phi);
+                }
+                // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
+                let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
+                let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
+                store16(&mut o[c0..c1], v0, v1, self.ep.signed);
+            }
         }
     }
 }

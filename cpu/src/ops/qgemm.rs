@@ -446,11 +446,12 @@ pub(crate) mod avx2 {
         _mm256_add_epi32(r, p.zp)
     }
 
-    /// 16 requantized values (channels of `v0` then `v1`, each within the output type's
-    /// range) as bytes.
+    /// Stores 16 requantized values (channels of `v0` then `v1`, each within the output
+    /// type's range) as bytes into `dst`: all 16 straight from the register when `dst` has
+    /// room, else its first `dst.len()`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(crate) fn bytes16(v0: __m256i, v1: __m256i, signed: bool) -> [u8; 16] {
+    pub(crate) fn store16(dst: &mut [u8], v0: __m256i, v1: __m256i, signed: bool) {
         let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
         let b = if signed {
             _mm256_packs_epi16(w, w)
@@ -458,19 +459,15 @@ pub(crate) mod avx2 {
             _mm256_packus_epi16(w, w)
         };
         let b = _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
-        let mut out = [0u8; 16];
-        // SAFETY: `out` holds 16 bytes, written unaligned.
-        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
-        out
-    }
-
-    /// Stores the first `dst.len()` (at most 16) of `bytes`: a whole block without a call to
-    /// `memcpy`.
-    #[inline(always)]
-    pub(crate) fn store(dst: &mut [u8], bytes: &[u8; 16]) {
         match dst.first_chunk_mut::<16>() {
-            Some(d) => *d = *bytes,
-            None => dst.copy_from_slice(&bytes[..dst.len()]),
+            // SAFETY: `d` holds 16 bytes, written unaligned.
+            Some(d) => unsafe { _mm_storeu_si128(d.as_mut_ptr().cast(), b) },
+            None => {
+                let mut out = [0u8; 16];
+                // SAFETY: `out` holds 16 bytes, written unaligned.
+                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
+                dst.copy_from_slice(&out[..dst.len()]);
+            }
         }
     }
 
@@ -499,8 +496,7 @@ pub(crate) mod avx2 {
         for (r, accr) in acc.iter().enumerate().take(mr) {
             let v0 = requant(accr[0], &p0);
             let v1 = requant(accr[1], &p1);
-            let bytes = bytes16(v0, v1, ep.signed);
-            store(&mut out[r * ldo + j0..][..nc], &bytes);
+            store16(&mut out[r * ldo + j0..][..nc], v0, v1, ep.signed);
         }
     }
 }
@@ -592,7 +588,8 @@ pub(crate) mod tests {
     #[target_feature(enable = "avx2")]
     fn avx2_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
         let v = avx2::requant(_mm256_set1_epi32(acc), &avx2::Lanes::load(ep, j / 8));
-        let bytes = avx2::bytes16(v, v, ep.signed);
+        let mut bytes = [0u8; 16];
+        avx2::store16(&mut bytes, v, v, ep.signed);
         bytes[j % 8]
     }
 

@@ -322,6 +322,51 @@ fn fast_kernels_equal_the_reference_on_layers_large_enough_to_split_over_threads
     });
 }
 
+/// Runs `case` on every kernel set: the reference kernels must have run it, with `want`.
+fn check_reference_only(case: &Case, want: &[u8]) {
+    for isa in Isa::all() {
+        let (got, fast) = run_on(case, Route::Fast(isa));
+        assert_eq!(fast, 0, "{}: the fast kernels ran past MAX_K", case.what);
+        assert_eq!(got, want, "{}", case.what);
+    }
+}
+
+/// A CONV_2D (1×1, depth MAX_K + 1) and a DEPTHWISE_CONV_2D (a 182×182 filter: 33124 taps, past
+/// MAX_K) whose products are all 255·255: the sums pass i32::MAX, saturate there in the
+/// reference kernels, and i32::MAX · 2^-24 rounds to 128.
+#[test]
+fn convolutions_longer_than_max_k_run_on_the_reference_kernels() {
+    let depth = (MAX_K + 1) as u32;
+    for (op, in_dims, f_dims) in [
+        (O::Conv2d, [1, 1, 1, depth], [1, 1, 1, depth]),
+        (O::DepthwiseConv2d, [1, 182, 182, 1], [1, 182, 182, 1]),
+    ] {
+        let mut b = B::new();
+        let x = b.input(T::TensorQuant8Asymm, &in_dims);
+        b.q(x, 1.0, 0);
+        let len = f_dims.iter().product::<u32>() as usize;
+        let f = b.konst(T::TensorQuant8Asymm, &f_dims, vec![255; len]);
+        b.q(f, 1.0, 0);
+        let bi = b.i32c(&[1], &[0]);
+        // VALID padding, stride 1 (and multiplier 1), no activation.
+        let mut args = vec![b.int(2), b.int(1), b.int(1)];
+        if op == O::DepthwiseConv2d {
+            args.push(b.int(1));
+        }
+        args.push(b.int(0));
+        let o = b.output(T::TensorQuant8Asymm, &[]);
+        b.q(o, 2f32.powi(24), 0);
+        b.op(op, &[&[x, f, bi][..], &args].concat(), &[o]);
+        let n_in = in_dims.iter().product::<u32>() as usize;
+        let case = Case {
+            g: b.g,
+            inputs: vec![vec![255; n_in]],
+            what: format!("{} past MAX_K", op.name()),
+        };
+        check_reference_only(&case, &[128]);
+    }
+}
+
 /// A FULLY_CONNECTED whose reduction is one longer than the fast kernels' i32 accumulators
 /// allow: every product is 255·255, so the sum passes i32::MAX and the reference's i64 sum
 /// saturates to i32::MAX before requantization; the output is then the top of the range.
@@ -344,10 +389,6 @@ fn reductions_longer_than_max_k_run_on_the_reference_kernels() {
         inputs: vec![vec![255; isz as usize]],
         what: "FULLY_CONNECTED past MAX_K".into(),
     };
-    for isa in Isa::all() {
-        let (got, fast) = run_on(&case, Route::Fast(isa));
-        assert_eq!(fast, 0, "the fast kernels ran past MAX_K");
-        // Channel 1: 65025 · 33026 + i32::MIN = 32002 (exact in i64), · 2^-24 rounds to 0.
-        assert_eq!(got, vec![128, 0]);
-    }
+    // Channel 1: 65025 · 33026 + i32::MIN = 32002 (exact in i64), · 2^-24 rounds to 0.
+    check_reference_only(&case, &[128, 0]);
 }

@@ -588,9 +588,10 @@ impl Depthwise<'_> {
     #[inline]
     #[target_feature(enable = "avx2")]
     fn row_avx2(&self, offs: &[usize], out: &mut [u8]) {
-        use super::qgemm::avx2::{Lanes, ld16, requant, store16};
+        use super::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
         use std::arch::x86_64::*;
         let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
+        let narrow = Narrow::load(self.ep);
         for b in 0..blocks {
             let p0 = Lanes::load(self.ep, 2 * b);
             let p1 = Lanes::load(self.ep, 2 * b + 1);
@@ -610,7 +611,7 @@ impl Depthwise<'_> {
                 // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
                 let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
                 let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
-                store16(&mut o[c0..c1], v0, v1, self.ep.signed);
+                store16(&mut o[c0..c1], v0, v1, &narrow);
             }
         }
     }

@@ -131,6 +131,9 @@ pub(crate) struct Epilogue {
     lo: i32,
     hi: i32,
     zp: i32,
+    /// The activation bounds themselves (within the output type's range).
+    out_lo: i32,
+    out_hi: i32,
     /// Whether the output is TENSOR_QUANT8_ASYMM_SIGNED (bytes are i8).
     pub(crate) signed: bool,
     /// Whether `acc + bias` cannot overflow (plain addition is the saturating one).
@@ -171,6 +174,8 @@ impl Epilogue {
             no_left,
             lo: sat(i64::from(lo) - i64::from(zp)),
             hi: sat(i64::from(hi) - i64::from(zp)),
+            out_lo: lo,
+            out_hi: hi,
             zp,
             signed: rq.ty == crate::model::OperandType::TensorQuant8AsymmSigned,
         })
@@ -383,9 +388,6 @@ pub(crate) mod avx2 {
         right: __m256i,
         mask: __m256i,
         half: __m256i,
-        lo: __m256i,
-        hi: __m256i,
-        zp: __m256i,
         plain_bias: bool,
         no_left: bool,
     }
@@ -410,17 +412,14 @@ pub(crate) mod avx2 {
                 right: ld8(right),
                 mask: ld8(mask),
                 half: ld8(half),
-                lo: _mm256_set1_epi32(ep.lo),
-                hi: _mm256_set1_epi32(ep.hi),
-                zp: _mm256_set1_epi32(ep.zp),
                 plain_bias: ep.plain_bias,
                 no_left: ep.no_left,
             }
         }
     }
 
-    /// `acc` (8 channels' accumulators) requantized and clamped with the channels' `p` (i32
-    /// lanes).
+    /// `acc` (8 channels' accumulators) requantized with the channels' `p`, before the zero
+    /// point and the activation ([`store16`] adds and applies them).
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(crate) fn requant(acc: __m256i, p: &Lanes) -> __m256i {
@@ -441,19 +440,45 @@ pub(crate) mod avx2 {
         // RoundingDivideByPOT: (x >> e) + (rem > half + (x < 0)).
         let rem = _mm256_and_si256(x, p.mask);
         let thr = _mm256_sub_epi32(p.half, _mm256_srai_epi32(x, 31));
-        let r = _mm256_sub_epi32(_mm256_srav_epi32(x, p.right), _mm256_cmpgt_epi32(rem, thr));
-        let r = _mm256_min_epi32(_mm256_max_epi32(r, p.lo), p.hi);
-        _mm256_add_epi32(r, p.zp)
+        _mm256_sub_epi32(_mm256_srav_epi32(x, p.right), _mm256_cmpgt_epi32(rem, thr))
     }
 
-    /// Stores 16 requantized values (channels of `v0` then `v1`, each within the output
-    /// type's range) as bytes into `dst`: all 16 straight from the register when `dst` has
-    /// room, else its first `dst.len()`.
+    /// The output zero point and activation bounds as i16 lanes, and the output's signedness.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Narrow {
+        zp: __m256i,
+        lo: __m256i,
+        hi: __m256i,
+        signed: bool,
+    }
+
+    impl Narrow {
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn load(ep: &Epilogue) -> Narrow {
+            // Zero points and bounds are within [-128, 255] (validated types and ranges).
+            let w = |v: i32| v.clamp(-32768, 32767) as i16;
+            Narrow {
+                zp: _mm256_set1_epi16(w(ep.zp)),
+                lo: _mm256_set1_epi16(w(ep.out_lo)),
+                hi: _mm256_set1_epi16(w(ep.out_hi)),
+                signed: ep.signed,
+            }
+        }
+    }
+
+    /// Stores 16 requantized values (channels of `v0` then `v1`, from [`requant`]) plus the
+    /// zero point, clamped to the activation, as bytes into `dst`: all 16 straight from the
+    /// register when `dst` has room, else its first `dst.len()`. Narrowed to i16 first
+    /// (saturating) then offset and clamped 16 lanes at a time: with the zero point and the
+    /// bounds within ±255, a value saturated at ±32767 lands on the same bound as the exact sum.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(crate) fn store16(dst: &mut [u8], v0: __m256i, v1: __m256i, signed: bool) {
-        let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
-        let b = if signed {
+    pub(crate) fn store16(dst: &mut [u8], v0: __m256i, v1: __m256i, n: &Narrow) {
+        let w = _mm256_adds_epi16(_mm256_packs_epi32(v0, v1), n.zp);
+        let w = _mm256_min_epi16(_mm256_max_epi16(w, n.lo), n.hi);
+        let w = _mm256_permute4x64_epi64(w, 0xD8);
+        let b = if n.signed {
             _mm256_packs_epi16(w, w)
         } else {
             _mm256_packus_epi16(w, w)
@@ -493,10 +518,11 @@ pub(crate) mod avx2 {
         }
         let p0 = Lanes::load(ep, j0 / 8);
         let p1 = Lanes::load(ep, j0 / 8 + 1);
+        let narrow = Narrow::load(ep);
         for (r, accr) in acc.iter().enumerate().take(mr) {
             let v0 = requant(accr[0], &p0);
             let v1 = requant(accr[1], &p1);
-            store16(&mut out[r * ldo + j0..][..nc], v0, v1, ep.signed);
+            store16(&mut out[r * ldo + j0..][..nc], v0, v1, &narrow);
         }
     }
 }
@@ -589,7 +615,7 @@ pub(crate) mod tests {
     fn avx2_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
         let v = avx2::requant(_mm256_set1_epi32(acc), &avx2::Lanes::load(ep, j / 8));
         let mut bytes = [0u8; 16];
-        avx2::store16(&mut bytes, v, v, ep.signed);
+        avx2::store16(&mut bytes, v, v, &avx2::Narrow::load(ep));
         bytes[j % 8]
     }
 

@@ -131,11 +131,20 @@ pub(crate) struct Epilogue {
     lo: i32,
     hi: i32,
     zp: i32,
+    /// Whether the output is TENSOR_QUANT8_ASYMM_SIGNED (bytes are i8).
+    pub(crate) signed: bool,
+    /// What only the vector epilogue reads.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    vector: VectorOnly,
+}
+
+/// The parts of [`Epilogue`] only the vector epilogue reads (none on other architectures).
+#[derive(Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct VectorOnly {
     /// The activation bounds themselves (within the output type's range).
     out_lo: i32,
     out_hi: i32,
-    /// Whether the output is TENSOR_QUANT8_ASYMM_SIGNED (bytes are i8).
-    pub(crate) signed: bool,
     /// Whether `acc + bias` cannot overflow (plain addition is the saturating one).
     plain_bias: bool,
     /// Whether no channel shifts left (every multiplier below 1).
@@ -170,12 +179,14 @@ impl Epilogue {
         let no_left = groups.iter().all(|g| g.left == [0; 8]);
         Some(Epilogue {
             groups,
-            plain_bias,
-            no_left,
+            vector: VectorOnly {
+                out_lo: lo,
+                out_hi: hi,
+                plain_bias,
+                no_left,
+            },
             lo: sat(i64::from(lo) - i64::from(zp)),
             hi: sat(i64::from(hi) - i64::from(zp)),
-            out_lo: lo,
-            out_hi: hi,
             zp,
             signed: rq.ty == crate::model::OperandType::TensorQuant8AsymmSigned,
         })
@@ -412,8 +423,8 @@ pub(crate) mod avx2 {
                 right: ld8(right),
                 mask: ld8(mask),
                 half: ld8(half),
-                plain_bias: ep.plain_bias,
-                no_left: ep.no_left,
+                plain_bias: ep.vector.plain_bias,
+                no_left: ep.vector.no_left,
             }
         }
     }
@@ -460,8 +471,8 @@ pub(crate) mod avx2 {
             let w = |v: i32| v.clamp(-32768, 32767) as i16;
             Narrow {
                 zp: _mm256_set1_epi16(w(ep.zp)),
-                lo: _mm256_set1_epi16(w(ep.out_lo)),
-                hi: _mm256_set1_epi16(w(ep.out_hi)),
+                lo: _mm256_set1_epi16(w(ep.vector.out_lo)),
+                hi: _mm256_set1_epi16(w(ep.vector.out_hi)),
                 signed: ep.signed,
             }
         }

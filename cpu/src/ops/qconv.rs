@@ -342,7 +342,7 @@ struct Depthwise<'a> {
     /// Taps (fh·fw) and taps rounded up to even (the last one of an odd count has zero weights).
     taps: usize,
     taps_even: usize,
-    /// The filter `[tap][block]` (portable kernel) or `[tap pair][block]` interleaved as
+    /// The filter `[block][tap]` (portable kernel) or `[block][tap pair]` interleaved as
     /// `_mm256_unpacklo/hi_epi16` interleave the input of the pair's two taps (AVX2 kernel).
     f: Vec<[i16; 2 * DW]>,
     ep: &'a Epilogue,
@@ -449,7 +449,7 @@ fn depthwise_filter(
         Isa::Portable => {
             let mut f = vec![[0i16; 2 * DW]; taps * blocks];
             for (i, e) in f.iter_mut().enumerate() {
-                let (t, b) = (i / blocks, i % blocks);
+                let (b, t) = (i / taps, i % taps);
                 for (l, v) in e.iter_mut().take(DW).enumerate() {
                     *v = at(t, b * DW + l);
                 }
@@ -460,9 +460,9 @@ fn depthwise_filter(
         Isa::Avx2 => {
             let pairs = padded(taps) / 2;
             let mut f = vec![[0i16; 2 * DW]; pairs * blocks];
-            for q in 0..pairs {
-                for b in 0..blocks {
-                    let e = &mut f[q * blocks + b];
+            for b in 0..blocks {
+                for q in 0..pairs {
+                    let e = &mut f[b * pairs + q];
                     // unpacklo of 128-bit lane L: channels 8L..8L+4 of the two taps, alternated;
                     // unpackhi: channels 8L+4..8L+8.
                     for half in 0..2 {
@@ -566,11 +566,12 @@ impl Depthwise<'_> {
 
     /// One output pixel's `oc` channels from the inputs at `offs` (one per tap).
     fn pixel_portable(&self, offs: &[usize], out: &mut [u8]) {
-        let blocks = self.blocks;
+        let taps = self.taps;
         for (b, o) in out.chunks_mut(DW).enumerate() {
             let mut acc = [0i32; DW];
-            for (t, &off) in offs.iter().enumerate().take(self.taps) {
-                let (x, f) = (&self.x[off + b], &self.f[t * blocks + b]);
+            let fb = &self.f[b * taps..(b + 1) * taps];
+            for (&off, f) in offs.iter().zip(fb) {
+                let x = &self.x[off + b];
                 for l in 0..DW {
                     acc[l] += i32::from(x[l]) * i32::from(f[l]);
                 }
@@ -596,13 +597,13 @@ impl Depthwise<'_> {
             let p0 = Lanes::load(self.ep, 2 * b);
             let p1 = Lanes::load(self.ep, 2 * b + 1);
             let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
+            let fb = &self.f[b * te / 2..(b + 1) * te / 2];
             for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
                 let mut lo = _mm256_setzero_si256();
                 let mut hi = _mm256_setzero_si256();
-                for (q, pair) in po.chunks_exact(2).enumerate() {
+                for (pair, f) in po.chunks_exact(2).zip(fb) {
                     let x0 = ld16(&self.x[pair[0] + b], 0);
                     let x1 = ld16(&self.x[pair[1] + b], 0);
-                    let f = &self.f[q * blocks + b];
                     let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), ld16(f, 0));
                     let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), ld16(f, 16));
                     lo = _mm256_add_epi32(lo, plo);

@@ -355,7 +355,9 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
     let ([n, h, w, c], (fh, fw), (oh, ow)) = (win.nhwc, win.filter_hw, win.out_hw);
     let (oc, nchw, mult) = (s.oc, s.args.nchw, s.args.multiplier);
     let taps = fh * fw;
-    if let Route::Fast(isa) = route(taps <= MAX_K) {
+    // An empty output (no channels: a zero-sized temporary) is the reference kernels' to make.
+    let nonempty = oc > 0 && n * oh * ow > 0;
+    if let Route::Fast(isa) = route(taps <= MAX_K && nonempty) {
         let (fzp, _) = filter_quant(ctx, oc)?;
         if let Some(x) = Input::new(ctx, nchw)? {
             let ep = epilogue(ctx, oc, taps, s.args.act)?;

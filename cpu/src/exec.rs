@@ -45,10 +45,28 @@ struct Plan {
     consts: Vec<Option<Tensor>>,
     /// For each operand, the position in `order` of its last reader (usize::MAX if none).
     last_use: Vec<usize>,
-    /// For each operand, its constant float value packed for the GEMM ([`ops::pack_weights`])
-    /// when a FULLY_CONNECTED or CONV_2D reads it as weights: one copy per constant, shared by
-    /// every operation reading it, made once here instead of on every execution.
-    packed: Vec<Option<Box<[f32]>>>,
+    /// For each operand, its constant value packed for the GEMM ([`ops::pack_weights`] for
+    /// float, [`ops::pack_q8_weights`] for 8-bit) when a FULLY_CONNECTED or CONV_2D reads it as
+    /// weights: one copy per constant, shared by every operation reading it, made once here
+    /// instead of on every execution.
+    packed: Vec<Option<Packed>>,
+}
+
+/// Constant GEMM weights in a kernel's layout.
+#[derive(Debug)]
+enum Packed {
+    F32(Box<[f32]>),
+    Q8(ops::QWeights),
+}
+
+impl Packed {
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        match self {
+            Packed::F32(w) => std::mem::size_of_val::<[f32]>(w),
+            Packed::Q8(w) => w.bytes(),
+        }
+    }
 }
 
 impl Plan {
@@ -88,13 +106,20 @@ impl Plan {
                 last_use[inp as usize] = pos;
             }
         }
-        let mut packed: Vec<Option<Box<[f32]>>> = vec![None; graph.operands.len()];
+        let mut packed: Vec<Option<Packed>> = std::iter::repeat_with(|| None)
+            .take(graph.operands.len())
+            .collect();
         for op in &graph.operations {
             let Some(w) = ops::gemm_weights_operand(graph, op) else {
                 continue;
             };
-            if let (Some(slot @ None), Some(Some(t))) = (packed.get_mut(w), consts.get(w)) {
-                *slot = ops::pack_weights(t).map(Vec::into_boxed_slice);
+            if let (Some(slot @ None), Some(Some(t)), Some(decl)) =
+                (packed.get_mut(w), consts.get(w), graph.operands.get(w))
+            {
+                *slot = match ops::pack_weights(t) {
+                    Some(v) => Some(Packed::F32(v.into_boxed_slice())),
+                    None => ops::pack_q8_weights(decl, t).map(Packed::Q8),
+                };
             }
         }
         Ok(Plan {
@@ -137,7 +162,7 @@ impl PreparedGraph {
         std::iter::once(&self.main)
             .chain(&self.referenced)
             .flat_map(|p| p.packed.iter().flatten())
-            .map(|w| std::mem::size_of_val::<[f32]>(w))
+            .map(Packed::bytes)
             .sum()
     }
 
@@ -328,14 +353,22 @@ impl Run<'_> {
                 };
                 control_flow::run(&ctx, self)?
             } else {
+                let packed = ops::gemm_weights_operand(g, op)
+                    .and_then(|w| plan.packed.get(w))
+                    .and_then(Option::as_ref);
                 let ctx = OpCtx {
                     graph: g,
                     op,
                     index: opi,
                     values: &values,
-                    weights_t: ops::gemm_weights_operand(g, op)
-                        .and_then(|w| plan.packed.get(w))
-                        .and_then(|p| p.as_deref()),
+                    weights_t: match packed {
+                        Some(Packed::F32(w)) => Some(w),
+                        _ => None,
+                    },
+                    qweights: match packed {
+                        Some(Packed::Q8(w)) => Some(w),
+                        _ => None,
+                    },
                 };
                 ops::run(&ctx)?
             };
@@ -512,6 +545,14 @@ mod tests {
     use crate::test_support::{B, bf, close, fb};
     use crate::{InputArg, PreparedGraph};
 
+    /// `data` as an input of the model's dimensions.
+    fn arg(data: &[u8]) -> InputArg<'_> {
+        InputArg::Value {
+            data,
+            dimensions: vec![],
+        }
+    }
+
     /// Two FULLY_CONNECTED (5 rows each, past the dot-product path, so both run the GEMM on the
     /// packed weights) reading one constant `[2][3]` weights operand.
     #[test]
@@ -536,16 +577,7 @@ mod tests {
         let in2 = fb(&[
             1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, -1.0, 0.0, 1.0, 3.0, 1.0, 2.0,
         ]);
-        let args = [
-            InputArg::Value {
-                data: &in1,
-                dimensions: vec![],
-            },
-            InputArg::Value {
-                data: &in2,
-                dimensions: vec![],
-            },
-        ];
+        let args = [arg(&in1), arg(&in2)];
         let (mut out1, mut out2) = (vec![0u8; 40], vec![0u8; 40]);
         p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
             .unwrap();
@@ -558,6 +590,41 @@ mod tests {
             &bf(&out2),
             &[-0.5, -2.0, 0.5, -1.0, 4.5, 9.0, 2.5, 1.0, 11.5, 28.0],
         );
+    }
+
+    /// Two 8-bit FULLY_CONNECTED reading one constant `[2][3]` weights operand: one packed copy
+    /// (one panel of 16 columns, K padded to 4: 2 pairs × 16 × 2 i16), results worked by hand.
+    #[test]
+    fn shared_constant_8bit_weights_are_packed_once_and_serve_both_operations() {
+        let mut b = B::new();
+        let x1 = b.input(T::TensorQuant8Asymm, &[1, 3]);
+        let x2 = b.input(T::TensorQuant8Asymm, &[1, 3]);
+        b.q(x1, 1.0, 0);
+        b.q(x2, 1.0, 0);
+        let w = b.konst(
+            T::TensorQuant8Asymm,
+            &[2, 3],
+            vec![129, 130, 131, 127, 126, 125],
+        );
+        b.q(w, 1.0, 128);
+        let bias = b.i32c(&[2], &[0, 20]);
+        let act = b.int(0);
+        let o1 = b.output(T::TensorQuant8Asymm, &[1, 2]);
+        let o2 = b.output(T::TensorQuant8Asymm, &[1, 2]);
+        b.q(o1, 1.0, 100);
+        b.q(o2, 1.0, 100);
+        b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
+        b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
+        let p = PreparedGraph::new(b.g).unwrap();
+        assert_eq!(p.packed_weight_bytes(), 2 * 16 * 2 * 2);
+        let (in1, in2) = ([1u8, 2, 3], [0u8, 1, 2]);
+        let args = [arg(&in1), arg(&in2)];
+        let (mut out1, mut out2) = ([0u8; 2], [0u8; 2]);
+        p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
+            .unwrap();
+        // Weights centered: (1, 2, 3) and (-1, -2, -3); output = 100 + dot + bias.
+        assert_eq!(out1, [100 + 14, 100 - 14 + 20]);
+        assert_eq!(out2, [100 + 8, 100 - 8 + 20]);
     }
 
     #[test]

@@ -5,10 +5,9 @@ use std::borrow::Cow;
 
 use super::gemm::{GEMV_MAX_ROWS, gemm_with_threads, gemv_rows, sgemm};
 use super::opdef::OpDef;
-use super::quant::{Requant, centered};
+use super::qconv;
 use super::{
-    KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, q8_tensor, to_layout,
-    to_u32,
+    KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, to_layout, to_u32,
 };
 use crate::check::{Ck, F32_Q8, FLOAT, Issue};
 use crate::model::{Graph, OperandType, Operation, OperationType};
@@ -99,14 +98,15 @@ fn check_conv(c: &Ck<'_>, depthwise: bool) -> Result<(), Issue> {
     c.same_out(t0)
 }
 
-/// The operand a FULLY_CONNECTED or CONV_2D with float input reads as its GEMM weights (input
-/// 1), whose constant value [`pack_weights`] prepares once for every operation reading it.
+/// The operand a FULLY_CONNECTED or CONV_2D with float or 8-bit input reads as its GEMM weights
+/// (input 1), whose constant value [`pack_weights`] (float) or [`qconv::pack_q8_weights`]
+/// (8-bit) prepares once for every operation reading it.
 pub(crate) fn gemm_weights_operand(graph: &Graph, op: &Operation) -> Option<usize> {
     if !matches!(op.op, O::FullyConnected | O::Conv2d) {
         return None;
     }
     let input = graph.operands.get(*op.inputs.first()? as usize)?;
-    if !crate::tensor::is_float(input.ty) {
+    if !crate::tensor::is_float(input.ty) && !is_quant8(input.ty) {
         return None;
     }
     Some(*op.inputs.get(1)? as usize)
@@ -272,6 +272,19 @@ impl Geometry {
         Ok((g, oh, ow))
     }
 
+    /// The output columns (of `ow`) whose whole window of `fw` taps lies inside an input of
+    /// width `w`.
+    pub(crate) fn interior_cols(&self, w: usize, fw: usize, ow: usize) -> std::ops::Range<usize> {
+        let lo = self.pad_l.div_ceil(self.stride_w).min(ow);
+        let span = fw.saturating_sub(1) * self.dil_w;
+        let hi = if w + self.pad_l > span {
+            ((w + self.pad_l - span - 1) / self.stride_w + 1).clamp(lo, ow)
+        } else {
+            lo
+        };
+        lo..hi
+    }
+
     /// Input row for output row `oy` and filter row `ky`, if inside the input.
     #[inline]
     pub(crate) fn in_y(&self, oy: usize, ky: usize, h: usize) -> Option<usize> {
@@ -290,12 +303,12 @@ impl Geometry {
 }
 
 /// Parsed CONV_2D / DEPTHWISE_CONV_2D arguments.
-struct ConvArgs {
+pub(super) struct ConvArgs {
     padding: Padding,
     strides: (usize, usize),
-    multiplier: usize,
-    act: usize,
-    nchw: bool,
+    pub(super) multiplier: usize,
+    pub(super) act: usize,
+    pub(super) nchw: bool,
     dil: (usize, usize),
 }
 
@@ -352,53 +365,6 @@ pub(crate) fn filter_quant(ctx: &OpCtx<'_>, out_c: usize) -> KResult<(i32, Vec<f
     }
 }
 
-/// The integer operands of an 8-bit FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D.
-struct QuantOperands<'a> {
-    /// The input minus its zero point, in NHWC order.
-    x: Vec<i32>,
-    /// The filter (weights) minus its zero point.
-    f: Vec<i32>,
-    bias: &'a [i32],
-    rq: Requant,
-}
-
-impl<'a> QuantOperands<'a> {
-    /// Reads inputs 0 (input), 1 (filter) and 2 (bias) for `out_c` output channels, with the
-    /// fused activation at input `act`; an NCHW input is reordered to NHWC.
-    fn new(ctx: &OpCtx<'a>, nchw: bool, out_c: usize, act: usize) -> KResult<Self> {
-        let in_ty = ctx.ty(0)?;
-        if !is_quant8(in_ty) {
-            return Err(ctx.err(format!("unsupported type {}", in_ty.name())));
-        }
-        let inp = ctx.operand(0)?;
-        let (dims, mut x) = centered(ctx, 0, inp.zero_point)?;
-        if nchw {
-            x = nchw_to_nhwc(&x, &dims).1;
-        }
-        let (fzp, fscales) = filter_quant(ctx, out_c)?;
-        let (_, f) = centered(ctx, 1, fzp)?;
-        let (_, bias) = ctx.i32s(2)?;
-        let rq = Requant::new(ctx, inp.scale, &fscales, act)?;
-        Ok(QuantOperands { x, f, bias, rq })
-    }
-
-    /// Appends, for each output channel `o < n`, the requantized `bias[o] + row · f[o]`, the
-    /// filter rows being `row.len()` long.
-    fn push_dots(&self, row: &[i32], n: usize, out: &mut Vec<i32>) {
-        let k = row.len();
-        for o in 0..n {
-            let fr = &self.f[o * k..(o + 1) * k];
-            let acc: i64 = row
-                .iter()
-                .zip(fr)
-                .map(|(&p, &q)| i64::from(p * q))
-                .sum::<i64>()
-                + i64::from(self.bias[o]);
-            out.push(self.rq.apply(acc, o));
-        }
-    }
-}
-
 /// FULLY_CONNECTED(input, weights, bias, act).
 fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let in_ty = ctx.ty(0)?;
@@ -440,27 +406,22 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         bias_act(&mut out, bias, lo, hi);
         return Ok(vec![Tensor::new(od, Data::F32(out))]);
     }
-    let q = QuantOperands::new(ctx, false, units, 3)?;
-    let mut out = Vec::with_capacity(batch * units);
-    for b in 0..batch {
-        q.push_dots(&q.x[b * isz..(b + 1) * isz], units, &mut out);
-    }
-    Ok(vec![q8_tensor(q.rq.ty, od, out)])
+    Ok(vec![qconv::fully_connected(ctx, batch, isz, units, od)?])
 }
 
 /// What CONV_2D and DEPTHWISE_CONV_2D check and derive before their kernels.
-struct ConvSetup<'a> {
-    args: ConvArgs,
+pub(super) struct ConvSetup<'a> {
+    pub(super) args: ConvArgs,
     input: &'a Tensor,
     /// Input extents (batch, height, width, depth), in NHWC order whatever the layout.
-    nhwc: [usize; 4],
-    filter_hw: (usize, usize),
+    pub(super) nhwc: [usize; 4],
+    pub(super) filter_hw: (usize, usize),
     /// Output depth.
-    oc: usize,
-    g: Geometry,
-    out_hw: (usize, usize),
+    pub(super) oc: usize,
+    pub(super) g: Geometry,
+    pub(super) out_hw: (usize, usize),
     /// Output dimensions, NHWC.
-    od: Vec<u32>,
+    pub(super) od: Vec<u32>,
 }
 
 impl<'a> ConvSetup<'a> {
@@ -511,8 +472,8 @@ impl<'a> ConvSetup<'a> {
 /// CONV_2D in all its argument forms.
 fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let s = ConvSetup::new(ctx, false)?;
-    let (a, g, oc) = (&s.args, s.g, s.oc);
-    let ([n, h, w, c], (fh, fw), (oh, ow)) = (s.nhwc, s.filter_hw, s.out_hw);
+    let (a, oc) = (&s.args, s.oc);
+    let ([n, _, _, c], (fh, fw), (oh, ow)) = (s.nhwc, s.filter_hw, s.out_hw);
     let k = fh * fw * c;
     let in_ty = ctx.ty(0)?;
     if crate::tensor::is_float(in_ty) {
@@ -531,29 +492,7 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
-    let q = QuantOperands::new(ctx, a.nchw, oc, a.act)?;
-    let mut out = Vec::with_capacity(n * oh * ow * oc);
-    let mut patch = vec![0i32; k];
-    for b in 0..n {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                for ky in 0..fh {
-                    for kx in 0..fw {
-                        let d = &mut patch[(ky * fw + kx) * c..(ky * fw + kx + 1) * c];
-                        match (g.in_y(oy, ky, h), g.in_x(ox, kx, w)) {
-                            (Some(iy), Some(ix)) => {
-                                let at = ((b * h + iy) * w + ix) * c;
-                                d.copy_from_slice(&q.x[at..at + c]);
-                            }
-                            _ => d.fill(0),
-                        }
-                    }
-                }
-                q.push_dots(&patch, oc, &mut out);
-            }
-        }
-    }
-    Ok(vec![finish_q(&q.rq, s.od, out, a.nchw)])
+    Ok(vec![qconv::conv2d(ctx, &s)?])
 }
 
 fn finish_f32(od: Vec<u32>, out: Vec<f32>, nchw: bool) -> Tensor {
@@ -561,16 +500,11 @@ fn finish_f32(od: Vec<u32>, out: Vec<f32>, nchw: bool) -> Tensor {
     Tensor::new(d, Data::F32(v))
 }
 
-fn finish_q(rq: &Requant, od: Vec<u32>, out: Vec<i32>, nchw: bool) -> Tensor {
-    let (d, v) = to_layout(od, out, nchw);
-    q8_tensor(rq.ty, d, v)
-}
-
 /// DEPTHWISE_CONV_2D in all its argument forms.
 fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let s = ConvSetup::new(ctx, true)?;
-    let (a, g, oc) = (&s.args, s.g, s.oc);
-    let ([n, h, w, c], (fh, fw), (oh, ow)) = (s.nhwc, s.filter_hw, s.out_hw);
+    let (a, oc) = (&s.args, s.oc);
+    let (n, (oh, ow)) = (s.nhwc[0], s.out_hw);
     let mult = a.multiplier;
     let in_ty = ctx.ty(0)?;
     if crate::tensor::is_float(in_ty) {
@@ -581,40 +515,7 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         dw.run(&mut out);
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
-    let QuantOperands { x, f, bias, rq } = QuantOperands::new(ctx, a.nchw, oc, a.act)?;
-    let mut out = Vec::with_capacity(n * oh * ow * oc);
-    let mut acc = vec![0i64; oc];
-    for b in 0..n {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                for (a, &bv) in acc.iter_mut().zip(bias) {
-                    *a = i64::from(bv);
-                }
-                for ky in 0..fh {
-                    let Some(iy) = g.in_y(oy, ky, h) else {
-                        continue;
-                    };
-                    for kx in 0..fw {
-                        let Some(ix) = g.in_x(ox, kx, w) else {
-                            continue;
-                        };
-                        let xs = &x[((b * h + iy) * w + ix) * c..][..c];
-                        let fs = &f[(ky * fw + kx) * oc..][..oc];
-                        for (ic, &xv) in xs.iter().enumerate() {
-                            for m in 0..mult {
-                                let o = ic * mult + m;
-                                acc[o] += i64::from(xv * fs[o]);
-                            }
-                        }
-                    }
-                }
-                for (o, &v) in acc.iter().enumerate() {
-                    out.push(rq.apply(v, o));
-                }
-            }
-        }
-    }
-    Ok(vec![finish_q(&rq, s.od, out, a.nchw)])
+    Ok(vec![qconv::depthwise_conv2d(ctx, &s)?])
 }
 
 /// The weights `w[n][k]` as a GEMM B operand `(data, row stride, column stride)`: the

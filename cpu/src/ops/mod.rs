@@ -22,6 +22,13 @@ mod movement;
 mod normalization;
 mod opdef;
 mod pool;
+mod qconv;
+pub(crate) use qconv::pack_q8_weights;
+mod qconv_reference;
+#[cfg(test)]
+mod qconv_tests;
+mod qgemm;
+pub(crate) use qgemm::QWeights;
 mod quant;
 mod reduce;
 pub(crate) mod registry;
@@ -39,6 +46,9 @@ pub(crate) struct OpCtx<'a> {
     /// The operation's constant float weights as `[k][n]`, when prepared (see
     /// [`pack_weights`]).
     pub(crate) weights_t: Option<&'a [f32]>,
+    /// The operation's constant 8-bit weights packed for the quantized GEMM, when prepared
+    /// (see [`pack_q8_weights`]).
+    pub(crate) qweights: Option<&'a QWeights>,
 }
 
 pub(crate) type KResult<T> = Result<T, ExecError>;

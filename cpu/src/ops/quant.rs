@@ -38,16 +38,12 @@ pub(crate) fn quantize_multiplier(m: f64) -> (i32, i32) {
     if !m.is_finite() || m <= 0.0 {
         return (0, 0);
     }
-    let mut e = m.log2().floor() as i32 + 1;
-    let mut q = m / 2f64.powi(e);
-    while q >= 1.0 {
-        q /= 2.0;
-        e += 1;
-    }
-    while q < 0.5 {
-        q *= 2.0;
-        e -= 1;
-    }
+    let (q, e) = frexp(m);
+    fixed_multiplier(q, e)
+}
+
+/// `q · 2^e` (q in [0.5, 1)) as TFLite's fixed-point multiplier and shift.
+fn fixed_multiplier(q: f64, mut e: i32) -> (i32, i32) {
     let mut q_fixed = (q * (1i64 << 31) as f64).round() as i64;
     if q_fixed == 1i64 << 31 {
         q_fixed /= 2;
@@ -60,6 +56,20 @@ pub(crate) fn quantize_multiplier(m: f64) -> (i32, i32) {
         return (i32::MAX, 30);
     }
     (q_fixed as i32, e)
+}
+
+/// `x = q · 2^e` with q in [0.5, 1), for a finite `x > 0`, read from the bits (the 8-bit kernels
+/// compute one multiplier per output channel on every execution).
+fn frexp(x: f64) -> (f64, i32) {
+    const EXP: u64 = 0x7ff << 52;
+    let bits = x.to_bits();
+    let biased = ((bits & EXP) >> 52) as i32;
+    if biased == 0 {
+        // Subnormal: scale into the normal range first.
+        let (q, e) = frexp(x * 2f64.powi(64));
+        return (q, e - 64);
+    }
+    (f64::from_bits((bits & !EXP) | (1022 << 52)), biased - 1022)
 }
 
 /// Quantized activation range for fused activation `act` on an output with `scale`/`zp`.
@@ -150,6 +160,37 @@ impl Requant {
         })
     }
 
+    /// A requantization from its parts: one real multiplier per channel (input scale × filter
+    /// scale / output scale), the output zero point, the activation bounds and the type.
+    #[cfg(test)]
+    pub(crate) fn from_parts(
+        multipliers: &[f64],
+        out_zp: i32,
+        (lo, hi): (i32, i32),
+        ty: OperandType,
+    ) -> Requant {
+        Requant {
+            mult: multipliers
+                .iter()
+                .map(|&m| quantize_multiplier(m))
+                .collect(),
+            out_zp,
+            lo,
+            hi,
+            ty,
+        }
+    }
+
+    /// Output channel `oc`'s fixed-point multiplier and shift ([`quantize_multiplier`]).
+    pub(crate) fn multiplier(&self, oc: usize) -> Option<(i32, i32)> {
+        self.mult.get(oc).copied()
+    }
+
+    /// The output zero point and the activation's bounds.
+    pub(crate) fn output_range(&self) -> (i32, i32, i32) {
+        (self.out_zp, self.lo, self.hi)
+    }
+
     /// `acc` (clamped to i32) requantized for output channel `oc`.
     #[inline]
     pub(crate) fn apply(&self, acc: i64, oc: usize) -> i32 {
@@ -187,6 +228,66 @@ mod tests {
         assert_eq!(mbqm(4, m, s), 2);
         let (m, s) = quantize_multiplier(3.0);
         assert_eq!(mbqm(5, m, s), 15);
+    }
+
+    /// The former search for the exponent (log2, then halving or doubling into [0.5, 1)).
+    fn quantize_multiplier_by_search(m: f64) -> (i32, i32) {
+        if !m.is_finite() || m <= 0.0 {
+            return (0, 0);
+        }
+        let mut e = m.log2().floor() as i32 + 1;
+        let mut q = m / 2f64.powi(e);
+        while q >= 1.0 {
+            q /= 2.0;
+            e += 1;
+        }
+        while q < 0.5 {
+            q *= 2.0;
+            e -= 1;
+        }
+        fixed_multiplier(q, e)
+    }
+
+    #[test]
+    fn quantize_multiplier_reads_the_exponent_as_the_search_found_it() {
+        let mut s = 0x1234_5678u64;
+        let mut cases = vec![
+            0.5,
+            1.0,
+            2.0,
+            0.75,
+            1.0 - 1e-12,
+            2f64.powi(-31),
+            2f64.powi(31),
+        ];
+        cases.extend([
+            f64::MIN_POSITIVE,
+            1e-300,
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+        ]);
+        for _ in 0..20000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            // Mantissa bits at random, exponents from 2^-40 to 2^40.
+            let e = (s % 81) as i32 - 40;
+            let q = 1.0 + (s >> 12) as f64 / (1u64 << 52) as f64;
+            cases.push(q * 2f64.powi(e));
+        }
+        for m in cases {
+            assert_eq!(
+                quantize_multiplier(m),
+                quantize_multiplier_by_search(m),
+                "{m:e}"
+            );
+        }
+        // Subnormal (where the search would not end): far below 2^-31, so no multiplier.
+        assert_eq!(quantize_multiplier(f64::MIN_POSITIVE / 8.0), (0, 0));
+        // Worked by hand: 0.3 = 0.6 · 2^-1, 0.6 · 2^31 = 1288490188.8.
+        assert_eq!(quantize_multiplier(0.3), (1_288_490_189, -1));
     }
 
     #[test]

@@ -1,0 +1,624 @@
+//! The fast 8-bit FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D: FULLY_CONNECTED and CONV_2D
+//! through the quantized GEMM ([`super::qgemm`]; a 1×1 stride-1 unpadded CONV_2D reads the
+//! input pixels as GEMM rows, others go through an i16 im2col per block of rows), the depthwise
+//! convolution vectorised over channels. The scalar kernels of [`super::qconv_reference`] take
+//! the operations whose reductions could overflow the i32 accumulators, and are the tests'
+//! oracle.
+
+use std::borrow::Cow;
+
+use super::conv::{ConvSetup, filter_quant};
+use super::qconv_reference::{self as reference, QuantOperands, Window};
+use super::qgemm::{self, Epilogue, Isa, MAX_K, MR, NR, QWeights};
+use super::quant::Requant;
+use super::{KResult, OpCtx, nchw_to_nhwc, q8_tensor, to_layout};
+use crate::model::{Operand, OperandType};
+use crate::par;
+use crate::tensor::{Data, Tensor};
+
+/// Which kernels run an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The scalar reference kernels.
+    Reference,
+    /// The fast kernels with this instruction set.
+    Fast(Isa),
+}
+
+#[cfg(test)]
+thread_local! {
+    static FORCED: std::cell::Cell<Option<Route>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
+    static FAST_RUNS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many operations the fast kernels have run on this thread.
+#[cfg(test)]
+pub(crate) fn fast_runs() -> usize {
+    FAST_RUNS.with(std::cell::Cell::get)
+}
+
+/// Counts one operation run by the fast kernels (tests check that they did run).
+fn ran_fast() {
+    #[cfg(test)]
+    FAST_RUNS.with(|c| c.set(c.get() + 1));
+}
+
+/// Runs `f` with the 8-bit kernels of this thread forced onto `route` (where the fast kernels
+/// apply at all).
+#[cfg(test)]
+pub(crate) fn with_route<R>(route: Route, f: impl FnOnce() -> R) -> R {
+    let before = FORCED.with(|c| c.replace(Some(route)));
+    let r = f();
+    FORCED.with(|c| c.set(before));
+    r
+}
+
+/// The route of an operation the fast kernels can run when `fast_ok`.
+fn route(fast_ok: bool) -> Route {
+    if !fast_ok {
+        return Route::Reference;
+    }
+    #[cfg(test)]
+    if let Some(r) = FORCED.with(std::cell::Cell::get) {
+        return r;
+    }
+    Route::Fast(Isa::detect())
+}
+
+/// Constant 8-bit weights of a FULLY_CONNECTED or CONV_2D (`decl`, value `t`: `[n][k]` or
+/// `[n][fh][fw][c]`) packed for the quantized GEMM, or None when they are not 8-bit.
+pub(crate) fn pack_q8_weights(decl: &Operand, t: &Tensor) -> Option<QWeights> {
+    let n = *t.dims.first()? as usize;
+    let len = t.data.len();
+    if n == 0 || len % n != 0 {
+        return None;
+    }
+    let zp = if decl.ty == OperandType::TensorQuant8SymmPerChannel {
+        0
+    } else {
+        decl.zero_point
+    };
+    match &t.data {
+        Data::U8(v) => QWeights::pack(n, len / n, |i| i32::from(v[i]) - zp),
+        Data::I8(v) => QWeights::pack(n, len / n, |i| i32::from(v[i]) - zp),
+        _ => None,
+    }
+}
+
+/// The prepared weights when they fit `n` × `k`, else input 1 packed now (None when its values
+/// exceed the kernel's bound).
+fn weights<'a>(
+    ctx: &OpCtx<'a>,
+    n: usize,
+    k: usize,
+    owned: &'a mut Option<QWeights>,
+) -> KResult<Option<&'a QWeights>> {
+    if let Some(w) = ctx.qweights.filter(|w| w.n == n && w.k == k) {
+        return Ok(Some(w));
+    }
+    *owned = pack_q8_weights(ctx.operand(1)?, ctx.t(1)?);
+    Ok(owned.as_ref().filter(|w| w.n == n && w.k == k))
+}
+
+/// Input 0's 8-bit values in NHWC order (borrowed unless reordered from NCHW).
+enum Raw<'a> {
+    U8(Cow<'a, [u8]>),
+    I8(Cow<'a, [i8]>),
+}
+
+/// Input 0 and its zero point, read as centered i16 on demand.
+struct Input<'a> {
+    raw: Raw<'a>,
+    zp: i16,
+}
+
+impl<'a> Input<'a> {
+    /// Input 0 (NCHW reordered to NHWC). None when its zero point is outside the 8-bit types'
+    /// range (validation keeps it inside).
+    fn new(ctx: &OpCtx<'a>, nchw: bool) -> KResult<Option<Input<'a>>> {
+        let zp = ctx.operand(0)?.zero_point;
+        let Some(zp) = i16::try_from(zp).ok().filter(|z| (-128..=255).contains(z)) else {
+            return Ok(None);
+        };
+        let t = ctx.t(0)?;
+        let raw = match &t.data {
+            Data::U8(v) if nchw => Raw::U8(Cow::Owned(nchw_to_nhwc(v, &t.dims).1)),
+            Data::U8(v) => Raw::U8(Cow::Borrowed(v)),
+            Data::I8(v) if nchw => Raw::I8(Cow::Owned(nchw_to_nhwc(v, &t.dims).1)),
+            Data::I8(v) => Raw::I8(Cow::Borrowed(v)),
+            _ => return Err(ctx.err("input is not 8-bit")),
+        };
+        Ok(Some(Input { raw, zp }))
+    }
+
+    fn len(&self) -> usize {
+        match &self.raw {
+            Raw::U8(v) => v.len(),
+            Raw::I8(v) => v.len(),
+        }
+    }
+
+    /// Writes values `from..from + dst.len()` minus the zero point into `dst`.
+    #[inline]
+    fn center(&self, from: usize, dst: &mut [i16]) {
+        let (zp, n) = (self.zp, dst.len());
+        match &self.raw {
+            Raw::U8(v) => {
+                for (d, &s) in dst.iter_mut().zip(&v[from..from + n]) {
+                    *d = i16::from(s) - zp;
+                }
+            }
+            Raw::I8(v) => {
+                for (d, &s) in dst.iter_mut().zip(&v[from..from + n]) {
+                    *d = i16::from(s) - zp;
+                }
+            }
+        }
+    }
+}
+
+/// The reduction length padded as the GEMM packs it.
+fn padded(k: usize) -> usize {
+    k + k % 2
+}
+
+/// The 8-bit output tensor of `bytes` (i8 values stored as their bytes when `signed`).
+fn bytes_tensor(signed: bool, od: Vec<u32>, bytes: Vec<u8>, nchw: bool) -> Tensor {
+    let (d, v) = to_layout(od, bytes, nchw);
+    if signed {
+        Tensor::new(d, Data::I8(v.into_iter().map(|b| b as i8).collect()))
+    } else {
+        Tensor::new(d, Data::U8(v))
+    }
+}
+
+/// The requantization and the bias of `n` output channels after reductions of `k` products,
+/// activation at input `act`.
+fn epilogue(ctx: &OpCtx<'_>, n: usize, k: usize, act: usize) -> KResult<Epilogue> {
+    let (_, fscales) = filter_quant(ctx, n)?;
+    let rq = Requant::new(ctx, ctx.operand(0)?.scale, &fscales, act)?;
+    let (_, bias) = ctx.i32s(2)?;
+    Epilogue::new(&rq, bias, n, k).ok_or_else(|| ctx.err("bias shorter than the output depth"))
+}
+
+/// Writes rows `r0..` of `x` (rows of `k`), centered, into `dst` (rows of `padded(k)`).
+fn copy_rows(x: &Input<'_>, k: usize, r0: usize, dst: &mut [i16]) {
+    let kp = padded(k);
+    for (i, d) in dst.chunks_exact_mut(kp.max(1)).enumerate() {
+        let (row, pad) = d.split_at_mut(k);
+        x.center((r0 + i) * k, row);
+        zero(pad);
+    }
+}
+
+/// Zeroes `d` (short runs: no call to `memset` for the empty and one-element ones).
+#[inline]
+fn zero(d: &mut [i16]) {
+    match d {
+        [] => {}
+        [v] => *v = 0,
+        _ => d.fill(0),
+    }
+}
+
+/// FULLY_CONNECTED on 8-bit operands: `batch` rows of `isz` by `units` weight rows.
+pub(super) fn fully_connected(
+    ctx: &OpCtx<'_>,
+    batch: usize,
+    isz: usize,
+    units: usize,
+    od: Vec<u32>,
+) -> KResult<Tensor> {
+    if let Route::Fast(isa) = route(isz <= MAX_K) {
+        let mut owned = None;
+        if let (Some(x), Some(w)) = (
+            Input::new(ctx, false)?,
+            weights(ctx, units, isz, &mut owned)?,
+        ) {
+            if x.len() != batch * isz {
+                return Err(ctx.err("input does not match its dimensions"));
+            }
+            let ep = epilogue(ctx, units, isz, 3)?;
+            let mut out = vec![0u8; batch * units];
+            let work = 2usize.saturating_mul(out.len()).saturating_mul(isz);
+            let threads = par::threads_for(work, batch.div_ceil(MR));
+            qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
+                copy_rows(&x, isz, r0, dst)
+            })
+            .map_err(|e| ctx.err(e))?;
+            ran_fast();
+            return Ok(bytes_tensor(ep.signed, od, out, false));
+        }
+    }
+    let q = QuantOperands::new(ctx, false, units, 3)?;
+    let out = reference::fully_connected(&q, batch, isz, units);
+    Ok(q8_tensor(q.rq.ty, od, out))
+}
+
+fn window(s: &ConvSetup<'_>) -> Window {
+    Window {
+        nhwc: s.nhwc,
+        filter_hw: s.filter_hw,
+        out_hw: s.out_hw,
+        g: s.g,
+    }
+}
+
+/// CONV_2D on 8-bit operands.
+pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
+    let win = window(s);
+    let ([n, _, _, c], (fh, fw), (oh, ow)) = (win.nhwc, win.filter_hw, win.out_hw);
+    let (oc, nchw) = (s.oc, s.args.nchw);
+    let k = fh * fw * c;
+    if let Route::Fast(isa) = route(k <= MAX_K) {
+        let mut owned = None;
+        if let (Some(x), Some(w)) = (Input::new(ctx, nchw)?, weights(ctx, oc, k, &mut owned)?) {
+            let ep = epilogue(ctx, oc, k, s.args.act)?;
+            let m = n * oh * ow;
+            let mut out = vec![0u8; m * oc];
+            let work = 2usize.saturating_mul(out.len()).saturating_mul(k);
+            let threads = par::threads_for(work, m.div_ceil(MR));
+            let g = &win.g;
+            let pointwise = (fh, fw) == (1, 1)
+                && (g.stride_h, g.stride_w) == (1, 1)
+                && g.pad_l + g.pad_r + g.pad_t + g.pad_b == 0;
+            qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
+                if pointwise {
+                    copy_rows(&x, c, r0, dst)
+                } else {
+                    im2col(&x, &win, r0, dst)
+                }
+            })
+            .map_err(|e| ctx.err(e))?;
+            ran_fast();
+            return Ok(bytes_tensor(ep.signed, s.od.clone(), out, nchw));
+        }
+    }
+    let q = QuantOperands::new(ctx, nchw, oc, s.args.act)?;
+    let out = reference::conv2d(&q, &win, oc);
+    let (d, v) = to_layout(s.od.clone(), out, nchw);
+    Ok(q8_tensor(q.rq.ty, d, v))
+}
+
+/// Fills `dst` (whole rows of `padded(fh·fw·c)`) with the centered windows of output pixels
+/// `p0..`; taps outside the input are 0 (the input's zero point).
+fn im2col(x: &Input<'_>, win: &Window, p0: usize, dst: &mut [i16]) {
+    let ([_, h, w, c], (fh, fw), (oh, ow), g) = (win.nhwc, win.filter_hw, win.out_hw, &win.g);
+    let k = fh * fw * c;
+    let per_img = oh * ow;
+    for (r, drow) in dst.chunks_exact_mut(padded(k).max(1)).enumerate() {
+        let p = p0 + r;
+        let (b, q) = (p / per_img, p % per_img);
+        let (oy, ox) = (q / ow, q % ow);
+        zero(&mut drow[k..]);
+        for ky in 0..fh {
+            let d = &mut drow[ky * fw * c..(ky + 1) * fw * c];
+            let Some(iy) = g.in_y(oy, ky, h) else {
+                zero(d);
+                continue;
+            };
+            let src = (b * h + iy) * w * c;
+            if g.dil_w == 1 {
+                // Input column of tap kx is base + kx - pad_l: the valid taps are one run.
+                let base = ox * g.stride_w;
+                let lo = g.pad_l.saturating_sub(base).min(fw);
+                let hi = (w + g.pad_l).saturating_sub(base).clamp(lo, fw);
+                zero(&mut d[..lo * c]);
+                if hi > lo {
+                    let ix0 = base + lo - g.pad_l;
+                    x.center(src + ix0 * c, &mut d[lo * c..hi * c]);
+                }
+                zero(&mut d[hi * c..]);
+            } else {
+                for (kx, dd) in d.chunks_exact_mut(c.max(1)).enumerate() {
+                    match g.in_x(ox, kx, w) {
+                        Some(ix) => x.center(src + ix * c, dd),
+                        None => zero(dd),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Channels per depthwise step (one AVX2 register of i16, two of i32 accumulators).
+const DW: usize = 16;
+
+/// A depthwise convolution prepared for the channel-vectorised kernels: input and filter
+/// centered, widened and padded to whole blocks of [`DW`] output channels.
+struct Depthwise<'a> {
+    win: Window,
+    /// Output channels and blocks of DW.
+    oc: usize,
+    blocks: usize,
+    /// The input per pixel in output-channel order (channel o reads input channel o / mult),
+    /// `blocks` blocks a pixel, then one zero pixel (at `zero`) that taps outside the input read.
+    x: Vec<[i16; DW]>,
+    zero: usize,
+    /// Taps (fh·fw) and taps rounded up to even (the last one of an odd count has zero weights).
+    taps: usize,
+    taps_even: usize,
+    /// The filter `[block][tap]` (portable kernel) or `[block][tap pair]` interleaved as
+    /// `_mm256_unpacklo/hi_epi16` interleave the input of the pair's two taps (AVX2 kernel).
+    f: Vec<[i16; 2 * DW]>,
+    ep: &'a Epilogue,
+    isa: Isa,
+}
+
+/// DEPTHWISE_CONV_2D on 8-bit operands.
+pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
+    let win = window(s);
+    let ([n, h, w, c], (fh, fw), (oh, ow)) = (win.nhwc, win.filter_hw, win.out_hw);
+    let (oc, nchw, mult) = (s.oc, s.args.nchw, s.args.multiplier);
+    let taps = fh * fw;
+    // An empty output (no channels: a zero-sized temporary) is the reference kernels' to make.
+    let nonempty = oc > 0 && n * oh * ow > 0;
+    if let Route::Fast(isa) = route(taps <= MAX_K && nonempty) {
+        let (fzp, _) = filter_quant(ctx, oc)?;
+        if let Some(x) = Input::new(ctx, nchw)? {
+            let ep = epilogue(ctx, oc, taps, s.args.act)?;
+            let blocks = oc.div_ceil(DW);
+            let pixels = n * h * w;
+            if x.len() != pixels * c || c * mult != oc {
+                return Err(ctx.err("input does not match its dimensions"));
+            }
+            let mut xb = vec![[0i16; DW]; (pixels + 1) * blocks];
+            let mut px = vec![0i16; c];
+            for (p, dst) in xb.chunks_exact_mut(blocks).take(pixels).enumerate() {
+                let dst = &mut dst.as_flattened_mut()[..oc];
+                if mult == 1 {
+                    x.center(p * c, dst);
+                } else {
+                    x.center(p * c, &mut px);
+                    for (d, &v) in dst.chunks_exact_mut(mult).zip(&px) {
+                        d.fill(v);
+                    }
+                }
+            }
+            let Some(f) = depthwise_filter(ctx, fzp, taps, oc, isa)? else {
+                return depthwise_reference(ctx, s);
+            };
+            let d = Depthwise {
+                win,
+                oc,
+                blocks,
+                x: xb,
+                zero: pixels * blocks,
+                taps,
+                taps_even: padded(taps),
+                f,
+                ep: &ep,
+                isa,
+            };
+            let mut out = vec![0u8; n * oh * ow * oc];
+            let row_len = ow * oc;
+            let work = out.len().saturating_mul(2 * taps);
+            let threads = par::threads_for(work, n * oh);
+            par::for_row_ranges(&mut out, row_len, threads, |r0, part| {
+                d.rows(r0, part);
+                Ok::<(), ()>(())
+            })
+            .map_err(|()| ctx.err("depthwise kernel failed"))?;
+            ran_fast();
+            return Ok(bytes_tensor(ep.signed, s.od.clone(), out, nchw));
+        }
+    }
+    depthwise_reference(ctx, s)
+}
+
+fn depthwise_reference(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
+    let q = QuantOperands::new(ctx, s.args.nchw, s.oc, s.args.act)?;
+    let out = reference::depthwise_conv2d(&q, &window(s), s.args.multiplier);
+    let (d, v) = to_layout(s.od.clone(), out, s.args.nchw);
+    Ok(q8_tensor(q.rq.ty, d, v))
+}
+
+/// The depthwise filter (input 1, `[1][fh][fw][oc]`) centered on `fzp`, in the layout of
+/// `isa`'s kernel (see [`Depthwise::f`]); None when a value exceeds the kernel's bound.
+fn depthwise_filter(
+    ctx: &OpCtx<'_>,
+    fzp: i32,
+    taps: usize,
+    oc: usize,
+    isa: Isa,
+) -> KResult<Option<Vec<[i16; 2 * DW]>>> {
+    let t = ctx.t(1)?;
+    let raw: Vec<i32> = match &t.data {
+        Data::U8(v) => v.iter().map(|&b| i32::from(b) - fzp).collect(),
+        Data::I8(v) => v.iter().map(|&b| i32::from(b) - fzp).collect(),
+        _ => return Err(ctx.err("filter is not 8-bit")),
+    };
+    if raw.len() != taps * oc {
+        return Err(ctx.err("filter does not match its dimensions"));
+    }
+    if raw.iter().any(|v| !(-255..=255).contains(v)) {
+        return Ok(None);
+    }
+    let blocks = oc.div_ceil(DW);
+    // Tap t, output channel o (0 past the filter).
+    let at = |t: usize, o: usize| -> i16 {
+        if t < taps && o < oc {
+            raw[t * oc + o] as i16
+        } else {
+            0
+        }
+    };
+    let f = match isa {
+        Isa::Portable => {
+            let mut f = vec![[0i16; 2 * DW]; taps * blocks];
+            for (i, e) in f.iter_mut().enumerate() {
+                let (b, t) = (i / taps, i % taps);
+                for (l, v) in e.iter_mut().take(DW).enumerate() {
+                    *v = at(t, b * DW + l);
+                }
+            }
+            f
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            let pairs = padded(taps) / 2;
+            let mut f = vec![[0i16; 2 * DW]; pairs * blocks];
+            for b in 0..blocks {
+                for q in 0..pairs {
+                    let e = &mut f[b * pairs + q];
+                    // unpacklo of 128-bit lane L: channels 8L..8L+4 of the two taps, alternated;
+                    // unpackhi: channels 8L+4..8L+8.
+                    for half in 0..2 {
+                        for lane in 0..2 {
+                            for i in 0..4 {
+                                let o = b * DW + 8 * lane + 4 * half + i;
+                                for tap in 0..2 {
+                                    e[16 * half + 8 * lane + 2 * i + tap] = at(2 * q + tap, o);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            f
+        }
+    };
+    Ok(Some(f))
+}
+
+impl Depthwise<'_> {
+    /// Output rows `r0..` (a row is one (batch, y) pair), all of `out`.
+    fn rows(&self, r0: usize, out: &mut [u8]) {
+        match self.isa {
+            Isa::Portable => self.rows_with::<false>(r0, out),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
+            Isa::Avx2 => unsafe { self.rows_avx2(r0, out) },
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn rows_avx2(&self, r0: usize, out: &mut [u8]) {
+        self.rows_with::<true>(r0, out);
+    }
+
+    /// [`Self::rows`] with the AVX2 pixel kernel when `AVX2` (instantiated with it only from
+    /// [`Self::rows_avx2`]), else the portable one. Pixels whose window lies inside the input
+    /// step their tap offsets by the stride; border pixels point their outside taps at the zero
+    /// pixel.
+    #[inline(always)]
+    fn rows_with<const AVX2: bool>(&self, r0: usize, out: &mut [u8]) {
+        let ([_, h, w, _], (fh, fw), (oh, ow), g) = (
+            self.win.nhwc,
+            self.win.filter_hw,
+            self.win.out_hw,
+            &self.win.g,
+        );
+        let (oc, blocks) = (self.oc, self.blocks);
+        let interior = g.interior_cols(w, fw, ow);
+        let te = self.taps_even;
+        // The row's tap offsets, `te` a pixel (the odd count's last tap reads the zero pixel).
+        let mut row_offs = vec![self.zero; ow * te];
+        // Interior pixels: tap offsets at input column 0.
+        let mut rel = vec![0usize; fh * fw];
+        let mut row_at: Vec<Option<usize>> = vec![None; fh];
+        for (ri, orow) in out.chunks_exact_mut(ow * oc).enumerate() {
+            let r = r0 + ri;
+            let (b, oy) = (r / oh, r % oh);
+            for (ky, at) in row_at.iter_mut().enumerate() {
+                *at = g.in_y(oy, ky, h).map(|iy| (b * h + iy) * w);
+            }
+            let full_rows = row_at.iter().all(Option::is_some);
+            if full_rows {
+                for (t, rv) in rel.iter_mut().enumerate() {
+                    let (ky, kx) = (t / fw, t % fw);
+                    *rv = row_at[ky].map_or(0, |a| (a + kx * g.dil_w) * blocks);
+                }
+            }
+            for (ox, offs) in row_offs.chunks_exact_mut(te).enumerate() {
+                if full_rows && interior.contains(&ox) {
+                    let shift = (ox * g.stride_w - g.pad_l) * blocks;
+                    for (d, &rv) in offs.iter_mut().zip(&rel) {
+                        *d = rv + shift;
+                    }
+                } else {
+                    for kx in 0..fw {
+                        let ix = g.in_x(ox, kx, w);
+                        for (ky, at) in row_at.iter().enumerate() {
+                            offs[ky * fw + kx] = match (at, ix) {
+                                (Some(a), Some(ix)) => (a + ix) * blocks,
+                                _ => self.zero,
+                            };
+                        }
+                    }
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if AVX2 {
+                // SAFETY: AVX2 is true only in the instance called from rows_avx2, whose
+                // callers checked that the CPU has AVX2.
+                unsafe { self.row_avx2(&row_offs, orow) };
+                continue;
+            }
+            for (offs, o) in row_offs.chunks_exact(te).zip(orow.chunks_exact_mut(oc)) {
+                self.pixel_portable(offs, o);
+            }
+        }
+    }
+
+    /// One output pixel's `oc` channels from the inputs at `offs` (one per tap).
+    fn pixel_portable(&self, offs: &[usize], out: &mut [u8]) {
+        let taps = self.taps;
+        for (b, o) in out.chunks_mut(DW).enumerate() {
+            let mut acc = [0i32; DW];
+            let fb = &self.f[b * taps..(b + 1) * taps];
+            for (&off, f) in offs.iter().zip(fb) {
+                let x = &self.x[off + b];
+                for l in 0..DW {
+                    acc[l] += i32::from(x[l]) * i32::from(f[l]);
+                }
+            }
+            for (l, d) in o.iter_mut().enumerate() {
+                *d = self.ep.scalar(acc[l], b * DW + l);
+            }
+        }
+    }
+
+    /// The AVX2 form of [`Self::pixel_portable`] over a row of pixels (`offs`: each pixel's
+    /// taps), one block of channels at a time so its filter and epilogue parameters stay in
+    /// registers: two taps per `_mm256_madd_epi16`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn row_avx2(&self, offs: &[usize], out: &mut [u8]) {
+        use super::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
+        use std::arch::x86_64::*;
+        let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
+        let narrow = Narrow::load(self.ep);
+        for b in 0..blocks {
+            let p0 = Lanes::load(self.ep, 2 * b);
+            let p1 = Lanes::load(self.ep, 2 * b + 1);
+            let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
+            let fb = &self.f[b * te / 2..(b + 1) * te / 2];
+            for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
+                let mut lo = _mm256_setzero_si256();
+                let mut hi = _mm256_setzero_si256();
+                for (pair, f) in po.chunks_exact(2).zip(fb) {
+                    let x0 = ld16(&self.x[pair[0] + b], 0);
+                    let x1 = ld16(&self.x[pair[1] + b], 0);
+                    let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), ld16(f, 0));
+                    let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), ld16(f, 16));
+                    lo = _mm256_add_epi32(lo, plo);
+                    hi = _mm256_add_epi32(hi, phi);
+                }
+                // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
+                let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
+                let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
+                store16(&mut o[c0..c1], v0, v1, &narrow);
+            }
+        }
+    }
+}
+
+// NR (the GEMM's channel padding) covers the depthwise blocks' epilogue groups.
+const _: () = assert!(NR % DW == 0);

@@ -19,7 +19,6 @@
 
 use std::process::{Child, Command, ExitCode, Stdio};
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nnaccel_hal::burst::BurstConfig;
@@ -122,18 +121,46 @@ fn over_queues(driver: &Driver, iterations: u32) -> Result<(), String> {
         }
         let st = b.worker_stats().ok_or("no worker counters")?;
         println!(
-            "  window {window_us:>2} us: p50 {:>6.1} us  p99 {:>7.1} us  (p50 / window 0: {:.3}); \
-             worker: {} packets, {} polls ({} given up), {} sleeps",
+            "  window {window_us:>2} us: p50 {:>6.1} us  p99 {:>7.1} us  (p50 / window 0: {:.3}); {}",
             p50.as_secs_f64() * 1e6,
             p99.as_secs_f64() * 1e6,
             p50.as_secs_f64() / no_poll_p50.as_secs_f64().max(1e-12),
-            st.packets.load(Ordering::Relaxed),
-            st.polls.load(Ordering::Relaxed),
-            st.polls_timed_out.load(Ordering::Relaxed),
-            st.sleeps.load(Ordering::Relaxed),
+            st.summary(),
         );
     }
     Ok(())
+}
+
+/// What the service logged of each burst worker that ended (`WorkerStats`, at debug level):
+/// the `worker: …` part of its `burst worker ends` lines, oldest first.
+fn worker_ends(hald: &Hald) -> Vec<String> {
+    hald.log()
+        .lines()
+        .filter(|l| l.contains("burst worker ends after"))
+        .filter_map(|l| l.split("; ").find(|p| p.starts_with("worker: ")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The service's counters for the four bursts `run_models` ran (each model: window 0, then
+/// the default window), once their workers have ended and logged them.
+fn print_service_workers(hald: &Hald, ended_before: usize) {
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut ends = worker_ends(hald);
+    while ends.len() < ended_before + 4 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+        ends = worker_ends(hald);
+    }
+    let labels = [
+        "tiny, window 0",
+        "tiny, default window",
+        "medium, window 0",
+        "medium, default window",
+    ];
+    println!("service's burst workers (from its log):");
+    for (label, line) in labels.iter().zip(ends.iter().skip(ended_before)) {
+        println!("  {label:<22} {line}");
+    }
 }
 
 fn main() -> ExitCode {
@@ -162,9 +189,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         println!("--- service: {}", client.server());
+        let ended = worker_ends(&hald).len();
         if !run_models(&client, iterations) {
             return ExitCode::FAILURE;
         }
+        print_service_workers(&hald, ended);
     }
     ExitCode::SUCCESS
 }

@@ -3,8 +3,10 @@
 //! and p99 latency of regular executions, bursts with polling window 0, and bursts with the
 //! default window, with the ratios burst/regular and default window/window 0, for a tiny model
 //! (one ADD of 4 floats) and a medium one (FULLY_CONNECTED 256 × 256), all in one run — once on
-//! a quiet machine and once with two busy-looping processes the bench starts beside it. The
-//! same figures per backend come from `nnaccelctl bench --burst` (`nnaccel_protocol::bench`).
+//! a quiet machine and once with two busy-looping processes the bench starts beside it. Under
+//! the service's rows it prints the service's worker counters (`WorkerStats`, which the
+//! service logs at debug level when a burst's worker ends). The same figures per backend come
+//! from `nnaccelctl bench --burst [--load N]` (`nnaccel_protocol::bench`).
 //!
 //! The service over the device needs root and `/dev/fuse`; without them, or with `--cpu`, the
 //! service runs on the CPU executor. Build the binaries of the same profile first:

@@ -355,10 +355,10 @@ struct Worker {
 /// poll given up doubles the pause (2, 4, … this), each poll that gets its packet halves it.
 ///
 /// A poll the client says it is busy for but does not answer — it takes neither the result
-/// nor writes a request within [`REQUEST_GRACE`] — means the client is not running: on a
-/// machine with no idle CPU the scheduler often queues the client, woken by the result, on
-/// the worker's own CPU, behind the poll, and each such poll adds its whole grace to the
-/// execution (issue 18: through the service under load, the default window cost 20 µs more
+/// nor writes a request within [`REQUEST_GRACE`] — means the client is not running: it keeps
+/// its bit set while it sleeps on the result queue, and on a machine with no idle CPU, once
+/// woken, it waits for a CPU, often the worker's own, behind the poll; each such poll adds its
+/// whole grace to the execution (issue 18: through the service under load, the default window cost 20 µs more
 /// than window 0, every poll given up). After a poll given up the worker sleeps at once for
 /// the next packets, as with window 0, and tries polling again after 2, 4, … up to this many
 /// packets; a machine that frees up is noticed within that many packets.

@@ -368,9 +368,10 @@ struct Worker {
 /// window 0 costs one; measured 1.34× window 0 on an idle machine before this).
 pub const MAX_BACKOFF: u32 = 64;
 
-/// The worker's pause in polling after polls given up.
+/// A pause in polling after polls given up (the worker's, and the controller's for its
+/// results).
 #[derive(Debug, Default)]
-struct Backoff {
+pub(crate) struct Backoff {
     /// Packets still to go without polling.
     skip: u32,
     /// The pause after the next poll given up (0: none yet; then 2, 4, … [`MAX_BACKOFF`]).
@@ -379,12 +380,12 @@ struct Backoff {
 
 impl Backoff {
     /// Whether polls are paused (packets left to skip).
-    fn pausing(&self) -> bool {
+    pub(crate) fn pausing(&self) -> bool {
         self.skip > 0
     }
 
     /// Whether to skip this packet's poll (counting it down).
-    fn skip(&mut self) -> bool {
+    pub(crate) fn skip(&mut self) -> bool {
         if self.skip == 0 {
             return false;
         }
@@ -393,13 +394,13 @@ impl Backoff {
     }
 
     /// A poll given up while the client said it was busy: pause longer.
-    fn given_up(&mut self) {
+    pub(crate) fn given_up(&mut self) {
         self.next = (self.next * 2).clamp(2, MAX_BACKOFF);
         self.skip = self.next;
     }
 
     /// A poll that got its packet: pause less next time.
-    fn answered(&mut self) {
+    pub(crate) fn answered(&mut self) {
         self.next /= 2;
         if self.next < 2 {
             self.next = 0;

@@ -188,7 +188,7 @@ pub struct WorkerStats {
 
 impl WorkerStats {
     /// The counters in one line, as the service logs them when a worker ends (`docs/burst.md`):
-    /// `worker: P packets, N polls (G given up), S sleeps`.
+    /// `worker: P packets, N polls (G given up, S skipped), Z sleeps`.
     pub fn summary(&self) -> String {
         format!(
             "worker: {} packets, {} polls ({} given up, {} skipped), {} sleeps",
@@ -358,21 +358,22 @@ struct Worker {
 /// nor writes a request within [`REQUEST_GRACE`] — means the client is not running: it keeps
 /// its bit set while it sleeps on the result queue, and on a machine with no idle CPU, once
 /// woken, it waits for a CPU, often the worker's own, behind the poll; each such poll adds its
-/// whole grace to the execution (issue 18: through the service under load, the default window cost 20 µs more
-/// than window 0, every poll given up). After a poll given up the worker sleeps at once for
-/// the next packets, as with window 0, and tries polling again after 2, 4, … up to this many
-/// packets; a machine that frees up is noticed within that many packets. While paused it also
-/// leaves its `WRITER_BUSY` clear when awake, so the client does not spin for its result
-/// either: a client spinning for a worker that sleeps at once after the result writes its next
-/// request to a sleeping worker, and both then sleep on every execution (two wake-ups where
-/// window 0 costs one; measured 1.34× window 0 on an idle machine before this).
+/// whole grace to the execution (issue 18: through the service under load, the default window
+/// cost 20 µs more than window 0, every poll given up). After a poll given up the worker
+/// sleeps at once for the next packets, as with window 0, and tries polling again after 2, 4,
+/// … up to this many packets; a machine that frees up is noticed within that many packets.
+/// While paused it also leaves its `WRITER_BUSY` clear when awake, so the client does not spin
+/// for its result either: a client spinning for a worker that sleeps at once after the result
+/// writes its next request to a sleeping worker, and both then sleep on every execution (two
+/// wake-ups where window 0 costs one; measured 1.34× window 0 on an idle machine before this).
+/// The controller pauses its polls for results the same way.
 pub const MAX_BACKOFF: u32 = 64;
 
 /// A pause in polling after polls given up (the worker's, and the controller's for its
 /// results).
 #[derive(Debug, Default)]
 pub(crate) struct Backoff {
-    /// Packets still to go without polling.
+    /// Packets (exchanges, for the controller) still to go without polling.
     skip: u32,
     /// The pause after the next poll given up (0: none yet; then 2, 4, … [`MAX_BACKOFF`]).
     next: u32,
@@ -393,7 +394,7 @@ impl Backoff {
         true
     }
 
-    /// A poll given up while the client said it was busy: pause longer.
+    /// A poll given up (the peer said it was busy but did not answer in time): pause longer.
     pub(crate) fn given_up(&mut self) {
         self.next = (self.next * 2).clamp(2, MAX_BACKOFF);
         self.skip = self.next;

@@ -698,6 +698,80 @@ fn bench_burst_compares_bursts_with_regular_executions() {
     ctl(&["bench", "--cpu"]).expect_code(2);
 }
 
+/// The pids of live `nnaccelctl busy-loop` processes (the load of `bench --burst --load N`).
+fn busy_loops() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        // A zombie has an empty cmdline: only running (or unreaped-but-named) loops count.
+        (args.get(1) == Some(&&b"busy-loop"[..])).then_some(pid)
+    })
+    .collect()
+}
+
+/// `bench --burst --load 1`: the comparison idle, then beside one busy-looping process, whose
+/// pid the output names; after the command no busy loop it started is left.
+#[test]
+fn bench_burst_with_load_prints_loaded_rows_and_leaves_no_busy_process() {
+    let before = busy_loops();
+    let out = ctl(&[
+        "bench",
+        "--burst",
+        "--load",
+        "1",
+        "--cpu",
+        "-n",
+        "200",
+        &example("add.json"),
+    ]);
+    out.expect_code(0);
+    let idle = out.stdout.find("=== idle\n").expect("an idle section");
+    let loaded = out
+        .stdout
+        .find("=== loaded: 1 busy-looping process beside the bench (pid ")
+        .unwrap_or_else(|| panic!("a loaded section:\n{}", out.stdout));
+    assert!(idle < loaded, "{}", out.stdout);
+    // Three rows with their ratio to regular in each section, and the window's ratio.
+    for section in [&out.stdout[idle..loaded], &out.stdout[loaded..]] {
+        assert_eq!(
+            section.matches("p50 ratio to regular").count(),
+            3,
+            "{section}"
+        );
+        assert_eq!(
+            section.matches("against window 0, p50").count(),
+            1,
+            "{section}"
+        );
+    }
+    let pid: u32 = out.stdout[loaded..]
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the load's pid:\n{}", out.stdout));
+    assert!(
+        out.stdout
+            .contains("load stopped: 1 busy-looping process killed and reaped"),
+        "{}",
+        out.stdout
+    );
+    let after = busy_loops();
+    assert!(!after.contains(&pid), "busy loop {pid} survived the bench");
+    assert!(
+        after.iter().all(|p| before.contains(p)),
+        "busy loops before {before:?}, after {after:?}"
+    );
+    // Without --burst, --load is a usage error; so is a load beyond the limit.
+    ctl(&["bench", "--load", "1", "--cpu", &example("add.json")]).expect_code(2);
+    ctl(&["bench", "--burst", "--load", "65", "--cpu"]).expect_code(2);
+}
+
 /// `info --ops` prints the coverage table of docs/operations.md without opening a device: a
 /// row for every one of the 102 NNAPI operation types, and the counts.
 #[test]

@@ -3,8 +3,10 @@
 //! and p99 latency of regular executions, bursts with polling window 0, and bursts with the
 //! default window, with the ratios burst/regular and default window/window 0, for a tiny model
 //! (one ADD of 4 floats) and a medium one (FULLY_CONNECTED 256 × 256), all in one run — once on
-//! a quiet machine and once with two busy-looping processes the bench starts beside it. The
-//! same figures per backend come from `nnaccelctl bench --burst` (`nnaccel_protocol::bench`).
+//! a quiet machine and once with two busy-looping processes the bench starts beside it. Under
+//! the service's rows it prints the service's worker counters (`WorkerStats`, which the
+//! service logs at debug level when a burst's worker ends). The same figures per backend come
+//! from `nnaccelctl bench --burst [--load N]` (`nnaccel_protocol::bench`).
 //!
 //! The service over the device needs root and `/dev/fuse`; without them, or with `--cpu`, the
 //! service runs on the CPU executor. Build the binaries of the same profile first:
@@ -19,7 +21,6 @@
 
 use std::process::{Child, Command, ExitCode, Stdio};
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nnaccel_hal::burst::BurstConfig;
@@ -122,18 +123,46 @@ fn over_queues(driver: &Driver, iterations: u32) -> Result<(), String> {
         }
         let st = b.worker_stats().ok_or("no worker counters")?;
         println!(
-            "  window {window_us:>2} us: p50 {:>6.1} us  p99 {:>7.1} us  (p50 / window 0: {:.3}); \
-             worker: {} packets, {} polls ({} given up), {} sleeps",
+            "  window {window_us:>2} us: p50 {:>6.1} us  p99 {:>7.1} us  (p50 / window 0: {:.3}); {}",
             p50.as_secs_f64() * 1e6,
             p99.as_secs_f64() * 1e6,
             p50.as_secs_f64() / no_poll_p50.as_secs_f64().max(1e-12),
-            st.packets.load(Ordering::Relaxed),
-            st.polls.load(Ordering::Relaxed),
-            st.polls_timed_out.load(Ordering::Relaxed),
-            st.sleeps.load(Ordering::Relaxed),
+            st.summary(),
         );
     }
     Ok(())
+}
+
+/// What the service logged of each burst worker that ended (`WorkerStats`, at debug level):
+/// the `worker: …` part of its `burst worker ends` lines, oldest first.
+fn worker_ends(hald: &Hald) -> Vec<String> {
+    hald.log()
+        .lines()
+        .filter(|l| l.contains("burst worker ends after"))
+        .filter_map(|l| l.split("; ").find(|p| p.starts_with("worker: ")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The service's counters for the four bursts `run_models` ran (each model: window 0, then
+/// the default window), once their workers have ended and logged them.
+fn print_service_workers(hald: &Hald, ended_before: usize) {
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut ends = worker_ends(hald);
+    while ends.len() < ended_before + 4 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+        ends = worker_ends(hald);
+    }
+    let labels = [
+        "tiny, window 0",
+        "tiny, default window",
+        "medium, window 0",
+        "medium, default window",
+    ];
+    println!("service's burst workers (from its log):");
+    for (label, line) in labels.iter().zip(ends.iter().skip(ended_before)) {
+        println!("  {label:<22} {line}");
+    }
 }
 
 fn main() -> ExitCode {
@@ -162,9 +191,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         println!("--- service: {}", client.server());
+        let ended = worker_ends(&hald).len();
         if !run_models(&client, iterations) {
             return ExitCode::FAILURE;
         }
+        print_service_workers(&hald, ended);
     }
     ExitCode::SUCCESS
 }

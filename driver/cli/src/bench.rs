@@ -175,7 +175,100 @@ pub fn bench(
     Ok(Outcome::Ok)
 }
 
-/// `nnaccelctl bench --burst`: regular executions against bursts (`nnaccel_protocol::bench`).
+/// The hidden subcommand a load process of `bench --burst --load N` runs (`nnaccelctl
+/// busy-loop --parent PID`).
+pub const BUSY_LOOP: &str = "busy-loop";
+
+/// Most load processes `--load` starts.
+pub const MAX_LOAD: u32 = 64;
+
+/// `nnaccelctl busy-loop --parent PID`: spins on the CPU until killed or until its parent
+/// (`PID`) is gone. `bench --burst --load N` starts N of these beside the bench.
+pub fn busy_loop(parent: u32) -> Outcome {
+    let mut x = 0u64;
+    loop {
+        for _ in 0..1 << 22 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        // Besides the parent-death signal the bench sets (see `Load::start`): a loop whose
+        // parent went before that signal was armed still ends.
+        // SAFETY: getppid has no preconditions.
+        if u32::try_from(unsafe { libc::getppid() }).ok() != Some(parent) {
+            return Outcome::Ok;
+        }
+    }
+}
+
+/// Busy-looping child processes beside a bench: killed and reaped when dropped (the bench
+/// ending, failing, or returning early with an error). Each also gets SIGKILL from the kernel
+/// when the bench dies (`PR_SET_PDEATHSIG`: killed by a signal, Ctrl-C), and then init reaps
+/// it.
+struct Load(Vec<std::process::Child>);
+
+impl Load {
+    /// Starts `n` processes of this binary's hidden `busy-loop` subcommand.
+    fn start(n: u32) -> Result<Self, CliError> {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError(format!("--load: cannot find this program to start: {e}")))?;
+        let parent = std::process::id();
+        let mut load = Load(Vec::with_capacity(n as usize));
+        for _ in 0..n {
+            let mut cmd = Command::new(&exe);
+            cmd.args([BUSY_LOOP, "--parent", &parent.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let arm = move || -> std::io::Result<()> {
+                // SAFETY: PR_SET_PDEATHSIG with a valid signal number touches no memory.
+                if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The bench died before the signal was armed: do not start.
+                // SAFETY: getppid has no preconditions.
+                if u32::try_from(unsafe { libc::getppid() }).ok() != Some(parent) {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            };
+            // SAFETY: `arm` runs in the child between fork and exec and calls only prctl and
+            // getppid, which are async-signal-safe, and builds io::Errors from raw errnos,
+            // which does not allocate.
+            unsafe { cmd.pre_exec(arm) };
+            // On failure `load` is dropped: the processes started so far are killed.
+            let child = cmd.spawn().map_err(|e| {
+                CliError(format!(
+                    "--load: cannot start a busy-looping process ({}): {e}",
+                    exe.display()
+                ))
+            })?;
+            load.0.push(child);
+        }
+        Ok(load)
+    }
+
+    fn pids(&self) -> String {
+        self.0
+            .iter()
+            .map(|c| c.id().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `nnaccelctl bench --burst`: regular executions against bursts (`nnaccel_protocol::bench`),
+/// on an idle machine and then, with `load` > 0, beside that many busy-looping processes.
+#[allow(clippy::too_many_arguments)]
 pub fn bench_burst(
     model_path: Option<&Path>,
     iterations: u32,
@@ -183,8 +276,8 @@ pub fn bench_burst(
     cpu: bool,
     service: Option<PathBuf>,
     threads: Option<u32>,
+    load: u32,
 ) -> Result<Outcome, CliError> {
-    use nnaccel_protocol::bench as burst_bench;
     let selected = backend::select_with_threads(device, cpu, service, threads)?;
     println!("backend: {}", selected.describe());
     println!("threads: {}", selected.threads_label(threads));
@@ -193,16 +286,46 @@ pub fn bench_burst(
         None => vec![
             (
                 "tiny: ADD of 4 floats".to_string(),
-                burst_bench::tiny_model().map_err(CliError)?,
+                nnaccel_protocol::bench::tiny_model().map_err(CliError)?,
             ),
             (
                 "medium: FULLY_CONNECTED 256x256".to_string(),
-                burst_bench::medium_model().map_err(CliError)?,
+                nnaccel_protocol::bench::medium_model().map_err(CliError)?,
             ),
         ],
     };
-    for (label, model) in &models {
-        match burst_bench::run(&*selected.driver, label, model, iterations) {
+    if load == 0 {
+        return burst_series(&*selected.driver, &models, iterations);
+    }
+    println!("=== idle");
+    if burst_series(&*selected.driver, &models, iterations)? == Outcome::Failed {
+        return Ok(Outcome::Failed);
+    }
+    let hogs = Load::start(load)?;
+    println!(
+        "=== loaded: {load} busy-looping process{} beside the bench (pid {})",
+        if load == 1 { "" } else { "es" },
+        hogs.pids()
+    );
+    // Let them reach their loops before the first timed series.
+    std::thread::sleep(Duration::from_millis(100));
+    let outcome = burst_series(&*selected.driver, &models, iterations)?;
+    drop(hogs);
+    println!(
+        "load stopped: {load} busy-looping process{} killed and reaped",
+        if load == 1 { "" } else { "es" }
+    );
+    Ok(outcome)
+}
+
+/// The burst comparison of each model, printed.
+fn burst_series(
+    driver: &dyn nnaccel_hal::HalDevice,
+    models: &[(String, Model)],
+    iterations: u32,
+) -> Result<Outcome, CliError> {
+    for (label, model) in models {
+        match nnaccel_protocol::bench::run(driver, label, model, iterations) {
             Ok(lines) => {
                 for l in lines {
                     println!("{l}");

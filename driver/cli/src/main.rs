@@ -152,8 +152,23 @@ enum Command {
         /// on a tiny model (one ADD of 4 floats) and a medium one (FULLY_CONNECTED 256x256).
         #[arg(long)]
         burst: bool,
+        /// With --burst: run the comparison idle, then again beside N busy-looping processes
+        /// this command starts (copies of itself, one CPU-bound loop each), and print both;
+        /// the processes are killed and reaped when the bench ends, fails or is interrupted.
+        /// 0: idle only.
+        #[arg(long, value_name = "N", default_value_t = 0, requires = "burst",
+              value_parser = clap::value_parser!(u32).range(0..=i64::from(bench::MAX_LOAD)))]
+        load: u32,
         #[command(flatten)]
         threads: ThreadArgs,
+    },
+    /// The load process of `bench --burst --load N` (not for direct use): spins on one CPU
+    /// until killed or until the process PARENT is gone.
+    #[command(name = bench::BUSY_LOOP, hide = true)]
+    BusyLoop {
+        /// The bench that started it.
+        #[arg(long)]
+        parent: u32,
     },
     /// List or clear the service's driver-managed compilation cache.
     #[command(after_help = cache::AFTER_HELP)]
@@ -206,6 +221,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device,
             burst: true,
             threads,
+            load,
             ..
         } => bench::bench_burst(
             model.as_deref(),
@@ -214,6 +230,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device.cpu,
             device.service,
             threads.threads,
+            load,
         ),
         Command::Bench {
             model,
@@ -222,6 +239,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device,
             burst: false,
             threads,
+            load: _,
         } => bench::bench(
             &model.ok_or_else(|| CliError("bench needs a model file".into()))?,
             inputs.as_deref(),
@@ -231,6 +249,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device.service,
             threads.threads,
         ),
+        Command::BusyLoop { parent } => Ok(bench::busy_loop(parent)),
         Command::Cache {
             action,
             service,

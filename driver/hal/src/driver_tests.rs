@@ -68,7 +68,7 @@ fn tensor(dims: &[u32], lifetime: OperandLifetime, location: DataLocation) -> Op
 }
 
 /// out = relu(a + c) with c a CONSTANT_COPY [1, 2, 3, 4], over [1, 4] (or [0, 4] dynamic).
-fn add_model(dims: &[u32]) -> Model {
+pub(crate) fn add_model(dims: &[u32]) -> Model {
     let none = DataLocation::default();
     let mut values = f32_bytes(&[1.0, 2.0, 3.0, 4.0]);
     values.extend_from_slice(&1i32.to_le_bytes());
@@ -174,7 +174,7 @@ impl Io {
 const INPUT: [f32; 4] = [-5.0, 0.5, -1.0, 10.0];
 const EXPECTED: [f32; 4] = [0.0, 2.5, 2.0, 14.0];
 
-fn prepare(driver: &Driver, model: &Model) -> PreparedModel {
+pub(crate) fn prepare(driver: &Driver, model: &Model) -> PreparedModel {
     driver
         .prepare_model(
             model,

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::packet::{self, BurstRequest, DATUM_SIZE, Datum};
-use super::server::{Executor, WorkerStats};
+use super::server::{Backoff, Executor, WorkerStats};
 use super::{BurstError, BurstMessage, CHANNEL_LENGTH, SlotMemory};
 use crate::fmq::{Fmq, NOT_EMPTY, NOT_FULL, WRITER_BUSY};
 use crate::frame::{self, FdList};
@@ -168,6 +168,8 @@ pub struct ExecutionBurstController {
     fallback: Fallback,
     info: BurstInfo,
     fallbacks: AtomicU64,
+    /// The pause in polling for results after polls that ended without one.
+    backoff: Mutex<Backoff>,
 }
 
 impl std::fmt::Debug for ExecutionBurstController {
@@ -198,6 +200,7 @@ pub(crate) fn configure_local(
         fallback,
         info,
         fallbacks: AtomicU64::new(0),
+        backoff: Mutex::default(),
     }
 }
 
@@ -256,6 +259,7 @@ pub(crate) fn configure_observed(
         fallback,
         info,
         fallbacks: AtomicU64::new(0),
+        backoff: Mutex::default(),
     })
 }
 
@@ -567,8 +571,17 @@ impl ExecutionBurstController {
         let window = self.info.polling_window;
         let sent = Instant::now();
         let until = sent + window;
+        // As the worker does (`server::MAX_BACKOFF`): after polls that ended without the
+        // result — the worker executing longer than the window, or not running — this side
+        // sleeps at once for the next exchanges, 2, 4, … 64 of them, as with window 0.
+        let mut backoff = self.backoff.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut may_poll = !window.is_zero() && !backoff.skip();
+        let mut spun = false;
         loop {
             if s.result.available_to_read() > 0 {
+                if spun {
+                    backoff.answered();
+                }
                 return read_result(&s.result);
             }
             if s.invalid.load(Ordering::SeqCst) {
@@ -583,7 +596,8 @@ impl ExecutionBurstController {
             let now = Instant::now();
             let running = s.result.is_set(WRITER_BUSY)
                 && (s.request.available_to_read() == 0 || now < sent + super::server::SPIN_GRACE);
-            if !window.is_zero() && running && now < until {
+            if may_poll && running && now < until {
+                spun = true;
                 for _ in 0..super::server::SPINS_PER_LOOK {
                     if s.result.available_to_read() > 0 {
                         break;
@@ -591,6 +605,11 @@ impl ExecutionBurstController {
                     std::hint::spin_loop();
                 }
                 continue;
+            }
+            if std::mem::take(&mut spun) {
+                // At most one poll per exchange.
+                backoff.given_up();
+                may_poll = false;
             }
             let deadline = nnaccel_uapi::sys::deadline_after(WAIT_SLICE);
             match s.result.wait(NOT_EMPTY, Some(deadline)) {

@@ -179,8 +179,26 @@ pub struct WorkerStats {
     /// Times the worker went to sleep on the futex (or the ring), counted before it clears its
     /// busy bit.
     pub sleeps: AtomicU64,
+    /// Packets for which the worker did not poll although the client said it was busy,
+    /// because its recent polls were given up (see [`MAX_BACKOFF`]).
+    pub polls_skipped: AtomicU64,
     /// Packets served.
     pub packets: AtomicU64,
+}
+
+impl WorkerStats {
+    /// The counters in one line, as the service logs them when a worker ends (`docs/burst.md`):
+    /// `worker: P packets, N polls (G given up, S skipped), Z sleeps`.
+    pub fn summary(&self) -> String {
+        format!(
+            "worker: {} packets, {} polls ({} given up, {} skipped), {} sleeps",
+            self.packets.load(Ordering::Relaxed),
+            self.polls.load(Ordering::Relaxed),
+            self.polls_timed_out.load(Ordering::Relaxed),
+            self.polls_skipped.load(Ordering::Relaxed),
+            self.sleeps.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// A cached slot: the pool the client named, kept for the life of the burst.
@@ -328,7 +346,67 @@ struct Worker {
     /// a client that stays busy without writing, or died busy, costs one window, not one per
     /// wake-up).
     polled: bool,
+    /// When the client's recent polls were given up: see [`Backoff`].
+    backoff: Backoff,
     stats: Arc<WorkerStats>,
+}
+
+/// Most packets the worker goes without polling after polls its client left unanswered: each
+/// poll given up doubles the pause (2, 4, … this), each poll that gets its packet halves it.
+///
+/// A poll the client says it is busy for but does not answer — it takes neither the result
+/// nor writes a request within [`REQUEST_GRACE`] — means the client is not running: it keeps
+/// its bit set while it sleeps on the result queue, and on a machine with no idle CPU, once
+/// woken, it waits for a CPU, often the worker's own, behind the poll; each such poll adds its
+/// whole grace to the execution (issue 18: through the service under load, the default window
+/// cost 20 µs more than window 0, every poll given up). After a poll given up the worker
+/// sleeps at once for the next packets, as with window 0, and tries polling again after 2, 4,
+/// … up to this many packets; a machine that frees up is noticed within that many packets.
+/// While paused it also leaves its `WRITER_BUSY` clear when awake, so the client does not spin
+/// for its result either: a client spinning for a worker that sleeps at once after the result
+/// writes its next request to a sleeping worker, and both then sleep on every execution (two
+/// wake-ups where window 0 costs one; measured 1.34× window 0 on an idle machine before this).
+/// The controller pauses its polls for results the same way.
+pub const MAX_BACKOFF: u32 = 64;
+
+/// A pause in polling after polls given up (the worker's, and the controller's for its
+/// results).
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    /// Packets (exchanges, for the controller) still to go without polling.
+    skip: u32,
+    /// The pause after the next poll given up (0: none yet; then 2, 4, … [`MAX_BACKOFF`]).
+    next: u32,
+}
+
+impl Backoff {
+    /// Whether polls are paused (packets left to skip).
+    pub(crate) fn pausing(&self) -> bool {
+        self.skip > 0
+    }
+
+    /// Whether to skip this packet's poll (counting it down).
+    pub(crate) fn skip(&mut self) -> bool {
+        if self.skip == 0 {
+            return false;
+        }
+        self.skip -= 1;
+        true
+    }
+
+    /// A poll given up (the peer said it was busy but did not answer in time): pause longer.
+    pub(crate) fn given_up(&mut self) {
+        self.next = (self.next * 2).clamp(2, MAX_BACKOFF);
+        self.skip = self.next;
+    }
+
+    /// A poll that got its packet: pause less next time.
+    pub(crate) fn answered(&mut self) {
+        self.next /= 2;
+        if self.next < 2 {
+            self.next = 0;
+        }
+    }
 }
 
 /// Starts a worker for a burst on `model`, for `owner`'s requests, registered in `workers`
@@ -392,6 +470,7 @@ pub(crate) fn start_observed(
         empty_wakes: 0,
         bad_packets: 0,
         polled: false,
+        backoff: Backoff::default(),
         stats,
     };
     std::thread::Builder::new()
@@ -459,9 +538,10 @@ impl Worker {
         }
         let why = stop;
         tracing::debug!(
-            "burst worker ends after {} executions ({why}); freeing {} slots ({} with a BO or \
-             mapping){}",
+            "burst worker ends after {} executions ({why}); {}; freeing {} slots ({} with a \
+             BO or mapping){}",
             self.executions,
+            self.stats.summary(),
             self.exec.slots.len(),
             self.exec.cache.len(),
             if self.exec.cache.has_device_queue() {
@@ -496,14 +576,21 @@ impl Worker {
         self.stats.sleeps.fetch_add(1, Ordering::SeqCst);
         self.result.withdraw(WRITER_BUSY);
         if self.request.available_to_read() > 0 {
-            self.result.announce(WRITER_BUSY);
+            if !self.backoff.pausing() {
+                self.result.announce(WRITER_BUSY);
+            }
             return Ok(true);
         }
         let socket_ready = match uring {
             Some(u) => self.sleep_uring(u, word),
             None => self.sleep_futex(word),
         };
-        self.result.announce(WRITER_BUSY);
+        // Awake again; while its polls are paused the worker leaves its bit clear, so that the
+        // client sleeps at once after writing, as with window 0, rather than spin for a worker
+        // that will not spin for it.
+        if !self.backoff.pausing() {
+            self.result.announce(WRITER_BUSY);
+        }
         if socket_ready {
             self.drain_channel()?;
         }
@@ -517,20 +604,31 @@ impl Worker {
     /// takes longer is not running: preempted, perhaps by this very poll on a shared CPU), and
     /// write its next request within [`REQUEST_GRACE`] of taking it, its bit never clear for
     /// [`SPIN_GRACE`] (a client between two executions of a loop clears and sets it again at
-    /// once; an idle one leaves it clear). At most the window, at most once per packet. True
-    /// when a packet is ready.
+    /// once; an idle one leaves it clear). At most the window, at most once per packet, and not
+    /// while backing off after polls given up ([`MAX_BACKOFF`]) unless the client has taken
+    /// the result already. True when a packet is ready.
     fn poll(&mut self) -> bool {
         if self.window.is_zero() || self.polled || !self.request.is_set(WRITER_BUSY) {
             return false;
         }
         self.polled = true;
+        // A client that has taken the result already is running on another CPU, about to
+        // write its next request: worth a poll even while backing off.
+        let taken_at_once = self.result.available_to_read() == 0;
+        if !taken_at_once && self.backoff.skip() {
+            self.stats.polls_skipped.fetch_add(1, Ordering::Relaxed);
+            self.result.withdraw(WRITER_BUSY);
+            return false;
+        }
+        self.result.announce(WRITER_BUSY);
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let mut taken = (self.result.available_to_read() == 0).then_some(start);
+        let mut taken = taken_at_once.then_some(start);
         let mut last_busy = start;
         loop {
             for _ in 0..SPINS_PER_LOOK {
                 if self.request.available_to_read() > 0 {
+                    self.backoff.answered();
                     return true;
                 }
                 std::hint::spin_loop();
@@ -548,10 +646,15 @@ impl Worker {
                 Some(at) => now - at >= REQUEST_GRACE || now - last_busy >= SPIN_GRACE,
             };
             if give_up || now - start >= self.window {
+                if self.request.available_to_read() > 0 {
+                    self.backoff.answered();
+                    return true;
+                }
                 if busy {
                     self.stats.polls_timed_out.fetch_add(1, Ordering::Relaxed);
+                    self.backoff.given_up();
                 }
-                return self.request.available_to_read() > 0;
+                return false;
             }
         }
     }
@@ -877,4 +980,108 @@ pub fn start_from_wire(
         };
         (status, format!("cannot start the burst: {e}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls skipped after each call of `step` (true: a poll given up, false: one answered),
+    /// counting the packets skipped until the next poll.
+    fn pauses(backoff: &mut Backoff, steps: &[bool]) -> Vec<u32> {
+        steps
+            .iter()
+            .map(|&given_up| {
+                if given_up {
+                    backoff.given_up();
+                } else {
+                    backoff.answered();
+                }
+                let mut skipped = 0;
+                while backoff.skip() {
+                    skipped += 1;
+                }
+                skipped
+            })
+            .collect()
+    }
+
+    #[test]
+    fn polls_given_up_double_the_pause_up_to_the_cap_and_answered_polls_halve_it() {
+        let mut b = Backoff::default();
+        assert!(!b.skip(), "no pause before any poll was given up");
+        // Given up 7 times: 2, 4, 8, 16, 32, 64, then held at MAX_BACKOFF = 64.
+        assert_eq!(
+            pauses(&mut b, &[true; 7]),
+            vec![2, 4, 8, 16, 32, 64, 64],
+            "doubling to the cap"
+        );
+        assert_eq!(MAX_BACKOFF, 64);
+        // Answered polls pause nothing themselves, and halve the next pause: 64 → 32 → 16,
+        // so the next poll given up pauses 32.
+        assert_eq!(pauses(&mut b, &[false, false, true]), vec![0, 0, 32]);
+        // Enough answered polls forget the pauses: 32 → 16 → 8 → 4 → 2 → 0; then 2 again.
+        assert_eq!(pauses(&mut b, &[false; 5]), vec![0; 5]);
+        assert_eq!(pauses(&mut b, &[true]), vec![2]);
+    }
+
+    /// A client that says it is busy but never takes a result (every poll is given up): the
+    /// worker polls once at its start (the client is busy), then of 10 packets polls after
+    /// packets 3 and 8 only and skips the rest (pauses of 2, 4 and 8 packets after each poll
+    /// given up).
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_worker_whose_polls_go_unanswered_polls_less_and_less() {
+        let driver = crate::Driver::new(crate::Backend::CpuOnly);
+        let model = crate::driver_tests::prepare(&driver, &crate::driver_tests::add_model(&[1, 4]));
+        let request = Fmq::create(DATUM_SIZE as u32, 64).unwrap();
+        let result = Fmq::create(DATUM_SIZE as u32, 1024).unwrap();
+        let peer = |q: &Fmq| {
+            let fd = q.fd().try_clone_to_owned().unwrap();
+            Fmq::from_fd(fd, q.descriptor(), DATUM_SIZE as u32).unwrap()
+        };
+        let (client_end, worker_end) = UnixStream::pair().unwrap();
+        let stats = Arc::<WorkerStats>::default();
+        request.announce(WRITER_BUSY);
+        start_observed(
+            model,
+            crate::LOCAL_OWNER,
+            (peer(&request), peer(&result)),
+            worker_end,
+            Duration::from_millis(10),
+            None,
+            None,
+            stats.clone(),
+        )
+        .unwrap();
+        let load = |c: &AtomicU64| c.load(Ordering::SeqCst);
+        // Until the worker has polled (and given up) or skipped `n` times in all; bounded.
+        let settled = |n: u64, what: &str| {
+            let until = Instant::now() + Duration::from_secs(10);
+            while load(&stats.polls_timed_out) + load(&stats.polls_skipped) < n {
+                assert!(
+                    Instant::now() < until,
+                    "{what}: the worker never got past it"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        settled(1, "the poll at the start");
+        for k in 1..=10u64 {
+            // One datum that is no packet: answered GENERAL_FAILURE, which stays in the result
+            // queue (never taken).
+            assert!(request.write(&[0u8; DATUM_SIZE]).unwrap());
+            request.wake(NOT_EMPTY);
+            settled(k + 1, &format!("packet {k}"));
+        }
+        assert_eq!(load(&stats.packets), 10);
+        assert_eq!(load(&stats.polls), 3, "at the start, after packets 3 and 8");
+        assert_eq!(load(&stats.polls_timed_out), 3);
+        assert_eq!(load(&stats.polls_skipped), 8);
+        assert!(
+            result.available_to_read() > 0,
+            "the results were never taken"
+        );
+        drop(client_end);
+    }
 }

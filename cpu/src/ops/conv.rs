@@ -5,7 +5,6 @@ use std::borrow::Cow;
 
 use super::gemm::{GEMV_MAX_ROWS, gemm_with_threads, gemv_rows, sgemm};
 use super::opdef::OpDef;
-use super::qconv;
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, to_layout, to_u32,
 };
@@ -16,6 +15,14 @@ use crate::tensor::{Data, Tensor};
 
 use OperandType as T;
 use OperationType as O;
+
+// The 8-bit kernels: children of this module, so they share its setup (ConvSetup, Geometry)
+// without the two modules importing each other.
+mod qconv;
+mod qconv_reference;
+#[cfg(test)]
+mod qconv_tests;
+pub(crate) use qconv::pack_q8_weights;
 
 pub(crate) static DEFS: &[OpDef] = &[
     OpDef::new(

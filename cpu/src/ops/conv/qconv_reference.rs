@@ -3,9 +3,9 @@
 //! [`super::qconv`] are tested against, and the path for the operations whose reductions are
 //! too long for the fast kernels' i32 accumulators ([`super::qgemm::MAX_K`]).
 
-use super::conv::{Geometry, filter_quant};
-use super::quant::{Requant, centered};
-use super::{KResult, OpCtx, is_quant8, nchw_to_nhwc};
+use super::{Geometry, filter_quant};
+use crate::ops::quant::{Requant, centered};
+use crate::ops::{KResult, OpCtx, is_quant8, nchw_to_nhwc};
 
 /// The integer operands of an 8-bit FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D.
 pub(super) struct QuantOperands<'a> {

@@ -3,11 +3,10 @@
 //! every kernel set the CPU runs (the portable one included).
 
 use super::qconv::{Route, fast_runs, with_route};
-use super::qgemm::tests::Rng;
-use super::qgemm::{Isa, MAX_K};
 use crate::model::{ChannelQuant, Graph, OperandType as T, OperationType as O};
-use crate::test_support::B;
-use crate::{InputArg, PreparedGraph};
+use crate::ops::qgemm::tests::Rng;
+use crate::ops::qgemm::{Isa, MAX_K};
+use crate::test_support::{B, run_bytes};
 
 /// A one-operation graph and its input values (bytes, in graph input order).
 struct Case {
@@ -24,23 +23,11 @@ fn run_on(case: &Case, route: Route) -> (Vec<u8>, usize) {
     (out, fast_runs() - before)
 }
 
-/// Runs `case` (one 8-bit output of at most 1 MiB).
+/// Runs `case` (one 8-bit output).
 fn run(case: &Case) -> Vec<u8> {
-    let p = PreparedGraph::new(case.g.clone()).unwrap_or_else(|e| panic!("{}: {e}", case.what));
-    let args: Vec<InputArg<'_>> = case
-        .inputs
-        .iter()
-        .map(|d| InputArg::Value {
-            data: d,
-            dimensions: vec![],
-        })
-        .collect();
-    let mut out = vec![0u8; 1 << 20];
-    let shapes = p
-        .execute(&[], &args, &mut [&mut out[..]])
-        .unwrap_or_else(|e| panic!("{}: {e}", case.what));
-    out.truncate(shapes[0].dimensions.iter().map(|&d| d as usize).product());
-    out
+    let inputs: Vec<(Vec<u8>, Vec<u32>)> =
+        case.inputs.iter().map(|d| (d.to_vec(), vec![])).collect();
+    run_bytes(case.g.clone(), &inputs).0
 }
 
 /// The fast kernels (each kernel set) give the reference kernels' bytes, and did run.

@@ -7,12 +7,12 @@
 
 use std::borrow::Cow;
 
-use super::conv::{ConvSetup, filter_quant};
 use super::qconv_reference::{self as reference, QuantOperands, Window};
-use super::qgemm::{self, Epilogue, Isa, MAX_K, MR, NR, QWeights};
-use super::quant::Requant;
-use super::{KResult, OpCtx, nchw_to_nhwc, q8_tensor, to_layout};
+use super::{ConvSetup, filter_quant};
 use crate::model::{Operand, OperandType};
+use crate::ops::qgemm::{self, Epilogue, Isa, MAX_K, MR, NR, QWeights};
+use crate::ops::quant::Requant;
+use crate::ops::{KResult, OpCtx, nchw_to_nhwc, q8_tensor, to_layout};
 use crate::par;
 use crate::tensor::{Data, Tensor};
 
@@ -591,7 +591,7 @@ impl Depthwise<'_> {
     #[inline]
     #[target_feature(enable = "avx2")]
     fn row_avx2(&self, offs: &[usize], out: &mut [u8]) {
-        use super::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
+        use crate::ops::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
         use std::arch::x86_64::*;
         let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
         let narrow = Narrow::load(self.ep);

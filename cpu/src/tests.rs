@@ -620,6 +620,73 @@ fn quant8_add_requantizes_exactly() {
     assert_eq!(out, vec![6, 9, 0]);
 }
 
+/// TFLite's quantized ADD/SUB for one pair of values, written out from its reference kernel's
+/// steps (left shift 20, each input rescaled to twice the larger scale, the sum to the output).
+fn tflite_quant_add(
+    x: i32,
+    y: i32,
+    (s1, z1): (f32, i32),
+    (s2, z2): (f32, i32),
+    (so, zo): (f32, i32),
+    sub: bool,
+) -> i32 {
+    use crate::ops::quant::{mbqm, quantize_multiplier};
+    let twice_max = 2.0 * f64::from(s1.max(s2));
+    let (m1, e1) = quantize_multiplier(f64::from(s1) / twice_max);
+    let (m2, e2) = quantize_multiplier(f64::from(s2) / twice_max);
+    let m2 = if sub { -m2 } else { m2 };
+    let (mo, eo) = quantize_multiplier(twice_max / (f64::from(1 << 20) * f64::from(so)));
+    let sx = mbqm((x - z1) * (1 << 20), m1, e1);
+    let sy = mbqm((y - z2) * (1 << 20), m2, e2);
+    mbqm(sx.saturating_add(sy), mo, eo).saturating_add(zo)
+}
+
+#[test]
+fn quant8_add_and_sub_match_the_tflite_steps_for_every_input_value() {
+    // Every value of x against every value of y (65536 pairs), both 8-bit types, ADD and SUB,
+    // scales that put either input on top.
+    let cases = [
+        ((0.5, 128), (0.25, 100), (1.0, 3)),
+        ((0.02, 7), (0.11, 250), (0.07, 131)),
+    ];
+    for signed in [false, true] {
+        let (ty, qmin, qmax, shift) = if signed {
+            (T::TensorQuant8AsymmSigned, -128, 127, 128)
+        } else {
+            (T::TensorQuant8Asymm, 0, 255, 0)
+        };
+        for ((s1, z1), (s2, z2), (so, zo)) in cases {
+            let (z1, z2, zo) = (z1 - shift, z2 - shift, zo - shift);
+            for op in [O::Add, O::Sub] {
+                let mut b = B::new();
+                let x = b.input(ty, &[256, 256]);
+                b.q(x, s1, z1);
+                let y = b.input(ty, &[256, 256]);
+                b.q(y, s2, z2);
+                let a = b.int(0);
+                let o = b.output(ty, &[256, 256]);
+                b.q(o, so, zo);
+                b.op(op, &[x, y, a], &[o]);
+                let byte = |v: i32| v as u8;
+                let xs: Vec<u8> = (0..65536).map(|i| byte(qmin + i / 256)).collect();
+                let ys: Vec<u8> = (0..65536).map(|i| byte(qmin + i % 256)).collect();
+                let (out, _) = run_bytes(b.g, &[(xs, vec![]), (ys, vec![])]);
+                for (i, &got) in out.iter().enumerate() {
+                    let (xv, yv) = (qmin + i as i32 / 256, qmin + i as i32 % 256);
+                    let want = tflite_quant_add(xv, yv, (s1, z1), (s2, z2), (so, zo), op == O::Sub)
+                        .clamp(qmin, qmax);
+                    let got = if signed {
+                        i32::from(got as i8)
+                    } else {
+                        i32::from(got)
+                    };
+                    assert_eq!(got, want, "{op:?} signed={signed} x={xv} y={yv}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn quant8_relu6_clamps_in_quantized_domain() {
     let mut b = B::new();

@@ -197,11 +197,24 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
             if ctx.op.op == OperationType::Sub {
                 m2 = -m2;
             }
+            // Each input's rescaled term depends on one 8-bit value: computed once per
+            // possible value (the same `mbqm`, so bit-identical), leaving one `mbqm` per
+            // element instead of three.
+            let term =
+                move |v: i32, off: i32, m: i32, s: i32| mbqm((v + off) * (1 << left_shift), m, s);
+            let table = |off: i32, m: i32, s: i32| -> Vec<i32> {
+                (qmin..=qmax).map(|v| term(v, off, m, s)).collect()
+            };
+            let (t1, t2) = (table(off1, m1, s1), table(off2, m2, s2));
+            let look = |t: &[i32], v: i32, off: i32, m: i32, s: i32| {
+                usize::try_from(v - qmin)
+                    .ok()
+                    .and_then(|i| t.get(i).copied())
+                    .unwrap_or_else(|| term(v, off, m, s))
+            };
             let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
-                let x = (x + off1) * (1 << left_shift);
-                let y = (y + off2) * (1 << left_shift);
-                let sx = mbqm(x, m1, s1);
-                let sy = mbqm(y, m2, s2);
+                let sx = look(&t1, x, off1, m1, s1);
+                let sy = look(&t2, y, off2, m2, s2);
                 let raw = mbqm(sx.saturating_add(sy), mo, so).saturating_add(out_off);
                 raw.clamp(lo, hi)
             })?;

@@ -830,13 +830,7 @@ impl DepthwiseF32<'_> {
         let (fh, fw) = self.win.filter_hw;
         let (c, oc) = (self.win.c, self.win.c * self.mult);
         // Output columns whose whole window lies inside the input horizontally.
-        let ox_lo = g.pad_l.div_ceil(g.stride_w).min(ow);
-        let span = (fw - 1) * g.dil_w;
-        let ox_hi = if w + g.pad_l > span {
-            ((w + g.pad_l - span - 1) / g.stride_w + 1).clamp(ox_lo, ow)
-        } else {
-            ox_lo
-        };
+        let interior = g.interior_cols(w, fw, ow);
         // Interior taps of the current row: (input offset at input column 0, filter offset).
         let mut row_taps: Vec<(usize, usize)> = Vec::with_capacity(fh * fw);
         // Taps of one border pixel: (input offset, filter offset).
@@ -853,7 +847,7 @@ impl DepthwiseF32<'_> {
                 }
             }
             for (ox, acc) in orow.chunks_exact_mut(oc).enumerate() {
-                if (ox_lo..ox_hi).contains(&ox) {
+                if interior.contains(&ox) {
                     let shift = (ox * g.stride_w - g.pad_l) * c;
                     self.pixel::<FMA>(acc, &row_taps, shift);
                 } else {

@@ -197,15 +197,20 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
             if ctx.op.op == OperationType::Sub {
                 m2 = -m2;
             }
-            // Each input's rescaled term depends on one 8-bit value: computed once per
-            // possible value (the same `mbqm`, so bit-identical), leaving one `mbqm` per
-            // element instead of three.
+            // Each input's rescaled term depends on one 8-bit value: for an input of more
+            // elements than there are values, computed once per possible value (the same
+            // `mbqm`, so bit-identical), leaving one `mbqm` per element instead of three; a
+            // smaller input (an empty table) computes its terms directly.
             let term =
                 move |v: i32, off: i32, m: i32, s: i32| mbqm((v + off) * (1 << left_shift), m, s);
-            let table = |off: i32, m: i32, s: i32| -> Vec<i32> {
+            let values = usize::try_from(qmax - qmin + 1).unwrap_or(0);
+            let table = |len: usize, off: i32, m: i32, s: i32| -> Vec<i32> {
+                if len <= values {
+                    return Vec::new();
+                }
                 (qmin..=qmax).map(|v| term(v, off, m, s)).collect()
             };
-            let (t1, t2) = (table(off1, m1, s1), table(off2, m2, s2));
+            let (t1, t2) = (table(a.len(), off1, m1, s1), table(b.len(), off2, m2, s2));
             let look = |t: &[i32], v: i32, off: i32, m: i32, s: i32| {
                 usize::try_from(v - qmin)
                     .ok()

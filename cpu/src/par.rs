@@ -63,14 +63,19 @@ fn default_threads() -> usize {
     })
 }
 
-/// How many threads to use for `work` flops split over at most `units` independent pieces:
-/// one per [`PAR_MIN_FLOPS`] of work (about 100 µs at 20 GFLOP/s), so that waking a worker
-/// (a few µs) stays a small fraction of its share.
+/// How many threads to use for `work` flops (or flop-equivalents: a kernel slower per flop
+/// than the GEMM, or one that does no arithmetic, scales its count to the GEMM's rate) split
+/// over at most `units` independent pieces: a second thread from [`PAR_MIN_FLOPS`] of work on
+/// (about 40 µs at 50 GFLOP/s: a worker's hand-off costs a few µs when it is polling, tens
+/// when it must be woken), one more per further [`PAR_MIN_FLOPS`].
 pub(crate) fn threads_for(work: usize, units: usize) -> usize {
     if work < PAR_MIN_FLOPS {
         return 1;
     }
-    max_threads().min(units).min(work / PAR_MIN_FLOPS).max(1)
+    max_threads()
+        .min(units)
+        .min(work / PAR_MIN_FLOPS + 1)
+        .max(1)
 }
 
 /// Runs of rows per thread that [`for_row_ranges`] makes: a thread that finishes early (or a
@@ -94,24 +99,88 @@ where
     E: Send,
     F: Fn(usize, &mut [T]) -> Result<(), E> + Sync,
 {
+    for_row_runs(out, row_len, parts, RowRuns::default(), f)
+}
+
+/// How [`for_row_runs`] may cut rows into runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowRuns {
+    /// Runs start at multiples of this many rows (a kernel's row tile, so that no run ends in
+    /// a partial tile that computes padding), at least 1.
+    pub(crate) align: usize,
+    /// Fewer runs per thread (down to one) rather than runs shorter than this many rows: for
+    /// kernels that pay a fixed cost per run (the GEMM packs its whole B operand per call).
+    pub(crate) min_rows: usize,
+}
+
+impl Default for RowRuns {
+    fn default() -> Self {
+        RowRuns {
+            align: 1,
+            min_rows: 1,
+        }
+    }
+}
+
+/// One run of rows (its first row and its elements), taken by the part that runs it.
+type RunSlot<'a, T> = Mutex<Option<(usize, &'a mut [T])>>;
+
+/// [`for_row_ranges`] with the runs cut as `runs` says. Runs of one split differ by at most
+/// one alignment unit (13 units for 2 threads: 4 runs of 3 or 4 units, not 3 of 4 and a 1),
+/// so the threads' shares stay within one unit of each other.
+pub(crate) fn for_row_runs<T, E, F>(
+    out: &mut [T],
+    row_len: usize,
+    parts: usize,
+    runs: RowRuns,
+    f: F,
+) -> Result<(), E>
+where
+    T: Send,
+    E: Send,
+    F: Fn(usize, &mut [T]) -> Result<(), E> + Sync,
+{
     let rows = out.len().checked_div(row_len).unwrap_or(0);
-    let parts = parts.clamp(1, rows.max(1));
+    let align = runs.align.max(1);
+    let units = rows.div_ceil(align);
+    let parts = parts.clamp(1, units.max(1));
     if parts == 1 || IN_PART.get() {
         return f(0, out);
     }
-    let per = rows.div_ceil(parts.saturating_mul(TILES_PER_THREAD).min(rows));
-    // Each part takes its run out of its own slot: disjoint `&mut` borrows, no unsafe.
-    let chunks: Vec<Mutex<Option<&mut [T]>>> = out
-        .chunks_mut(per * row_len)
-        .map(|c| Mutex::new(Some(c)))
-        .collect();
+    let min_units = runs.min_rows.div_ceil(align).max(1);
+    let mut tiles = TILES_PER_THREAD;
+    while tiles > 1 && units / (parts * tiles) < min_units {
+        tiles -= 1;
+    }
+    let count = (parts * tiles).min(units);
+    // Run i covers units [i·units/count, (i+1)·units/count): sizes within one of each other.
+    // (u128: i · units cannot overflow; the result is at most `units`.)
+    let bounds = |i: usize| {
+        let u = (i as u128 * units as u128 / count as u128) as usize;
+        u.saturating_mul(align).min(rows)
+    };
+    let mut chunks: Vec<RunSlot<'_, T>> = Vec::with_capacity(count);
+    let mut rest = out;
+    for i in 0..count {
+        let (r0, r1) = (bounds(i), bounds(i + 1));
+        // The last run also takes the elements past the last whole row, if any.
+        let len = if i + 1 == count {
+            rest.len()
+        } else {
+            (r1 - r0) * row_len
+        };
+        let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(len);
+        rest = tail;
+        // Each part takes its run out of its own slot: disjoint `&mut` borrows, no unsafe.
+        chunks.push(Mutex::new(Some((r0, chunk))));
+    }
     // The failed run with the lowest index, and its error.
     let first_err: Mutex<Option<(usize, E)>> = Mutex::new(None);
     for_each_part(chunks.len(), |i| {
-        let Some(chunk) = chunks.get(i).and_then(|slot| lock(slot).take()) else {
+        let Some((r0, chunk)) = chunks.get(i).and_then(|slot| lock(slot).take()) else {
             return;
         };
-        if let Err(e) = f(i * per, chunk) {
+        if let Err(e) = f(r0, chunk) {
             let mut slot = lock(&first_err);
             if slot.as_ref().is_none_or(|(j, _)| i < *j) {
                 *slot = Some((i, e));
@@ -345,6 +414,21 @@ impl Pool {
     }
 }
 
+/// Runs `f` with the thread limit at 1, 2 and 3, checks that it returns the same each time,
+/// and returns that (the limit is left at 2, which other tests of the process expect).
+#[cfg(test)]
+pub(crate) fn same_at_thread_counts<R: PartialEq + std::fmt::Debug>(f: impl Fn() -> R) -> R {
+    set_max_threads(1);
+    let one = f();
+    for t in [2, 3] {
+        set_max_threads(t);
+        let r = f();
+        assert!(r == one, "{t} threads differ from one");
+    }
+    set_max_threads(2);
+    one
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,12 +483,89 @@ mod tests {
             1,
             4,
             |r0, _| {
-                if r0 >= 10 { Err(r0) } else { Ok(()) }
+                if r0 >= 11 { Err(r0) } else { Ok(()) }
             },
         );
-        // Runs of 40 / (4 threads · 4 runs) → 3 rows start at 0, 3, …, 9, 12: the first
-        // failing one starts at row 12.
+        // 16 runs (4 threads · 4) of 40 rows start at ⌊i·40/16⌋ = 0, 2, 5, 7, 10, 12, …: the
+        // first failing one (start ≥ 11) starts at row 12.
         assert_eq!(r, Err(12));
+    }
+
+    /// `(first row, rows, elements)` of every run [`for_row_runs`] makes, in row order.
+    fn runs_of(
+        len: usize,
+        row_len: usize,
+        parts: usize,
+        runs: RowRuns,
+    ) -> Vec<(usize, usize, usize)> {
+        let mut out = vec![0u8; len];
+        let seen = Mutex::new(Vec::new());
+        for_row_runs(&mut out, row_len, parts, runs, |r0, chunk| {
+            lock(&seen).push((r0, chunk.len() / row_len, chunk.len()));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_unstable();
+        seen
+    }
+
+    #[test]
+    fn runs_start_on_tile_boundaries_and_differ_by_at_most_one_tile() {
+        // 49 rows in tiles of 4: 13 tiles (the last one short) over 2 threads · 4 runs = 8
+        // runs of ⌊13·(i+1)/8⌋ − ⌊13·i/8⌋ tiles: 1, 2, 1, 2, 2, 1, 2, 2.
+        let runs = runs_of(
+            49 * 3,
+            3,
+            2,
+            RowRuns {
+                align: 4,
+                min_rows: 1,
+            },
+        );
+        let starts: Vec<usize> = runs.iter().map(|r| r.0).collect();
+        assert_eq!(starts, [0, 4, 12, 16, 24, 32, 36, 44]);
+        let rows: Vec<usize> = runs.iter().map(|r| r.1).collect();
+        assert_eq!(rows, [4, 8, 4, 8, 8, 4, 8, 5]);
+    }
+
+    #[test]
+    fn runs_shorter_than_min_rows_give_way_to_fewer_runs() {
+        // 196 rows, 2 threads, at least 64 rows a run: 8, 6 and 4 runs would be shorter, so
+        // one run per thread.
+        let runs = runs_of(
+            196,
+            1,
+            2,
+            RowRuns {
+                align: 1,
+                min_rows: 64,
+            },
+        );
+        assert_eq!(runs, [(0, 98, 98), (98, 98, 98)]);
+        // Fewer rows than one run's minimum: still one run per thread.
+        assert_eq!(
+            runs_of(
+                10,
+                1,
+                2,
+                RowRuns {
+                    align: 1,
+                    min_rows: 64
+                }
+            )
+            .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn elements_past_the_last_whole_row_go_to_the_last_run() {
+        // 3 rows of 3 and one element more, 3 threads: one row each, the last gets 4 elements.
+        assert_eq!(
+            runs_of(10, 3, 3, RowRuns::default()),
+            [(0, 1, 3), (1, 1, 3), (2, 1, 4)]
+        );
     }
 
     #[test]

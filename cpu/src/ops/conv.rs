@@ -623,6 +623,10 @@ impl<'a> FloatWindow<'a> {
     }
 }
 
+/// Fewest output pixels per thread for which a float CONV_2D with a large filter is split by
+/// pixels (each run packs the whole filter) rather than inside the GEMM.
+const PIXEL_RUN: usize = 256;
+
 /// Floats per im2col block (512 KiB: the block and its output stay in L2 while the GEMM runs).
 const PATCH_FLOATS: usize = 128 * 1024;
 
@@ -669,14 +673,16 @@ impl ConvF32<'_> {
             .saturating_mul(m)
             .saturating_mul(k)
             .saturating_mul(oc);
-        // Runs of pixels split well when there are many blocks, or when the filter is small
-        // (few input channels, as in an image's first layer) so that each run packing it
-        // again costs little: then im2col runs in parallel too.
+        // Runs of pixels split well when each thread gets enough pixels that packing the
+        // filter again per run costs little (a small filter: few input channels, as in an
+        // image's first layer; or many pixels): then im2col runs in parallel too.
         let small_filter = k.saturating_mul(oc) <= PATCH_FLOATS / 4;
-        let threads = par::threads_for(flops, if small_filter { m / 256 } else { blocks });
-        if threads > 1 && (blocks >= 2 * threads || small_filter) {
+        let min_rows = if small_filter { 64 } else { PIXEL_RUN };
+        let threads = par::threads_for(flops, blocks.max(m / min_rows));
+        if threads > 1 && (small_filter || m >= threads * PIXEL_RUN) {
             // Each thread takes runs of output pixels, one GEMM per block.
-            par::for_row_ranges(out, oc, threads, |p0, part| {
+            let runs = par::RowRuns { align: 8, min_rows };
+            par::for_row_runs(out, oc, threads, runs, |p0, part| {
                 self.blocks(p0, part, block, false)
             })
         } else {
@@ -790,7 +796,8 @@ impl DepthwiseF32<'_> {
             return;
         }
         let rows = out.len() / row_len;
-        let flops = out.len().saturating_mul(2 * fh * fw);
+        // Flop-equivalents: the depthwise kernel runs at about a third of the GEMM's rate.
+        let flops = out.len().saturating_mul(6 * fh * fw);
         let threads = par::threads_for(flops, rows);
         let _ = par::for_row_ranges(out, row_len, threads, |r0, part| {
             self.rows(r0, part);

@@ -107,7 +107,12 @@ pub(crate) fn gemm_with_threads(
     }
     if m >= n {
         // Row blocks: each thread packs all of B (small when m >= n) and its own rows of A.
-        return par::for_row_ranges(c, n, threads, |row0, cc| {
+        // Runs of at least 64 rows: each packs all of B again.
+        let runs = par::RowRuns {
+            align: 8,
+            min_rows: 64,
+        };
+        return par::for_row_runs(c, n, threads, runs, |row0, cc| {
             let rows = cc.len() / n;
             gemm_with_threads(rows, k, n, &a[row0 * k..], b, rsb, csb, cc, 1)
         });
@@ -213,7 +218,9 @@ pub(crate) fn gemv_rows(
     }
     let w = &w[..w_need];
     let flops = 2usize.saturating_mul(k).saturating_mul(n);
-    let threads = par::threads_for(flops, n / 64);
+    // Flop-equivalents: every weight is read once, so this runs at the memory's pace, about
+    // an eighth of the GEMM's flop rate.
+    let threads = par::threads_for(flops.saturating_mul(8), n / 64);
     for (i, crow) in c[..c_need].chunks_exact_mut(n).enumerate() {
         let x = &a[i * k..(i + 1) * k];
         par::for_row_ranges(crow, 1, threads, |j0, part| {

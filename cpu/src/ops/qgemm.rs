@@ -225,7 +225,12 @@ where
     if out.len() % n != 0 || ep.groups.len() * 8 < n.div_ceil(NR) * NR {
         return Err("quantized GEMM: output and channel parameters disagree".into());
     }
-    par::for_row_ranges(out, n, threads, |r0, part| {
+    // Runs of whole row tiles: a run ending in a partial tile would compute its padding.
+    let runs = par::RowRuns {
+        align: MR,
+        min_rows: MR,
+    };
+    par::for_row_runs(out, n, threads, runs, |r0, part| {
         rows(isa, w, ep, r0, part, &fill);
         Ok(())
     })

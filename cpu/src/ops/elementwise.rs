@@ -8,6 +8,7 @@ use super::quant::{act_range_q, mbqm, q8_values, quantize_multiplier, quantize_v
 use super::{KResult, OpCtx, count, q8_range, q8_tensor};
 use crate::check::{ARITH, Ck, DEQUANT_IN, F32_Q8, FLOAT, FLOAT_INT32, Issue, float_scalar};
 use crate::model::{OperandType, OperationType};
+use crate::par;
 use crate::tensor::{Data, Tensor};
 
 use OperandType as T;
@@ -136,13 +137,13 @@ fn binary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             let (ad, a) = ctx.f32s(0)?;
             let (bd, b) = ctx.f32s(1)?;
             let (lo, hi) = ctx.act_f32(2)?;
-            let f: fn(f32, f32) -> f32 = match op {
-                OperationType::Add => |x, y| x + y,
-                OperationType::Sub => |x, y| x - y,
-                OperationType::Mul => |x, y| x * y,
-                _ => |x, y| x / y,
-            };
-            let (od, v) = broadcast(ctx, (ad, a), (bd, b), |x, y| f(x, y).max(lo).min(hi))?;
+            let (a, b) = ((ad, a), (bd, b));
+            let (od, v) = match op {
+                OperationType::Add => float_binary(ctx, a, b, move |x, y| (x + y).max(lo).min(hi)),
+                OperationType::Sub => float_binary(ctx, a, b, move |x, y| (x - y).max(lo).min(hi)),
+                OperationType::Mul => float_binary(ctx, a, b, move |x, y| (x * y).max(lo).min(hi)),
+                _ => float_binary(ctx, a, b, move |x, y| (x / y).max(lo).min(hi)),
+            }?;
             Ok(Tensor::new(od, Data::F32(v)))
         }
         OperandType::TensorInt32 => {
@@ -176,9 +177,94 @@ fn binary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
     }
 }
 
+/// Elements per thread's share below which an elementwise kernel stays on one thread, in
+/// [`par::threads_for`]'s flop-equivalents per element: a float operation streams its
+/// operands at about a sixteenth of the GEMM's flop rate, an 8-bit requantizing one computes
+/// about 128 flops' worth per element.
+const FLOAT_ELEMENT_COST: usize = 16;
+const Q8_ELEMENT_COST: usize = 128;
+
+/// `out[i] = f(a[i], b[i])` over equal-length slices, split across threads when large.
+fn zip_map<A, B, R>(a: &[A], b: &[B], out: &mut [R], cost: usize, f: impl Fn(A, B) -> R + Sync)
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    R: Send,
+{
+    let n = out.len();
+    let threads = par::threads_for(n.saturating_mul(cost), n / 4096);
+    let _ = par::for_row_ranges(out, 1, threads, |i0, part| {
+        let range = i0..i0 + part.len();
+        // (Callers pass slices of one length: the ranges are always there.)
+        if let (Some(a), Some(b)) = (a.get(range.clone()), b.get(range)) {
+            for ((o, &x), &y) in part.iter_mut().zip(a).zip(b) {
+                *o = f(x, y);
+            }
+        }
+        Ok::<(), ()>(())
+    });
+}
+
+/// A float binary operation `f` (activation included) with broadcasting; operands of one
+/// shape take a direct loop split across threads.
+fn float_binary(
+    ctx: &OpCtx<'_>,
+    (ad, a): (&[u32], &[f32]),
+    (bd, b): (&[u32], &[f32]),
+    f: impl Fn(f32, f32) -> f32 + Sync + Copy,
+) -> KResult<(Vec<u32>, Vec<f32>)> {
+    if ad == bd && a.len() == b.len() && count(ctx, ad)? == a.len() {
+        let mut out = vec![0f32; a.len()];
+        zip_map(a, b, &mut out, FLOAT_ELEMENT_COST, f);
+        return Ok((ad.to_vec(), out));
+    }
+    broadcast(ctx, (ad, a), (bd, b), f)
+}
+
+/// 8-bit ADD / SUB of two operands of one shape, straight on the stored bytes: each element's
+/// output from the two inputs' rescaled terms (`t1`, `t2`: one per 8-bit value, indexed by
+/// value − `qmin`) and the output requantization `(mo, so)`, split across threads.
+#[allow(clippy::too_many_arguments)]
+fn add_q8_same_shape(
+    a: &Data,
+    b: &Data,
+    (t1, t2): (&[i32], &[i32]),
+    (mo, so): (i32, i32),
+    out_off: i32,
+    (lo, hi): (i32, i32),
+    qmin: i32,
+) -> Option<Data> {
+    let term = |t: &[i32], v: i32| {
+        usize::try_from(v - qmin)
+            .ok()
+            .and_then(|i| t.get(i).copied())
+            .unwrap_or(0)
+    };
+    let requant = |x: i32, y: i32| {
+        let raw = mbqm(term(t1, x).saturating_add(term(t2, y)), mo, so).saturating_add(out_off);
+        raw.clamp(lo, hi)
+    };
+    // The tables cover the storage type's 256 values: U8 from 0, I8 from -128.
+    match (a, b) {
+        (Data::U8(a), Data::U8(b)) if a.len() == b.len() && qmin == 0 => {
+            let mut out = vec![0u8; a.len()];
+            zip_map(a, b, &mut out, Q8_ELEMENT_COST, |x, y| {
+                requant(i32::from(x), i32::from(y)) as u8
+            });
+            Some(Data::U8(out))
+        }
+        (Data::I8(a), Data::I8(b)) if a.len() == b.len() && qmin == -128 => {
+            let mut out = vec![0i8; a.len()];
+            zip_map(a, b, &mut out, Q8_ELEMENT_COST, |x, y| {
+                requant(i32::from(x), i32::from(y)) as i8
+            });
+            Some(Data::I8(out))
+        }
+        _ => None,
+    }
+}
+
 fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
-    let (ad, a) = q8_values(ctx, 0)?;
-    let (bd, b) = q8_values(ctx, 1)?;
     let (o1, o2, out) = (ctx.operand(0)?, ctx.operand(1)?, ctx.out(0)?);
     let (qmin, qmax) = q8_range(ty);
     let (lo, hi) = ctx.act_q(2, qmin, qmax)?;
@@ -204,6 +290,23 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
             let term =
                 move |v: i32, off: i32, m: i32, s: i32| mbqm((v + off) * (1 << left_shift), m, s);
             let values = usize::try_from(qmax - qmin + 1).unwrap_or(0);
+            let (ta, tb) = (ctx.t(0)?, ctx.t(1)?);
+            let n = ta.data.len();
+            if ta.dims == tb.dims && n > values && count(ctx, &ta.dims)? == n {
+                let full = |off: i32, m: i32, s: i32| -> Vec<i32> {
+                    (qmin..=qmax).map(|v| term(v, off, m, s)).collect()
+                };
+                let (t1, t2) = (full(off1, m1, s1), full(off2, m2, s2));
+                let tables = (&t1[..], &t2[..]);
+                let act = (lo, hi);
+                if let Some(d) =
+                    add_q8_same_shape(&ta.data, &tb.data, tables, (mo, so), out_off, act, qmin)
+                {
+                    return Ok(Tensor::new(ta.dims.clone(), d));
+                }
+            }
+            let (ad, a) = q8_values(ctx, 0)?;
+            let (bd, b) = q8_values(ctx, 1)?;
             let table = |len: usize, off: i32, m: i32, s: i32| -> Vec<i32> {
                 if len <= values {
                     return Vec::new();
@@ -226,6 +329,8 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
             Ok(q8_tensor(ty, od, v))
         }
         OperationType::Mul => {
+            let (ad, a) = q8_values(ctx, 0)?;
+            let (bd, b) = q8_values(ctx, 1)?;
             let real = f64::from(o1.scale) * f64::from(o2.scale) / f64::from(out.scale);
             let (m, s) = quantize_multiplier(real);
             let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
@@ -236,6 +341,8 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
         }
         _ => {
             // DIV on quantized tensors: through float.
+            let (ad, a) = q8_values(ctx, 0)?;
+            let (bd, b) = q8_values(ctx, 1)?;
             let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
                 let fx = (x - o1.zero_point) as f32 * o1.scale;
                 let fy = (y - o2.zero_point) as f32 * o2.scale;
@@ -447,4 +554,111 @@ fn elu(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         .map(|&v| if v < 0.0 { alpha * (v.exp() - 1.0) } else { v })
         .collect();
     Ok(vec![Tensor::new(d.to_vec(), Data::F32(v))])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{OperandType as T, OperationType as O};
+    use crate::par::same_at_thread_counts;
+
+    /// Output 0's bytes of `g` on byte inputs of the model's dimensions (up to 1 MiB out).
+    fn run(g: crate::model::Graph, inputs: &[Vec<u8>]) -> (Vec<u8>, Vec<u32>) {
+        let ins: Vec<(Vec<u8>, Vec<u32>)> = inputs.iter().map(|v| (v.clone(), vec![])).collect();
+        run_bytes(g, &ins)
+    }
+    use crate::test_support::{B, bf, fb, run_bytes};
+
+    /// `op(a, b)` with activation `act` on inputs of dimensions `da` and `db`.
+    fn binary(op: O, ty: T, (da, db): (&[u32], &[u32]), q: Option<[(f32, i32); 3]>) -> B {
+        let mut b = B::new();
+        let x = b.input(ty, da);
+        let y = b.input(ty, db);
+        let act = b.int(0);
+        let dout = if da.len() >= db.len() { da } else { db };
+        let o = b.output(ty, dout);
+        if let Some([qa, qb, qo]) = q {
+            b.q(x, qa.0, qa.1);
+            b.q(y, qb.0, qb.1);
+            b.q(o, qo.0, qo.1);
+        }
+        b.op(op, &[x, y, act], &[o]);
+        b
+    }
+
+    /// A deterministic spread of values (a multiplicative hash per index).
+    fn spread(n: usize, seed: u32) -> impl Iterator<Item = u32> {
+        (0..n as u32).map(move |i| (i ^ seed).wrapping_mul(2_654_435_761) >> 8)
+    }
+
+    #[test]
+    fn float_add_of_one_shape_is_the_elementwise_sum_at_any_thread_count() {
+        // 140 000 elements: enough to split across threads.
+        let n = 140_000;
+        let a: Vec<f32> = spread(n, 1)
+            .map(|v| (v % 2001) as f32 / 100.0 - 10.0)
+            .collect();
+        let c: Vec<f32> = spread(n, 2)
+            .map(|v| (v % 1001) as f32 / 50.0 - 10.0)
+            .collect();
+        let dims = [1, 350, 400];
+        let out = same_at_thread_counts(|| {
+            let g = binary(O::Add, T::TensorFloat32, (&dims, &dims), None).g;
+            run(g, &[fb(&a), fb(&c)]).0
+        });
+        let want: Vec<f32> = a.iter().zip(&c).map(|(x, y)| x + y).collect();
+        assert_eq!(bf(&out), want);
+    }
+
+    #[test]
+    fn quant8_add_of_one_shape_equals_the_broadcast_path_at_any_thread_count() {
+        let n = 20_000;
+        let q = Some([(0.05, 7), (0.11, -3), (0.09, 2)]);
+        for (ty, op) in [
+            (T::TensorQuant8Asymm, O::Add),
+            (T::TensorQuant8AsymmSigned, O::Add),
+            (T::TensorQuant8AsymmSigned, O::Sub),
+        ] {
+            let q = q.map(|q| {
+                q.map(|(s, z)| {
+                    (
+                        s,
+                        if ty == T::TensorQuant8Asymm {
+                            z + 128
+                        } else {
+                            z
+                        },
+                    )
+                })
+            });
+            let a: Vec<u8> = spread(n, 3).map(|v| v as u8).collect();
+            let c: Vec<u8> = spread(n, 4).map(|v| (v >> 3) as u8).collect();
+            let same = same_at_thread_counts(|| {
+                let g = binary(op, ty, (&[100, 200], &[100, 200]), q).g;
+                run(g, &[a.clone(), c.clone()]).0
+            });
+            // The same values with the second input one rank higher: the general broadcast
+            // path (index stepping, values widened to i32 first).
+            let g = binary(op, ty, (&[100, 200], &[1, 100, 200]), q).g;
+            let broadcast = run(g, &[a.clone(), c.clone()]).0;
+            assert_eq!(same, broadcast, "{ty:?} {op:?}");
+        }
+    }
+
+    #[test]
+    fn quant8_add_with_one_scale_is_the_saturated_integer_sum() {
+        // Scale 1 and zero point 0 everywhere: the rescaling is exact, the output x + y
+        // clamped to 0..=255.
+        let n = 1000;
+        let a: Vec<u8> = spread(n, 5).map(|v| v as u8).collect();
+        let c: Vec<u8> = spread(n, 6).map(|v| (v >> 4) as u8).collect();
+        let q = Some([(1.0, 0); 3]);
+        let g = binary(O::Add, T::TensorQuant8Asymm, (&[n as u32], &[n as u32]), q).g;
+        let out = run(g, &[a.clone(), c.clone()]).0;
+        let want: Vec<u8> = a
+            .iter()
+            .zip(&c)
+            .map(|(&x, &y)| x.saturating_add(y))
+            .collect();
+        assert_eq!(out, want);
+    }
 }

@@ -1,6 +1,7 @@
 //! The graph interpreter: prepared graphs and their execution.
 
 use std::borrow::Cow;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::control_flow::{
@@ -9,7 +10,7 @@ use crate::control_flow::{
 use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
-use crate::tensor::{Data, Tensor, kind_of, num_elements};
+use crate::tensor::{self, Arena, Data, Tensor, kind_of, num_elements};
 use crate::validate;
 
 /// One execution input.
@@ -34,6 +35,9 @@ pub struct PreparedGraph {
     main: Plan,
     /// One plan per referenced graph (IF and WHILE subgraphs), by index.
     referenced: Vec<Plan>,
+    /// The activation buffers of finished executions, one arena per execution that ran at
+    /// the same time as others (see [`Arena`]).
+    arenas: Mutex<Vec<Arena>>,
 }
 
 /// What running one graph of the model needs beyond the graph itself, made once.
@@ -153,6 +157,7 @@ impl PreparedGraph {
             graph,
             main,
             referenced,
+            arenas: Mutex::new(Vec::new()),
         })
     }
 
@@ -200,7 +205,26 @@ impl PreparedGraph {
         }
     }
 
+    /// Runs the graph with an arena of activation buffers installed on this thread: the one
+    /// an earlier execution left, or a new one.
     fn execute_inner(
+        &self,
+        pools: &[&[u8]],
+        inputs: &[InputArg<'_>],
+        outputs: &mut [&mut [u8]],
+        loop_timeout: Duration,
+    ) -> Result<Vec<OutputShape>, ExecError> {
+        let arenas = || self.arenas.lock().unwrap_or_else(PoisonError::into_inner);
+        let arena = arenas().pop().unwrap_or_default();
+        let guard = tensor::install(arena);
+        let r = self.execute_planned(pools, inputs, outputs, loop_timeout);
+        if let Some(arena) = guard.finish() {
+            arenas().push(arena);
+        }
+        r
+    }
+
+    fn execute_planned(
         &self,
         pools: &[&[u8]],
         inputs: &[InputArg<'_>],
@@ -251,8 +275,11 @@ impl PreparedGraph {
             loop_timeout,
             depth: 0,
         };
-        let given: Vec<Option<&Tensor>> = given.iter().map(Option::as_ref).collect();
-        let results = run.graph(g, &self.main, &given)?;
+        let given_refs: Vec<Option<&Tensor>> = given.iter().map(Option::as_ref).collect();
+        let results = run.graph(g, &self.main, &given_refs)?;
+        for t in given.into_iter().flatten() {
+            tensor::recycle(t.data);
+        }
 
         let mut shapes = Vec::with_capacity(outputs.len());
         let mut all_ok = true;
@@ -276,6 +303,9 @@ impl PreparedGraph {
             .zip(outputs.iter_mut())
         {
             t.data.encode(g.operands[oi as usize].ty, &mut out[..]);
+        }
+        for t in results {
+            tensor::recycle(t.data);
         }
         Ok(shapes)
     }
@@ -408,12 +438,16 @@ impl Run<'_> {
                 if plan.last_use[inp] == pos
                     && g.operands[inp].lifetime == Lifetime::TemporaryVariable
                 {
-                    values[inp] = None;
+                    // Its storage serves a later operation's output.
+                    if let Some(Cow::Owned(t)) = values[inp].take() {
+                        tensor::recycle(t.data);
+                    }
                 }
             }
         }
 
-        g.output_indexes
+        let outputs = g
+            .output_indexes
             .iter()
             .enumerate()
             .map(|(k, &oi)| {
@@ -424,7 +458,14 @@ impl Run<'_> {
                         ExecError::Failed(format!("output {k} (operand {oi}) was not computed"))
                     })
             })
-            .collect()
+            .collect();
+        // Values never read (and constants read from pools) end here too.
+        for v in values.into_iter().flatten() {
+            if let Cow::Owned(t) = v {
+                tensor::recycle(t.data);
+            }
+        }
+        outputs
     }
 }
 
@@ -625,6 +666,92 @@ mod tests {
         // Weights centered: (1, 2, 3) and (-1, -2, -3); output = 100 + dot + bias.
         assert_eq!(out1, [100 + 14, 100 - 14 + 20]);
         assert_eq!(out2, [100 + 8, 100 - 8 + 20]);
+    }
+
+    /// `out = ((x + y) + x) · y + (x + y)` on `[n]` floats, through three temporaries.
+    fn chain(n: u32) -> PreparedGraph {
+        let mut b = B::new();
+        let x = b.input(T::TensorFloat32, &[n]);
+        let y = b.input(T::TensorFloat32, &[n]);
+        let act = b.int(0);
+        let t1 = b.temp(T::TensorFloat32, &[n]);
+        let t2 = b.temp(T::TensorFloat32, &[n]);
+        let t3 = b.temp(T::TensorFloat32, &[n]);
+        let o = b.output(T::TensorFloat32, &[n]);
+        b.op(O::Add, &[x, y, act], &[t1]);
+        b.op(O::Add, &[t1, x, act], &[t2]);
+        b.op(O::Mul, &[t2, y, act], &[t3]);
+        b.op(O::Add, &[t3, t1, act], &[o]);
+        PreparedGraph::new(b.g).unwrap()
+    }
+
+    fn chain_want(x: &[f32], y: &[f32]) -> Vec<f32> {
+        x.iter()
+            .zip(y)
+            .map(|(&x, &y)| ((x + y) + x) * y + (x + y))
+            .collect()
+    }
+
+    fn run_chain(p: &PreparedGraph, x: &[f32], y: &[f32]) -> Vec<f32> {
+        let (xb, yb) = (fb(x), fb(y));
+        let mut out = vec![0u8; x.len() * 4];
+        p.execute(&[], &[arg(&xb), arg(&yb)], &mut [&mut out[..]])
+            .unwrap();
+        bf(&out)
+    }
+
+    fn held(p: &PreparedGraph) -> Vec<usize> {
+        p.arenas.lock().unwrap().iter().map(|a| a.held()).collect()
+    }
+
+    #[test]
+    fn executions_reuse_activation_buffers_without_growing_or_leaking_values() {
+        let n = 3000;
+        let p = chain(n as u32);
+        let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 700.0).collect();
+        let y: Vec<f32> = (0..n).map(|i| (i % 17) as f32 - 8.0).collect();
+        assert_eq!(run_chain(&p, &x, &y), chain_want(&x, &y));
+        // One arena, holding buffers of the temporaries, inputs and output.
+        let first = held(&p);
+        assert_eq!(first.len(), 1);
+        assert!(first[0] >= 2 * n, "{first:?}");
+        // Other inputs: stale values in the reused buffers must not show.
+        for k in 0..3 {
+            let x2: Vec<f32> = x.iter().map(|v| v * -0.25 + k as f32).collect();
+            let y2: Vec<f32> = y.iter().rev().copied().collect();
+            assert_eq!(run_chain(&p, &x2, &y2), chain_want(&x2, &y2));
+            assert_eq!(
+                held(&p),
+                first,
+                "execution {k}: the arena stays the same size"
+            );
+        }
+    }
+
+    #[test]
+    fn concurrent_executions_of_one_graph_each_get_their_own_buffers() {
+        let n = 2000;
+        let p = chain(n as u32);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let p = &p;
+                s.spawn(move || {
+                    for k in 0..25 {
+                        let x: Vec<f32> =
+                            (0..n).map(|i| (i * (t + 1) + k) as f32 * 0.125).collect();
+                        let y: Vec<f32> = (0..n).map(|i| ((i + t) % 11) as f32 - 5.0).collect();
+                        assert_eq!(
+                            run_chain(p, &x, &y),
+                            chain_want(&x, &y),
+                            "thread {t}, run {k}"
+                        );
+                    }
+                });
+            }
+        });
+        // At most one arena per execution that ran at once.
+        let arenas = held(&p).len();
+        assert!((1..=4).contains(&arenas), "{arenas}");
     }
 
     #[test]

@@ -79,21 +79,23 @@ impl Data {
                     .collect(),
             );
         }
+        /// Each `N`-byte chunk of `bytes` through `from`, into a reused buffer when an
+        /// execution is running (inputs decoded per execution).
+        fn get<T: Reusable, const N: usize>(bytes: &[u8], from: impl Fn([u8; N]) -> T) -> Vec<T> {
+            let chunks = bytes.chunks_exact(N);
+            let mut v = output_buffer::<T>(chunks.len());
+            for (o, c) in v.iter_mut().zip(chunks) {
+                if let Ok(c) = <[u8; N]>::try_from(c) {
+                    *o = from(c);
+                }
+            }
+            v
+        }
         match kind_of(ty) {
-            Kind::F32 => Data::F32(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            ),
-            Kind::I32 => Data::I32(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            ),
-            Kind::U8 => Data::U8(bytes.to_vec()),
-            Kind::I8 => Data::I8(bytes.iter().map(|&b| b as i8).collect()),
+            Kind::F32 => Data::F32(get(bytes, f32::from_le_bytes)),
+            Kind::I32 => Data::I32(get(bytes, i32::from_le_bytes)),
+            Kind::U8 => Data::U8(get(bytes, |[b]: [u8; 1]| b)),
+            Kind::I8 => Data::I8(get(bytes, |[b]: [u8; 1]| b as i8)),
             Kind::I16 => Data::I16(
                 bytes
                     .chunks_exact(2)
@@ -157,6 +159,236 @@ impl Tensor {
     pub(crate) fn new(dims: Vec<u32>, data: Data) -> Self {
         Tensor { dims, data }
     }
+}
+
+/// Activation buffers for reuse: the element storage of tensors an execution no longer needs,
+/// handed to kernels for their outputs instead of fresh allocations (which cost a memset of
+/// every byte, and page faults for large blocks, on every execution). One arena serves one
+/// execution at a time: [`PreparedGraph`](crate::PreparedGraph) keeps a stack of them and an
+/// execution installs one on its thread ([`install`]), so executions on several threads never
+/// share buffers, and the buffers of one execution serve the next.
+#[derive(Default)]
+pub(crate) struct Arena {
+    f32: Vec<Vec<f32>>,
+    i32: Vec<Vec<i32>>,
+    /// Byte buffers, of U8 and I8 tensors both (an 8-bit kernel may write bytes and hand them
+    /// over as either).
+    bytes: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Arena({} f32, {} i32, {} byte buffers)",
+            self.f32.len(),
+            self.i32.len(),
+            self.bytes.len()
+        )
+    }
+}
+
+/// Buffers an arena keeps per element type, at most: a graph has few activations alive at
+/// once, and each step of a deterministic execution finds its buffer again.
+const ARENA_BUFFERS: usize = 32;
+
+/// An element type whose buffers an [`Arena`] keeps.
+pub(crate) trait Reusable: Copy + Default + 'static {
+    /// A value no kernel's output should hold (tests fill handed-out buffers with it, so a
+    /// kernel that leaves an element unwritten shows).
+    #[cfg(test)]
+    const POISON: Self;
+    /// A buffer of `n` elements (contents unspecified) from `arena`, see [`Arena::take`].
+    fn take(arena: &mut Arena, n: usize) -> Vec<Self>;
+    /// Keeps `v` in `arena`.
+    fn keep(arena: &mut Arena, v: Vec<Self>);
+}
+
+impl Reusable for f32 {
+    #[cfg(test)]
+    const POISON: Self = f32::NAN;
+    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
+        Arena::take(&mut arena.f32, n)
+    }
+    fn keep(arena: &mut Arena, v: Vec<Self>) {
+        Arena::keep(&mut arena.f32, v)
+    }
+}
+
+impl Reusable for i32 {
+    #[cfg(test)]
+    const POISON: Self = i32::MIN + 0x5a5a;
+    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
+        Arena::take(&mut arena.i32, n)
+    }
+    fn keep(arena: &mut Arena, v: Vec<Self>) {
+        Arena::keep(&mut arena.i32, v)
+    }
+}
+
+impl Reusable for u8 {
+    #[cfg(test)]
+    const POISON: Self = 0xa5;
+    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
+        Arena::take(&mut arena.bytes, n)
+    }
+    fn keep(arena: &mut Arena, v: Vec<Self>) {
+        Arena::keep(&mut arena.bytes, v)
+    }
+}
+
+impl Reusable for i8 {
+    #[cfg(test)]
+    const POISON: Self = -0x5b;
+    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
+        bytes_as::<u8, i8>(Arena::take(&mut arena.bytes, n))
+    }
+    fn keep(arena: &mut Arena, v: Vec<Self>) {
+        Arena::keep(&mut arena.bytes, bytes_as::<i8, u8>(v))
+    }
+}
+
+/// A byte buffer's allocation as the other byte type, without copying.
+fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
+    // SAFETY: `Byte` is implemented only for u8 and i8, which have the same size (1) and
+    // alignment (1), and every bit pattern is a valid value of both; so the allocation of
+    // `cap` elements has the layout a Vec<B> of that capacity expects, its first `len`
+    // elements are initialized B values, and it is handed over whole (`v` is never used or
+    // dropped again).
+    unsafe { Vec::from_raw_parts(ptr.cast::<B>(), len, cap) }
+}
+
+/// u8 and i8 (see [`bytes_as`]).
+trait Byte {}
+impl Byte for u8 {}
+impl Byte for i8 {}
+
+impl Arena {
+    /// A buffer of `n` elements: the smallest kept one that holds `n` (its contents left from
+    /// the tensor it held), else a new one, which replaces the largest kept buffer (too small
+    /// for this step, it would stay too small in the next execution).
+    fn take<T: Copy + Default>(list: &mut Vec<Vec<T>>, n: usize) -> Vec<T> {
+        let fit = list
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= n)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        match fit {
+            Some(i) => {
+                let mut v = list.swap_remove(i);
+                v.resize(n, T::default());
+                v
+            }
+            None => {
+                let largest = list
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, v)| v.capacity())
+                    .map(|(i, _)| i);
+                if let Some(i) = largest {
+                    list.swap_remove(i);
+                }
+                vec![T::default(); n]
+            }
+        }
+    }
+
+    fn keep<T>(list: &mut Vec<Vec<T>>, v: Vec<T>) {
+        if v.capacity() > 0 && list.len() < ARENA_BUFFERS {
+            list.push(v);
+        }
+    }
+
+    /// Keeps the storage of a tensor no longer needed.
+    pub(crate) fn recycle(&mut self, d: Data) {
+        match d {
+            Data::F32(v) => f32::keep(self, v),
+            Data::I32(v) => i32::keep(self, v),
+            Data::U8(v) => u8::keep(self, v),
+            Data::I8(v) => i8::keep(self, v),
+            Data::I16(_) | Data::U16(_) => {}
+        }
+    }
+
+    /// Elements held, over all kept buffers.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        fn cap<T>(l: &[Vec<T>]) -> usize {
+            l.iter().map(Vec::capacity).sum()
+        }
+        cap(&self.f32) + cap(&self.i32) + cap(&self.bytes)
+    }
+}
+
+thread_local! {
+    /// The arena of the execution running on this thread, if any.
+    static ARENA: std::cell::RefCell<Option<Arena>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Installs `arena` on this thread for one execution; [`ArenaGuard::finish`] takes it back.
+/// Dropped without `finish` (a kernel panicked), the guard uninstalls the arena and frees it.
+/// With an arena already installed on this thread, that one keeps serving and `arena` is
+/// dropped.
+pub(crate) fn install(arena: Arena) -> ArenaGuard {
+    let installed = ARENA.with_borrow_mut(|slot| {
+        if slot.is_none() {
+            *slot = Some(arena);
+            true
+        } else {
+            false
+        }
+    });
+    ArenaGuard { installed }
+}
+
+/// Returned by [`install`].
+pub(crate) struct ArenaGuard {
+    installed: bool,
+}
+
+impl ArenaGuard {
+    /// Uninstalls the arena and returns it (None if this guard did not install one).
+    pub(crate) fn finish(mut self) -> Option<Arena> {
+        self.take()
+    }
+
+    fn take(&mut self) -> Option<Arena> {
+        if !std::mem::take(&mut self.installed) {
+            return None;
+        }
+        ARENA.with_borrow_mut(Option::take)
+    }
+}
+
+impl Drop for ArenaGuard {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+/// A buffer of `n` elements for a kernel that writes every one of them: from this thread's
+/// arena when an execution installed one (contents unspecified: left from an earlier tensor),
+/// else zeroed. Tests fill it with [`Reusable::POISON`].
+pub(crate) fn output_buffer<T: Reusable>(n: usize) -> Vec<T> {
+    #[allow(unused_mut)]
+    let mut v = ARENA
+        .with_borrow_mut(|slot| slot.as_mut().map(|a| T::take(a, n)))
+        .unwrap_or_else(|| vec![T::default(); n]);
+    #[cfg(test)]
+    v.fill(T::POISON);
+    v
+}
+
+/// Hands the storage of a tensor no longer needed to this thread's arena, if any.
+pub(crate) fn recycle(d: Data) {
+    ARENA.with_borrow_mut(|slot| {
+        if let Some(a) = slot.as_mut() {
+            a.recycle(d);
+        }
+    });
 }
 
 /// Product of extents with overflow and size-cap checks.

@@ -403,7 +403,7 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         let (_, w) = ctx.f32s(1)?;
         let (_, bias) = ctx.f32s(2)?;
         let (lo, hi) = ctx.act_f32(3)?;
-        let mut out = vec![0f32; batch * units];
+        let mut out = crate::tensor::output_buffer::<f32>(batch * units);
         if batch <= GEMV_MAX_ROWS {
             gemv_rows(batch, isz, units, x, w, &mut out).map_err(|e| ctx.err(e))?;
         } else {
@@ -486,7 +486,7 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     if crate::tensor::is_float(in_ty) {
         let x = nhwc_f32(ctx, s.input, a.nchw)?;
         let (win, w_rows) = FloatWindow::new(ctx, &s, &x)?;
-        let mut out = vec![0f32; n * oh * ow * oc];
+        let mut out = crate::tensor::output_buffer::<f32>(n * oh * ow * oc);
         let (f, rsf, csf) = weights_operand(ctx, w_rows, oc, k);
         let conv = ConvF32 {
             win,
@@ -517,7 +517,7 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     if crate::tensor::is_float(in_ty) {
         let x = nhwc_f32(ctx, s.input, a.nchw)?;
         let (win, f) = FloatWindow::new(ctx, &s, &x)?;
-        let mut out = vec![0f32; n * oh * ow * oc];
+        let mut out = crate::tensor::output_buffer::<f32>(n * oh * ow * oc);
         let dw = DepthwiseF32 { win, f, mult };
         dw.run(&mut out);
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);

@@ -9,7 +9,7 @@ use super::{KResult, OpCtx, count, q8_range, q8_tensor};
 use crate::check::{ARITH, Ck, DEQUANT_IN, F32_Q8, FLOAT, FLOAT_INT32, Issue, float_scalar};
 use crate::model::{OperandType, OperationType};
 use crate::par;
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Data, Tensor, output_buffer};
 
 use OperandType as T;
 use OperationType as O;
@@ -214,7 +214,7 @@ fn float_binary(
     f: impl Fn(f32, f32) -> f32 + Sync + Copy,
 ) -> KResult<(Vec<u32>, Vec<f32>)> {
     if ad == bd && a.len() == b.len() && count(ctx, ad)? == a.len() {
-        let mut out = vec![0f32; a.len()];
+        let mut out = output_buffer::<f32>(a.len());
         zip_map(a, b, &mut out, FLOAT_ELEMENT_COST, f);
         return Ok((ad.to_vec(), out));
     }
@@ -247,14 +247,14 @@ fn add_q8_same_shape(
     // The tables cover the storage type's 256 values: U8 from 0, I8 from -128.
     match (a, b) {
         (Data::U8(a), Data::U8(b)) if a.len() == b.len() && qmin == 0 => {
-            let mut out = vec![0u8; a.len()];
+            let mut out = output_buffer::<u8>(a.len());
             zip_map(a, b, &mut out, Q8_ELEMENT_COST, |x, y| {
                 requant(i32::from(x), i32::from(y)) as u8
             });
             Some(Data::U8(out))
         }
         (Data::I8(a), Data::I8(b)) if a.len() == b.len() && qmin == -128 => {
-            let mut out = vec![0i8; a.len()];
+            let mut out = output_buffer::<i8>(a.len());
             zip_map(a, b, &mut out, Q8_ELEMENT_COST, |x, y| {
                 requant(i32::from(x), i32::from(y)) as i8
             });

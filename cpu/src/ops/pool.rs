@@ -9,7 +9,7 @@ use super::{
 use crate::check::{Ck, F32_Q8, FLOAT, Issue};
 use crate::model::{OperandType, OperationType};
 use crate::par;
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Data, Reusable, Tensor};
 
 use OperationType as O;
 
@@ -192,7 +192,7 @@ impl Shape {
     where
         T: Copy + Sync,
         A: Copy + Send + Sync,
-        R: Copy + Default + Send,
+        R: Reusable + Send,
     {
         let [n, h, w, c] = self.nhwc;
         let (oh, ow) = self.out_hw;
@@ -208,7 +208,8 @@ impl Shape {
             .and_then(|v| v.checked_mul(ow))
             .and_then(|v| v.checked_mul(c))
             .ok_or_else(|| ctx.err("output too large"))?;
-        let mut out = vec![R::default(); len];
+        // Every element is written below.
+        let mut out = crate::tensor::output_buffer::<R>(len);
         let row_len = ow * c;
         // About 4 flop-equivalents per window value (a load and an add, or a compare).
         let work = len.saturating_mul(self.window).saturating_mul(4);

@@ -223,7 +223,7 @@ pub(super) fn fully_connected(
                 return Err(ctx.err("input does not match its dimensions"));
             }
             let ep = epilogue(ctx, units, isz, 3)?;
-            let mut out = vec![0u8; batch * units];
+            let mut out = crate::tensor::output_buffer::<u8>(batch * units);
             let work = 2usize.saturating_mul(out.len()).saturating_mul(isz);
             let threads = par::threads_for(work, batch.div_ceil(MR));
             qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
@@ -259,7 +259,7 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
         if let (Some(x), Some(w)) = (Input::new(ctx, nchw)?, weights(ctx, oc, k, &mut owned)?) {
             let ep = epilogue(ctx, oc, k, s.args.act)?;
             let m = n * oh * ow;
-            let mut out = vec![0u8; m * oc];
+            let mut out = crate::tensor::output_buffer::<u8>(m * oc);
             let work = 2usize.saturating_mul(out.len()).saturating_mul(k);
             let threads = par::threads_for(work, m.div_ceil(MR));
             let g = &win.g;
@@ -394,7 +394,7 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
                 ep: &ep,
                 isa,
             };
-            let mut out = vec![0u8; n * oh * ow * oc];
+            let mut out = crate::tensor::output_buffer::<u8>(n * oh * ow * oc);
             let row_len = ow * oc;
             // Flop-equivalents: about a third of the GEMM's rate, as the float kernel.
             let work = out.len().saturating_mul(6 * taps);

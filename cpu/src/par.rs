@@ -324,6 +324,9 @@ struct State {
     queue: VecDeque<Arc<Job>>,
     /// Live workers.
     workers: usize,
+    /// Workers waiting on the condition variable (the others are working or polling, and
+    /// see a new job without a notification).
+    sleeping: usize,
 }
 
 static POOL: OnceLock<Pool> = OnceLock::new();
@@ -353,8 +356,10 @@ impl Pool {
             }
             st.workers += 1;
         }
+        // Only sleepers need a notification (each is a futex system call).
+        let sleepers = st.sleeping.min(want);
         drop(st);
-        for _ in 0..want {
+        for _ in 0..sleepers {
             self.wake.notify_one();
         }
     }
@@ -392,7 +397,11 @@ impl Pool {
                 st = lock(&self.state);
                 continue;
             }
+            // Counted under the lock it found the queue empty under, so a submit either
+            // came before (and the queue was not empty) or sees this sleeper.
+            st.sleeping += 1;
             st = self.wake.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st.sleeping -= 1;
             polled = false;
         }
     }

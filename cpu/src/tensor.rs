@@ -204,38 +204,24 @@ pub(crate) trait Reusable: Copy + Default + 'static {
     fn keep(arena: &mut Arena, v: Vec<Self>);
 }
 
-impl Reusable for f32 {
-    #[cfg(test)]
-    const POISON: Self = f32::NAN;
-    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
-        Arena::take(&mut arena.f32, n)
-    }
-    fn keep(arena: &mut Arena, v: Vec<Self>) {
-        Arena::keep(&mut arena.f32, v)
-    }
+/// `Reusable` for an element type kept in its own list of the arena.
+macro_rules! reusable {
+    ($t:ty, $list:ident, $poison:expr) => {
+        impl Reusable for $t {
+            #[cfg(test)]
+            const POISON: Self = $poison;
+            fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
+                Arena::take(&mut arena.$list, n)
+            }
+            fn keep(arena: &mut Arena, v: Vec<Self>) {
+                Arena::keep(&mut arena.$list, v)
+            }
+        }
+    };
 }
-
-impl Reusable for i32 {
-    #[cfg(test)]
-    const POISON: Self = i32::MIN + 0x5a5a;
-    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
-        Arena::take(&mut arena.i32, n)
-    }
-    fn keep(arena: &mut Arena, v: Vec<Self>) {
-        Arena::keep(&mut arena.i32, v)
-    }
-}
-
-impl Reusable for u8 {
-    #[cfg(test)]
-    const POISON: Self = 0xa5;
-    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
-        Arena::take(&mut arena.bytes, n)
-    }
-    fn keep(arena: &mut Arena, v: Vec<Self>) {
-        Arena::keep(&mut arena.bytes, v)
-    }
-}
+reusable!(f32, f32, f32::NAN);
+reusable!(i32, i32, i32::MIN + 0x5a5a);
+reusable!(u8, bytes, 0xa5);
 
 impl Reusable for i8 {
     #[cfg(test)]

@@ -197,34 +197,23 @@ impl PreparedGraph {
         outputs: &mut [&mut [u8]],
         loop_timeout: Duration,
     ) -> Result<Vec<OutputShape>, ExecError> {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // The activation buffers an earlier execution left (or none yet), on this thread
+        // while the graph runs.
+        let arenas = || self.arenas.lock().unwrap_or_else(PoisonError::into_inner);
+        let guard = tensor::install(arenas().pop().unwrap_or_default());
+        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.execute_inner(pools, inputs, outputs, loop_timeout.min(MAX_LOOP_TIMEOUT))
         })) {
             Ok(r) => r,
             Err(_) => Err(ExecError::Failed("internal error in a kernel".into())),
-        }
-    }
-
-    /// Runs the graph with an arena of activation buffers installed on this thread: the one
-    /// an earlier execution left, or a new one.
-    fn execute_inner(
-        &self,
-        pools: &[&[u8]],
-        inputs: &[InputArg<'_>],
-        outputs: &mut [&mut [u8]],
-        loop_timeout: Duration,
-    ) -> Result<Vec<OutputShape>, ExecError> {
-        let arenas = || self.arenas.lock().unwrap_or_else(PoisonError::into_inner);
-        let arena = arenas().pop().unwrap_or_default();
-        let guard = tensor::install(arena);
-        let r = self.execute_planned(pools, inputs, outputs, loop_timeout);
+        };
         if let Some(arena) = guard.finish() {
             arenas().push(arena);
         }
         r
     }
 
-    fn execute_planned(
+    fn execute_inner(
         &self,
         pools: &[&[u8]],
         inputs: &[InputArg<'_>],

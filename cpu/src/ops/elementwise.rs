@@ -221,46 +221,124 @@ fn float_binary(
     broadcast(ctx, (ad, a), (bd, b), f)
 }
 
+/// `quant::mbqm(x, m, -r)` for `m >= 0` and `r <= 31`, without branches (so that the loops
+/// of [`AddQ8`] vectorize): the same doubling high multiply with its nudge, truncating
+/// division by 2^31 and rounding right shift, in i64 arithmetic.
+#[inline(always)]
+fn mbqm_right(x: i32, m: i32, r: u32) -> i32 {
+    let ab = i64::from(x) * i64::from(m);
+    // Nudge 2^30 for a non-negative product, 1 − 2^30 for a negative one.
+    let v = ab + ((1i64 << 30) + ((ab >> 63) & (1 - (1i64 << 31))));
+    // Division by 2^31 rounding towards zero.
+    let q = ((v + ((v >> 63) & ((1i64 << 31) - 1))) >> 31) as i32;
+    let r = r.min(31);
+    let mask = ((1i64 << r) - 1) as i32;
+    let threshold = (mask >> 1) + ((q >> 31) & 1);
+    (q >> r) + i32::from((q & mask) > threshold)
+}
+
 /// 8-bit ADD / SUB of two operands of one shape, straight on the stored bytes: each element's
 /// output from the two inputs' rescaled terms (`t1`, `t2`: one per 8-bit value, indexed by
-/// value − `qmin`) and the output requantization `(mo, so)`, split across threads.
-#[allow(clippy::too_many_arguments)]
-fn add_q8_same_shape(
-    a: &Data,
-    b: &Data,
-    (t1, t2): (&[i32], &[i32]),
-    (mo, so): (i32, i32),
+/// value − the type's lowest) and the output requantization.
+struct AddQ8 {
+    t1: [i32; 256],
+    t2: [i32; 256],
+    /// The output multiplier (≥ 0) and right shift of [`mbqm_right`].
+    mo: i32,
+    right: u32,
     out_off: i32,
-    (lo, hi): (i32, i32),
-    qmin: i32,
-) -> Option<Data> {
-    let term = |t: &[i32], v: i32| {
-        usize::try_from(v - qmin)
-            .ok()
-            .and_then(|i| t.get(i).copied())
-            .unwrap_or(0)
-    };
-    let requant = |x: i32, y: i32| {
-        let raw = mbqm(term(t1, x).saturating_add(term(t2, y)), mo, so).saturating_add(out_off);
-        raw.clamp(lo, hi)
-    };
-    // The tables cover the storage type's 256 values: U8 from 0, I8 from -128.
-    match (a, b) {
-        (Data::U8(a), Data::U8(b)) if a.len() == b.len() && qmin == 0 => {
-            let mut out = output_buffer::<u8>(a.len());
-            zip_map(a, b, &mut out, Q8_ELEMENT_COST, |x, y| {
-                requant(i32::from(x), i32::from(y)) as u8
-            });
-            Some(Data::U8(out))
+    lo: i32,
+    hi: i32,
+}
+
+/// An 8-bit storage type and its values' table index (value − the type's lowest).
+trait Byte8: Copy + Send + Sync {
+    fn index(self) -> usize;
+    fn from_i32(v: i32) -> Self;
+}
+
+impl Byte8 for u8 {
+    #[inline(always)]
+    fn index(self) -> usize {
+        usize::from(self)
+    }
+    #[inline(always)]
+    fn from_i32(v: i32) -> Self {
+        v as u8
+    }
+}
+
+impl Byte8 for i8 {
+    #[inline(always)]
+    fn index(self) -> usize {
+        // -128 → 0, 127 → 255.
+        usize::from(self as u8 ^ 0x80)
+    }
+    #[inline(always)]
+    fn from_i32(v: i32) -> Self {
+        v as i8
+    }
+}
+
+impl AddQ8 {
+    /// `out = a ⊕ b` elementwise, split across threads when large.
+    fn run<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
+        let n = out.len();
+        let threads = par::threads_for(n.saturating_mul(Q8_ELEMENT_COST), n / 4096);
+        let _ = par::for_row_ranges(out, 1, threads, |i0, part| {
+            let range = i0..i0 + part.len();
+            // (Callers pass slices of one length: the ranges are always there.)
+            if let (Some(a), Some(b)) = (a.get(range.clone()), b.get(range)) {
+                self.rows(a, b, part);
+            }
+            Ok::<(), ()>(())
+        });
+    }
+
+    fn rows<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above).
+                unsafe { self.rows_avx2(a, b, out) };
+                return;
+            }
         }
-        (Data::I8(a), Data::I8(b)) if a.len() == b.len() && qmin == -128 => {
-            let mut out = output_buffer::<i8>(a.len());
-            zip_map(a, b, &mut out, Q8_ELEMENT_COST, |x, y| {
-                requant(i32::from(x), i32::from(y)) as i8
-            });
-            Some(Data::I8(out))
+        self.rows_generic(a, b, out);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn rows_avx2<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
+        self.rows_generic(a, b, out);
+    }
+
+    #[inline(always)]
+    fn rows_generic<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            // Indexes below 256 (Byte8::index): no bounds check can fail.
+            let s = self.t1[x.index() & 255].saturating_add(self.t2[y.index() & 255]);
+            let v = mbqm_right(s, self.mo, self.right).saturating_add(self.out_off);
+            *o = T::from_i32(v.clamp(self.lo, self.hi));
         }
-        _ => None,
+    }
+
+    /// The sum of `a` and `b` (same length, both of the operation's type, whose lowest value
+    /// is `qmin`), or None for storage this does not cover.
+    fn apply(&self, a: &Data, b: &Data, qmin: i32) -> Option<Data> {
+        match (a, b) {
+            (Data::U8(a), Data::U8(b)) if a.len() == b.len() && qmin == 0 => {
+                let mut out = output_buffer::<u8>(a.len());
+                self.run(a, b, &mut out);
+                Some(Data::U8(out))
+            }
+            (Data::I8(a), Data::I8(b)) if a.len() == b.len() && qmin == -128 => {
+                let mut out = output_buffer::<i8>(a.len());
+                self.run(a, b, &mut out);
+                Some(Data::I8(out))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -292,16 +370,28 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
             let values = usize::try_from(qmax - qmin + 1).unwrap_or(0);
             let (ta, tb) = (ctx.t(0)?, ctx.t(1)?);
             let n = ta.data.len();
-            if ta.dims == tb.dims && n > values && count(ctx, &ta.dims)? == n {
-                let full = |off: i32, m: i32, s: i32| -> Vec<i32> {
-                    (qmin..=qmax).map(|v| term(v, off, m, s)).collect()
+            // One shape, a right-shifting output multiplier (the output scale is not below
+            // 2^-20 of the inputs'), 256 values: the branch-free loop on the stored bytes.
+            if ta.dims == tb.dims
+                && n > values
+                && values == 256
+                && mo >= 0
+                && so <= 0
+                && count(ctx, &ta.dims)? == n
+            {
+                let full = |off: i32, m: i32, s: i32| -> [i32; 256] {
+                    std::array::from_fn(|i| term(qmin + i as i32, off, m, s))
                 };
-                let (t1, t2) = (full(off1, m1, s1), full(off2, m2, s2));
-                let tables = (&t1[..], &t2[..]);
-                let act = (lo, hi);
-                if let Some(d) =
-                    add_q8_same_shape(&ta.data, &tb.data, tables, (mo, so), out_off, act, qmin)
-                {
+                let add = AddQ8 {
+                    t1: full(off1, m1, s1),
+                    t2: full(off2, m2, s2),
+                    mo,
+                    right: so.unsigned_abs(),
+                    out_off,
+                    lo,
+                    hi,
+                };
+                if let Some(d) = add.apply(&ta.data, &tb.data, qmin) {
                     return Ok(Tensor::new(ta.dims.clone(), d));
                 }
             }
@@ -641,6 +731,22 @@ mod tests {
             let g = binary(op, ty, (&[100, 200], &[1, 100, 200]), q).g;
             let broadcast = run(g, &[a.clone(), c.clone()]).0;
             assert_eq!(same, broadcast, "{ty:?} {op:?}");
+        }
+    }
+
+    #[test]
+    fn branch_free_requantization_equals_mbqm() {
+        use crate::ops::quant::mbqm;
+        let mut xs: Vec<i32> = vec![0, 1, -1, 2, -2, i32::MAX, i32::MIN, i32::MAX - 1];
+        xs.extend((0..20_000u32).map(|i| i.wrapping_mul(2_654_435_761) as i32));
+        xs.extend((0..20_000u32).map(|i| (i.wrapping_mul(40_503) as i32) >> (i % 31)));
+        for m in [0, 1, 1 << 30, 1_300_000_007, i32::MAX] {
+            for r in 0..=40u32 {
+                for &x in &xs {
+                    let shift = -(r as i32);
+                    assert_eq!(super::mbqm_right(x, m, r), mbqm(x, m, shift), "{x} {m} {r}");
+                }
+            }
         }
     }
 

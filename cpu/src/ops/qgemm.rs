@@ -33,6 +33,9 @@ pub(crate) enum Isa {
     /// AVX2 (x86-64), detected at run time.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// NEON (aarch64's baseline SIMD).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 impl Isa {
@@ -42,6 +45,12 @@ impl Isa {
         {
             if is_x86_feature_detected!("avx2") {
                 return Isa::Avx2;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if std::arch::is_aarch64_feature_detected!("neon") {
+                return Isa::Neon;
             }
         }
         Isa::Portable
@@ -133,12 +142,16 @@ pub(crate) struct Epilogue {
     zp: i32,
     /// Whether the output is TENSOR_QUANT8_ASYMM_SIGNED (bytes are i8).
     pub(crate) signed: bool,
-    /// What only the vector epilogue reads.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// What only the vector epilogues read.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     vector: VectorOnly,
 }
 
-/// The parts of [`Epilogue`] only the vector epilogue reads (none on other architectures).
+/// The parts of [`Epilogue`] only the vector epilogues read (the NEON one reads only the
+/// bounds: its saturating addition and shift cost what the plain ones do).
 #[derive(Debug)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct VectorOnly {
@@ -273,6 +286,12 @@ where
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
                     (Isa::Avx2, _) => unsafe { avx2::tile::<MR>(at, b, ep, d) },
+                    #[cfg(target_arch = "aarch64")]
+                    // SAFETY: Isa::Neon is only chosen when the CPU has NEON.
+                    (Isa::Neon, 1) => unsafe { neon::tile::<1>(at, b, ep, d) },
+                    #[cfg(target_arch = "aarch64")]
+                    // SAFETY: as above.
+                    (Isa::Neon, _) => unsafe { neon::tile::<MR>(at, b, ep, d) },
                 }
             }
         }
@@ -538,6 +557,198 @@ pub(crate) mod avx2 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    //! The NEON micro-kernel and the vector epilogue shared with the depthwise kernel. NEON is
+    //! part of the aarch64 baseline (enabled for every aarch64 target Rust builds); the
+    //! functions still declare it, as the intrinsics require, and [`super::Isa::Neon`] is
+    //! chosen by run-time detection like the other sets.
+
+    use super::{Dst, Epilogue, Group, MR, NR};
+    use std::arch::aarch64::*;
+
+    /// Kernel calls made (tiles and depthwise rows), for the test that proves NEON ran.
+    #[cfg(test)]
+    pub(crate) static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// Counts one kernel call (tests only).
+    #[inline]
+    pub(crate) fn ran() {
+        #[cfg(test)]
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// 8 i16 from `s[at..at + 8]` (panics, as indexing does, when `s` is shorter).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn ld8(s: &[i16], at: usize) -> int16x8_t {
+        let s = &s[at..at + 8];
+        // SAFETY: `s` holds 8 i16 (16 bytes); vld1q_s16 needs only i16 alignment.
+        unsafe { vld1q_s16(s.as_ptr()) }
+    }
+
+    /// 16 i16 from `s[at..at + 16]`, de-interleaved: the even-indexed 8, then the odd 8.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn ld_pairs(s: &[i16; 2 * NR], at: usize) -> int16x8x2_t {
+        let s = &s[at..at + 16];
+        // SAFETY: `s` holds 16 i16 (32 bytes), as vld2q_s16 reads; i16 alignment.
+        unsafe { vld2q_s16(s.as_ptr()) }
+    }
+
+    /// 4 i32 from `s[at..at + 4]`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn ld4(s: &[i32; 8], at: usize) -> int32x4_t {
+        let s = &s[at..at + 4];
+        // SAFETY: `s` holds 4 i32 (16 bytes); vld1q_s32 needs only i32 alignment.
+        unsafe { vld1q_s32(s.as_ptr()) }
+    }
+
+    /// The requantization parameters of 4 channels in registers, loaded once for every row of
+    /// a tile.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Lanes {
+        bias: int32x4_t,
+        mult: int32x4_t,
+        left: int32x4_t,
+        /// Minus the right shift: `vrshlq_s32` shifts right by a negative count.
+        neg_right: int32x4_t,
+    }
+
+    impl Lanes {
+        /// Channels `4q..4q+4` of `ep`.
+        #[inline]
+        #[target_feature(enable = "neon")]
+        pub(crate) fn load(ep: &Epilogue, q: usize) -> Lanes {
+            let Group {
+                bias,
+                mult,
+                left,
+                right,
+                ..
+            } = &ep.groups[q / 2];
+            let at = 4 * (q % 2);
+            Lanes {
+                bias: ld4(bias, at),
+                mult: ld4(mult, at),
+                left: ld4(left, at),
+                neg_right: vnegq_s32(ld4(right, at)),
+            }
+        }
+    }
+
+    /// `acc` (4 channels' accumulators) requantized with the channels' `p`, before the zero
+    /// point and the activation ([`store16`] adds and applies them). Each step is the exact
+    /// counterpart of [`Epilogue::scalar`]'s:
+    /// - `acc + bias` saturated: `vqaddq_s32`;
+    /// - the left shift saturated to i32 (the scalar form clamps the i64 shift): `vqshlq_s32`;
+    /// - SaturatingRoundingDoublingHighMul: `vqrdmulhq_s32` computes sat((2·a·m + 2^31) >> 32)
+    ///   = floor((a·m + 2^30) / 2^31), which is gemmlowp's rounding for a·m ≥ 0 and, for
+    ///   a·m < 0, equals its truncated (a·m + 1 − 2^30) / 2^31 (= ceil = floor((a·m + 2^30) /
+    ///   2^31)); both saturate only for a = m = i32::MIN;
+    /// - RoundingDivideByPOT by e: `vrshlq_s32(x, -e)` rounds half up, (x + 2^(e−1)) >> e
+    ///   computed without overflow; gemmlowp rounds half away from zero, which is
+    ///   floor((x − [x < 0] + 2^(e−1)) / 2^e), so negative x (when e > 0: the sign bit of
+    ///   x & −e) first gets −1, saturating (for x = i32::MIN both give i32::MIN >> e).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn requant(acc: int32x4_t, p: &Lanes) -> int32x4_t {
+        let a = vqaddq_s32(acc, p.bias);
+        let xs = vqshlq_s32(a, p.left);
+        let x = vqrdmulhq_s32(xs, p.mult);
+        let fix = vshrq_n_s32::<31>(vandq_s32(x, p.neg_right));
+        vrshlq_s32(vqaddq_s32(x, fix), p.neg_right)
+    }
+
+    /// The output zero point and activation bounds as i16 lanes, and the output's signedness.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Narrow {
+        zp: int16x8_t,
+        lo: int16x8_t,
+        hi: int16x8_t,
+        signed: bool,
+    }
+
+    impl Narrow {
+        #[inline]
+        #[target_feature(enable = "neon")]
+        pub(crate) fn load(ep: &Epilogue) -> Narrow {
+            // Zero points and bounds are within [-128, 255] (validated types and ranges).
+            let w = |v: i32| v.clamp(-32768, 32767) as i16;
+            Narrow {
+                zp: vdupq_n_s16(w(ep.zp)),
+                lo: vdupq_n_s16(w(ep.vector.out_lo)),
+                hi: vdupq_n_s16(w(ep.vector.out_hi)),
+                signed: ep.signed,
+            }
+        }
+    }
+
+    /// Stores 16 requantized values (channels of `v[0]` to `v[3]`, from [`requant`]) plus the
+    /// zero point, clamped to the activation, as bytes into `dst`: all 16 when `dst` has room,
+    /// else its first `dst.len()`. Narrowed to i16 first (saturating), then offset (saturating)
+    /// and clamped: with the zero point and the bounds within ±255, a value saturated at ±32767
+    /// lands on the same bound as the exact sum, and the clamped values narrow exactly.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn store16(dst: &mut [u8], v: [int32x4_t; 4], n: &Narrow) {
+        let fix = |w: int16x8_t| vminq_s16(vmaxq_s16(vqaddq_s16(w, n.zp), n.lo), n.hi);
+        let w0 = fix(vqmovn_high_s32(vqmovn_s32(v[0]), v[1]));
+        let w1 = fix(vqmovn_high_s32(vqmovn_s32(v[2]), v[3]));
+        let b = if n.signed {
+            vreinterpretq_u8_s8(vqmovn_high_s16(vqmovn_s16(w0), w1))
+        } else {
+            vqmovun_high_s16(vqmovun_s16(w0), w1)
+        };
+        match dst.first_chunk_mut::<16>() {
+            // SAFETY: `d` holds 16 bytes; vst1q_u8 has no alignment requirement.
+            Some(d) => unsafe { vst1q_u8(d.as_mut_ptr(), b) },
+            None => {
+                let mut out = [0u8; 16];
+                // SAFETY: `out` holds 16 bytes.
+                unsafe { vst1q_u8(out.as_mut_ptr(), b) };
+                dst.copy_from_slice(&out[..dst.len()]);
+            }
+        }
+    }
+
+    /// The NEON form of [`super::tile_portable`]: each pair entry of B is loaded
+    /// de-interleaved (`vld2q_s16`: the even-k and the odd-k values of 8 columns), and each
+    /// row's two A values multiply-accumulate them widened (`vmlal_n_s16`) into 4 × 4 i32
+    /// accumulators a row (the partial sums are sums of the same products as the portable
+    /// kernel's, so within the same i32 bound).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn tile<const R: usize>(
+        a: &[[i32; MR]],
+        b: &[[i16; 2 * NR]],
+        ep: &Epilogue,
+        d: Dst<'_>,
+    ) {
+        ran();
+        let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
+        let mut acc = [[vdupq_n_s32(0); 4]; R];
+        for (a4, bp) in a.iter().zip(b) {
+            let (lo, hi) = (ld_pairs(bp, 0), ld_pairs(bp, NR));
+            for (r, accr) in acc.iter_mut().enumerate() {
+                let (x0, x1) = (a4[r] as i16, (a4[r] >> 16) as i16);
+                let mla = |acc, even, odd| vmlal_n_s16(vmlal_n_s16(acc, even, x0), odd, x1);
+                accr[0] = mla(accr[0], vget_low_s16(lo.0), vget_low_s16(lo.1));
+                accr[1] = mla(accr[1], vget_high_s16(lo.0), vget_high_s16(lo.1));
+                accr[2] = mla(accr[2], vget_low_s16(hi.0), vget_low_s16(hi.1));
+                accr[3] = mla(accr[3], vget_high_s16(hi.0), vget_high_s16(hi.1));
+            }
+        }
+        let q = j0 / 4;
+        let p = [0, 1, 2, 3].map(|i| Lanes::load(ep, q + i));
+        let narrow = Narrow::load(ep);
+        for (r, accr) in acc.iter().enumerate().take(mr) {
+            let v = [0, 1, 2, 3].map(|i| requant(accr[i], &p[i]));
+            store16(&mut out[r * ldo + j0..][..nc], v, &narrow);
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -615,6 +826,12 @@ pub(crate) mod tests {
                         let got = unsafe { avx2_epilogue(&ep, acc, j) };
                         assert_eq!(got, want, "avx2: acc {acc} channel {j}");
                     }
+                    #[cfg(target_arch = "aarch64")]
+                    {
+                        // SAFETY: NEON is in the aarch64 baseline.
+                        let got = unsafe { neon_epilogue(&ep, acc, j) };
+                        assert_eq!(got, want, "neon: acc {acc} channel {j}");
+                    }
                 }
             }
         }
@@ -628,6 +845,17 @@ pub(crate) mod tests {
         let mut bytes = [0u8; 16];
         avx2::store16(&mut bytes, v, v, &avx2::Narrow::load(ep));
         bytes[j % 8]
+    }
+
+    /// One value through the NEON epilogue, in lane `j % 4` of a register of copies.
+    #[cfg(target_arch = "aarch64")]
+    #[target_feature(enable = "neon")]
+    fn neon_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
+        use std::arch::aarch64::vdupq_n_s32;
+        let v = neon::requant(vdupq_n_s32(acc), &neon::Lanes::load(ep, j / 4));
+        let mut bytes = [0u8; 16];
+        neon::store16(&mut bytes, [v; 4], &neon::Narrow::load(ep));
+        bytes[j % 4]
     }
 
     /// A plain `[m][k] · [n][k]ᵀ` through the reference requantization.
@@ -672,6 +900,31 @@ pub(crate) mod tests {
                     assert_eq!(out, want, "{isa:?} m {m} k {k} n {n} threads {threads}");
                 }
             }
+        }
+    }
+
+    /// On aarch64 the detected kernel set is NEON, and a GEMM through it runs the NEON tiles
+    /// (the counter only grows, so tests running beside this one cannot hide a miss).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels_are_detected_and_run_on_aarch64() {
+        use std::sync::atomic::Ordering::Relaxed;
+        assert_eq!(Isa::detect(), Isa::Neon);
+        assert_eq!(Isa::all(), [Isa::Portable, Isa::Neon]);
+        let (m, k, n) = (9, 5, 20);
+        let qw = QWeights::pack(n, k, |i| (i % 7) as i32 - 3).unwrap();
+        // Multiplier 1, zero point 100: the output is the plain sum plus 100.
+        let rq = Requant::from_parts(&[1.0; 20], 100, (0, 255), T::TensorQuant8Asymm);
+        let ep = Epilogue::new(&rq, &[0; 20], n, k).unwrap();
+        let before = neon::RUNS.load(Relaxed);
+        let mut out = vec![0u8; m * n];
+        gemm(Isa::Neon, &qw, &ep, &mut out, 1, |_, dst| dst.fill(1)).unwrap();
+        // 3 tiles of rows (9 = 4 + 4 + 1) by 2 panels of columns.
+        assert!(neon::RUNS.load(Relaxed) >= before + 6);
+        // Row r, column j: the sum of channel j's weights (A is all ones) plus 100.
+        let col = |j: usize| (0..k).map(|i| ((j * k + i) % 7) as i32 - 3).sum::<i32>();
+        for (i, &v) in out.iter().enumerate() {
+            assert_eq!(i32::from(v), col(i % n) + 100, "output {i}");
         }
     }
 

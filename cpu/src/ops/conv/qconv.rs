@@ -342,7 +342,7 @@ struct Depthwise<'a> {
     /// Taps (fh·fw) and taps rounded up to even (the last one of an odd count has zero weights).
     taps: usize,
     taps_even: usize,
-    /// The filter `[block][tap]` (portable kernel) or `[block][tap pair]` interleaved as
+    /// The filter `[block][tap]` (portable and NEON kernels) or `[block][tap pair]` interleaved as
     /// `_mm256_unpacklo/hi_epi16` interleave the input of the pair's two taps (AVX2 kernel).
     f: Vec<[i16; 2 * DW]>,
     ep: &'a Epilogue,
@@ -447,17 +447,21 @@ fn depthwise_filter(
             0
         }
     };
-    let f = match isa {
-        Isa::Portable => {
-            let mut f = vec![[0i16; 2 * DW]; taps * blocks];
-            for (i, e) in f.iter_mut().enumerate() {
-                let (b, t) = (i / taps, i % taps);
-                for (l, v) in e.iter_mut().take(DW).enumerate() {
-                    *v = at(t, b * DW + l);
-                }
+    // Portable and NEON: `[block][tap]`, the first DW lanes used.
+    let block_taps = || {
+        let mut f = vec![[0i16; 2 * DW]; taps * blocks];
+        for (i, e) in f.iter_mut().enumerate() {
+            let (b, t) = (i / taps, i % taps);
+            for (l, v) in e.iter_mut().take(DW).enumerate() {
+                *v = at(t, b * DW + l);
             }
-            f
         }
+        f
+    };
+    let f = match isa {
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => block_taps(),
+        Isa::Portable => block_taps(),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
             let pairs = padded(taps) / 2;
@@ -493,6 +497,8 @@ impl Depthwise<'_> {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
             Isa::Avx2 => unsafe { self.rows_avx2(r0, out) },
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => self.rows_with::<true>(r0, out),
         }
     }
 
@@ -502,12 +508,13 @@ impl Depthwise<'_> {
         self.rows_with::<true>(r0, out);
     }
 
-    /// [`Self::rows`] with the AVX2 pixel kernel when `AVX2` (instantiated with it only from
-    /// [`Self::rows_avx2`]), else the portable one. Pixels whose window lies inside the input
+    /// [`Self::rows`] with the vector row kernel when `VECTOR` (on x86-64 the AVX2 one,
+    /// instantiated with it only from [`Self::rows_avx2`]; on aarch64 the NEON one), else the
+    /// portable one. Pixels whose window lies inside the input
     /// step their tap offsets by the stride; border pixels point their outside taps at the zero
     /// pixel.
     #[inline(always)]
-    fn rows_with<const AVX2: bool>(&self, r0: usize, out: &mut [u8]) {
+    fn rows_with<const VECTOR: bool>(&self, r0: usize, out: &mut [u8]) {
         let ([_, h, w, _], (fh, fw), (oh, ow), g) = (
             self.win.nhwc,
             self.win.filter_hw,
@@ -554,10 +561,16 @@ impl Depthwise<'_> {
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            if AVX2 {
-                // SAFETY: AVX2 is true only in the instance called from rows_avx2, whose
+            if VECTOR {
+                // SAFETY: VECTOR is true only in the instance called from rows_avx2, whose
                 // callers checked that the CPU has AVX2.
                 unsafe { self.row_avx2(&row_offs, orow) };
+                continue;
+            }
+            #[cfg(target_arch = "aarch64")]
+            if VECTOR {
+                // SAFETY: VECTOR is true only for Isa::Neon, chosen only when the CPU has NEON.
+                unsafe { self.row_neon(&row_offs, orow) };
                 continue;
             }
             for (offs, o) in row_offs.chunks_exact(te).zip(orow.chunks_exact_mut(oc)) {
@@ -615,6 +628,39 @@ impl Depthwise<'_> {
                 let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
                 let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
                 store16(&mut o[c0..c1], v0, v1, &narrow);
+            }
+        }
+    }
+
+    /// The NEON form of [`Self::pixel_portable`] over a row of pixels (`offs`: each pixel's
+    /// taps), one block of channels at a time so its epilogue parameters stay in registers:
+    /// per tap, 16 widening multiply-adds of input by filter (`vmlal_s16`, `vmlal_high_s16`)
+    /// into 4 × 4 i32 accumulators.
+    #[cfg(target_arch = "aarch64")]
+    #[target_feature(enable = "neon")]
+    fn row_neon(&self, offs: &[usize], out: &mut [u8]) {
+        use crate::ops::qgemm::neon::{Lanes, Narrow, ld8, ran, requant, store16};
+        use std::arch::aarch64::*;
+        ran();
+        let (blocks, oc, te, taps) = (self.blocks, self.oc, self.taps_even, self.taps);
+        let narrow = Narrow::load(self.ep);
+        for b in 0..blocks {
+            let p = [0, 1, 2, 3].map(|i| Lanes::load(self.ep, 4 * b + i));
+            let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
+            let fb = &self.f[b * taps..(b + 1) * taps];
+            for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
+                let mut acc = [vdupq_n_s32(0); 4];
+                for (&off, f) in po.iter().zip(fb) {
+                    let x = &self.x[off + b];
+                    let (x0, x1) = (ld8(x, 0), ld8(x, 8));
+                    let (f0, f1) = (ld8(f, 0), ld8(f, 8));
+                    acc[0] = vmlal_s16(acc[0], vget_low_s16(x0), vget_low_s16(f0));
+                    acc[1] = vmlal_high_s16(acc[1], x0, f0);
+                    acc[2] = vmlal_s16(acc[2], vget_low_s16(x1), vget_low_s16(f1));
+                    acc[3] = vmlal_high_s16(acc[3], x1, f1);
+                }
+                let v = [0, 1, 2, 3].map(|i| requant(acc[i], &p[i]));
+                store16(&mut o[c0..c1], v, &narrow);
             }
         }
     }

@@ -379,3 +379,28 @@ fn reductions_longer_than_max_k_run_on_the_reference_kernels() {
     // Channel 1: 65025 · 33026 + i32::MIN = 32002 (exact in i64), · 2^-24 rounds to 0.
     check_reference_only(&case, &[128, 0]);
 }
+
+/// On aarch64 the NEON kernels are among the kernel sets the equality tests run, and a
+/// DEPTHWISE_CONV_2D and a CONV_2D routed to them run NEON code (its call counter only grows,
+/// so tests running beside this one cannot hide a miss) and give the reference's bytes.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_kernels_run_the_convolutions_on_aarch64() {
+    use crate::ops::qgemm::neon::RUNS;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert!(Isa::all().contains(&Isa::Neon));
+    let mut rng = Rng(0x5eed_0005);
+    for depthwise in [true, false] {
+        let case = conv_case(&mut rng, depthwise);
+        let (want, _) = run_on(&case, Route::Reference);
+        let before = RUNS.load(Relaxed);
+        let (got, fast) = run_on(&case, Route::Fast(Isa::Neon));
+        assert_eq!(fast, 1, "{}", case.what);
+        assert!(
+            RUNS.load(Relaxed) > before,
+            "{}: NEON did not run",
+            case.what
+        );
+        assert_eq!(got, want, "{}", case.what);
+    }
+}

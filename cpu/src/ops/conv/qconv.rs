@@ -366,10 +366,13 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
             if x.len() != pixels * c || c * mult != oc {
                 return Err(ctx.err("input does not match its dimensions"));
             }
-            let mut xb = vec![[0i16; DW]; (pixels + 1) * blocks];
+            // Grown a pixel at a time (zeroed while in cache, then written), not zeroed whole.
+            let mut xb = Vec::with_capacity((pixels + 1) * blocks);
             let mut px = vec![0i16; c];
-            for (p, dst) in xb.chunks_exact_mut(blocks).take(pixels).enumerate() {
-                let dst = &mut dst.as_flattened_mut()[..oc];
+            for p in 0..pixels {
+                let start = xb.len();
+                xb.resize(start + blocks, [0i16; DW]);
+                let dst = &mut xb[start..].as_flattened_mut()[..oc];
                 if mult == 1 {
                     x.center(p * c, dst);
                 } else {
@@ -379,6 +382,8 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
                     }
                 }
             }
+            // The zero pixel that taps outside the input read.
+            xb.resize((pixels + 1) * blocks, [0i16; DW]);
             let Some(f) = depthwise_filter(ctx, fzp, taps, oc, isa)? else {
                 return depthwise_reference(ctx, s);
             };
@@ -599,30 +604,57 @@ impl Depthwise<'_> {
 
     /// The AVX2 form of [`Self::pixel_portable`] over a row of pixels (`offs`: each pixel's
     /// taps), one block of channels at a time so its filter and epilogue parameters stay in
-    /// registers: two taps per `_mm256_madd_epi16`.
+    /// registers: two taps per `_mm256_madd_epi16`. A 3×3 filter (5 tap pairs) runs an
+    /// unrolled instance that keeps the block's 10 filter registers loaded across the row.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
     fn row_avx2(&self, offs: &[usize], out: &mut [u8]) {
+        match self.taps_even / 2 {
+            5 => self.row_avx2_pairs::<5>(offs, out),
+            _ => self.row_avx2_pairs::<0>(offs, out),
+        }
+    }
+
+    /// [`Self::row_avx2`] for `P` tap pairs held in registers, or (P = 0) any count read from
+    /// memory.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn row_avx2_pairs<const P: usize>(&self, offs: &[usize], out: &mut [u8]) {
         use crate::ops::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
         use std::arch::x86_64::*;
         let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
         let narrow = Narrow::load(self.ep);
+        // Two taps' inputs interleaved, times their filter pair, added to lo and hi.
+        let mac = |lo: &mut __m256i, hi: &mut __m256i, at: &[usize], f0, f1| {
+            let x0 = ld16(&self.x[at[0]], 0);
+            let x1 = ld16(&self.x[at[1]], 0);
+            let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), f0);
+            let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), f1);
+            *lo = _mm256_add_epi32(*lo, plo);
+            *hi = _mm256_add_epi32(*hi, phi);
+        };
         for b in 0..blocks {
             let p0 = Lanes::load(self.ep, 2 * b);
             let p1 = Lanes::load(self.ep, 2 * b + 1);
             let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
             let fb = &self.f[b * te / 2..(b + 1) * te / 2];
+            let held: [[__m256i; 2]; P] =
+                std::array::from_fn(|q| [ld16(&fb[q], 0), ld16(&fb[q], 16)]);
             for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
                 let mut lo = _mm256_setzero_si256();
                 let mut hi = _mm256_setzero_si256();
-                for (pair, f) in po.chunks_exact(2).zip(fb) {
-                    let x0 = ld16(&self.x[pair[0] + b], 0);
-                    let x1 = ld16(&self.x[pair[1] + b], 0);
-                    let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), ld16(f, 0));
-                    let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), ld16(f, 16));
-                    lo = _mm256_add_epi32(lo, plo);
-                    hi = _mm256_add_epi32(hi, phi);
+                if P > 0 {
+                    for (q, f) in held.iter().enumerate() {
+                        let at = [po[2 * q] + b, po[2 * q + 1] + b];
+                        mac(&mut lo, &mut hi, &at, f[0], f[1]);
+                    }
+                } else {
+                    for (pair, f) in po.chunks_exact(2).zip(fb) {
+                        let at = [pair[0] + b, pair[1] + b];
+                        mac(&mut lo, &mut hi, &at, ld16(f, 0), ld16(f, 16));
+                    }
                 }
                 // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
                 let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);

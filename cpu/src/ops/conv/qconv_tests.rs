@@ -166,6 +166,11 @@ fn fully_connected_case(rng: &mut Rng, batch: u32, isz: u32, units: u32) -> Case
 /// One random CONV_2D or DEPTHWISE_CONV_2D: explicit or implicit padding, strides, dilation,
 /// NCHW or NHWC, batch up to 2, depth multiplier up to 3.
 fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
+    conv_case_with(rng, depthwise, None)
+}
+
+/// [`conv_case`] with the filter's (height, width) when given, else random up to 5×5.
+fn conv_case_with(rng: &mut Rng, depthwise: bool, filter_hw: Option<(u32, u32)>) -> Case {
     let ty = random_type(rng);
     let r = |rng: &mut Rng, lo: i32, hi: i32| rng.range(lo, hi) as u32;
     let (n, h, w) = (r(rng, 1, 2), r(rng, 1, 9), r(rng, 1, 9));
@@ -175,7 +180,7 @@ fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
         r(rng, 1, 19)
     };
     let mult = if depthwise { r(rng, 1, 3) } else { 1 };
-    let (fh, fw) = (r(rng, 1, 5), r(rng, 1, 5));
+    let (fh, fw) = filter_hw.unwrap_or_else(|| (r(rng, 1, 5), r(rng, 1, 5)));
     let (sw, sh) = (r(rng, 1, 3), r(rng, 1, 3));
     let (dw, dh) = (r(rng, 1, 2), r(rng, 1, 2));
     let oc = if depthwise { c * mult } else { r(rng, 1, 40) };
@@ -266,6 +271,16 @@ fn fast_depthwise_conv2d_equals_the_reference_on_random_shapes() {
     let mut rng = Rng(0x5eed_0003);
     for _ in 0..150 {
         check(&conv_case(&mut rng, true));
+    }
+}
+
+/// 3×3 filters (MobileNet's) have kernels of their own (the AVX2 one keeps the filter in
+/// registers).
+#[test]
+fn fast_depthwise_conv2d_3x3_equals_the_reference_on_random_shapes() {
+    let mut rng = Rng(0x5eed_0006);
+    for _ in 0..60 {
+        check(&conv_case_with(&mut rng, true, Some((3, 3))));
     }
 }
 

@@ -70,9 +70,12 @@ fn route(fast_ok: bool) -> Route {
 }
 
 /// Constant 8-bit weights of a FULLY_CONNECTED or CONV_2D (`decl`, value `t`: `[n][k]` or
-/// `[n][fh][fw][c]`) packed for the quantized GEMM, or None when they are not 8-bit.
+/// `[n][fh][fw][c]`) packed for the quantized GEMM, or None when they are not 8-bit. A
+/// FULLY_CONNECTED's (2-D) are packed as i8 where they fit (its batch is often one row: see
+/// [`QWeights`]).
 pub(crate) fn pack_q8_weights(decl: &Operand, t: &Tensor) -> Option<QWeights> {
     let n = *t.dims.first()? as usize;
+    let narrow = t.dims.len() == 2;
     let len = t.data.len();
     if n == 0 || len % n != 0 {
         return None;
@@ -83,8 +86,8 @@ pub(crate) fn pack_q8_weights(decl: &Operand, t: &Tensor) -> Option<QWeights> {
         decl.zero_point
     };
     match &t.data {
-        Data::U8(v) => QWeights::pack(n, len / n, |i| i32::from(v[i]) - zp),
-        Data::I8(v) => QWeights::pack(n, len / n, |i| i32::from(v[i]) - zp),
+        Data::U8(v) => QWeights::pack(n, len / n, narrow, |i| i32::from(v[i]) - zp),
+        Data::I8(v) => QWeights::pack(n, len / n, narrow, |i| i32::from(v[i]) - zp),
         _ => None,
     }
 }

@@ -258,6 +258,25 @@ fn fast_fully_connected_equals_the_reference_on_random_shapes() {
     }
 }
 
+/// Weights centered on their type's middle (0 for int8, 128 for uint8), which fit i8 and are
+/// packed so.
+#[test]
+fn fast_fully_connected_with_weights_that_fit_i8_equals_the_reference() {
+    let mut rng = Rng(0x5eed_0007);
+    for _ in 0..40 {
+        let (batch, isz, units) = (rng.range(1, 6), rng.range(1, 80), rng.range(1, 40));
+        let mut case = fully_connected_case(&mut rng, batch as u32, isz as u32, units as u32);
+        let w = case.g.operations[0].inputs[1] as usize;
+        let wd = &mut case.g.operands[w];
+        wd.zero_point = if wd.ty == T::TensorQuant8AsymmSigned {
+            0
+        } else {
+            128
+        };
+        check(&case);
+    }
+}
+
 #[test]
 fn fast_conv2d_equals_the_reference_on_random_shapes() {
     let mut rng = Rng(0x5eed_0002);

@@ -1,12 +1,14 @@
 //! Quantized GEMM for the 8-bit FULLY_CONNECTED and CONV_2D: `out = requant(A·B + bias)` with A
-//! the centered input rows (x − zx) and B the centered weights (f − zf), both widened to i16.
+//! the centered input rows (x − zx) widened to i16 and B the centered weights (f − zf), i16 or
+//! (FULLY_CONNECTED weights that fit) i8 widened in registers.
 //!
 //! Layouts: B is packed once (at prepare time for constant weights, [`QWeights`]) in panels of
-//! [`NR`] columns, each panel `[k/2][NR][2]` (K padded to even, N to the panel width); A is
-//! repacked per tile of [`MR`] rows as `[k/2][MR]` pairs. The AVX2 micro-kernel multiplies
-//! pairs of K with `_mm256_madd_epi16` into 4×16 i32 accumulators; bias, requantization
-//! (gemmlowp rounding, bit-exact with [`Requant::apply`]), the activation clamp and the
-//! narrowing to bytes are its epilogue. A portable kernel computes the same on the same layout.
+//! [`NR`] columns, each panel `[k/2][NR][2]` (K padded to even, N to the panel width); A is read
+//! as the fill writes it, row-major, a tile of up to [`MR`] rows at a time. The AVX2
+//! micro-kernel multiplies pairs of K with `_mm256_madd_epi16` into 4×16 i32 accumulators; bias,
+//! requantization (gemmlowp rounding, bit-exact with [`Requant::apply`]), the activation clamp
+//! and the narrowing to bytes are its epilogue. The NEON and portable kernels compute the same
+//! on the same layout.
 //!
 //! Overflow: every centered value is within ±255 (the zero points are validated in the type's
 //! range), so a product is within ±65025 and a sum of K of them fits i32 while
@@ -297,21 +299,22 @@ where
     let total = out.len() / n;
     let mc = (A_BLOCK_BYTES / (2 * kp).max(1)).clamp(MR, 256) / MR * MR;
     let mc = mc.min(total.div_ceil(MR) * MR);
-    let mut a = vec![0i16; mc * kp];
-    let mut ap = vec![[0i32; MR]; mc / MR * pairs];
+    let mut a = vec![[0i16; 2]; mc * pairs];
     for (t, block) in out.chunks_mut(mc * n).enumerate() {
         let rows = block.len() / n;
-        let a = &mut a[..rows * kp];
-        fill(r0 + t * mc, a);
-        pack_a(a, rows, kp, &mut ap);
+        let a = &mut a[..rows * pairs];
+        fill(r0 + t * mc, a.as_flattened_mut());
         let tiles = rows.div_ceil(MR);
         for p in 0..n.div_ceil(NR) {
             let b = w.panel(p);
             let j0 = p * NR;
             let nc = NR.min(n - j0);
             for i in 0..tiles {
-                let at = &ap[i * pairs..(i + 1) * pairs];
                 let mr = MR.min(rows - i * MR);
+                let at = Rows {
+                    a: &a[i * MR * pairs..(i * MR + mr) * pairs],
+                    pairs,
+                };
                 let d = Dst {
                     out: &mut block[i * MR * n..],
                     ldo: n,
@@ -319,60 +322,51 @@ where
                     nc,
                     mr,
                 };
-                // A lone row (a batch-1 FULLY_CONNECTED) computes one row, not MR.
-                match (isa, mr) {
-                    (Isa::Portable, 1) => tile_portable::<1>(at, b, ep, d),
-                    (Isa::Portable, _) => tile_portable::<MR>(at, b, ep, d),
+                match isa {
+                    Isa::Portable => tile_portable(at, b, ep, d),
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
-                    (Isa::Avx2, 1) => unsafe { avx2::tile::<1>(at, b, ep, d) },
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: as above.
-                    (Isa::Avx2, _) => unsafe { avx2::tile::<MR>(at, b, ep, d) },
+                    Isa::Avx2 => unsafe { avx2::tile(at, b, ep, d) },
                     #[cfg(target_arch = "aarch64")]
                     // SAFETY: Isa::Neon is only chosen when the CPU has NEON.
-                    (Isa::Neon, 1) => unsafe { neon::tile::<1>(at, b, ep, d) },
-                    #[cfg(target_arch = "aarch64")]
-                    // SAFETY: as above.
-                    (Isa::Neon, _) => unsafe { neon::tile::<MR>(at, b, ep, d) },
+                    Isa::Neon => unsafe { neon::tile(at, b, ep, d) },
                 }
             }
         }
     }
 }
 
-/// Repacks row-major A (`rows` × `kp`) into tiles of MR rows, `[k/2][MR]` pairs each (two i16
-/// in one i32, the first in the low half); rows past `rows` are zero.
-fn pack_a(a: &[i16], rows: usize, kp: usize, ap: &mut [[i32; MR]]) {
-    let pairs = kp / 2;
-    for (i, tile) in ap
-        .chunks_mut(pairs.max(1))
-        .take(rows.div_ceil(MR))
-        .enumerate()
-    {
-        for r in 0..MR {
-            let row = i * MR + r;
-            if row < rows {
-                let src = &a[row * kp..(row + 1) * kp];
-                for (d, s) in tile.iter_mut().zip(src.chunks_exact(2)) {
-                    d[r] = i32::from(s[0] as u16) | (i32::from(s[1]) << 16);
-                }
-            } else {
-                for d in tile.iter_mut() {
-                    d[r] = 0;
-                }
-            }
-        }
+/// The rows of A one tile reads: `a.len() / pairs` (1 to MR) rows of `pairs` pairs of K, row
+/// after row as the fill wrote them (the AVX2 kernel broadcasts a pair as one i32, the first
+/// value in the low half).
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    a: &'a [[i16; 2]],
+    pairs: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// The first `R` rows (R at most the tile's row count), each `pairs` long.
+    #[inline(always)]
+    fn first<const R: usize>(&self) -> [&'a [[i16; 2]]; R] {
+        std::array::from_fn(|r| &self.a[r * self.pairs..(r + 1) * self.pairs])
     }
 }
 
-/// Splits a packed pair into its two i16 values (low half first).
-#[inline(always)]
-fn unpair(v: i32) -> (i32, i32) {
-    (i32::from(v as i16), v >> 16)
+/// Calls `$tile::<R, _>($args)` with R the tile's row count (`$rows`: 1 to MR), so a lone row
+/// (a batch-1 FULLY_CONNECTED) or the last rows of a block compute only themselves.
+macro_rules! by_rows {
+    ($rows:expr, $tile:ident, $($args:expr),*) => {
+        match $rows {
+            1 => $tile::<1, _>($($args),*),
+            2 => $tile::<2, _>($($args),*),
+            3 => $tile::<3, _>($($args),*),
+            _ => $tile::<MR, _>($($args),*),
+        }
+    };
 }
 
-/// Where a tile goes: row r (of the first `mr`) at `out[r * ldo + j0..][..nc]`.
+/// Where a tile goes: row r (of `mr`) at `out[r * ldo + j0..][..nc]`.
 pub(crate) struct Dst<'a> {
     out: &'a mut [u8],
     ldo: usize,
@@ -381,26 +375,27 @@ pub(crate) struct Dst<'a> {
     mr: usize,
 }
 
-/// Portable micro-kernel: the first R (≤ MR) rows of one MR × NR tile.
-fn tile_portable<const R: usize>(a: &[[i32; MR]], b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+/// Portable micro-kernel: one tile of `a`'s rows (up to MR) by NR columns.
+fn tile_portable(a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
     match b {
-        Panel::Wide(b) => tile_portable_with::<R, i16>(a, b, ep, d),
-        Panel::Narrow(b) => tile_portable_with::<R, i8>(a, b, ep, d),
+        Panel::Wide(b) => by_rows!(d.mr, tile_portable_with, a, b, ep, d),
+        Panel::Narrow(b) => by_rows!(d.mr, tile_portable_with, a, b, ep, d),
     }
 }
 
-/// [`tile_portable`] on panels of `E`.
+/// [`tile_portable`] for R rows, on panels of `E`.
 fn tile_portable_with<const R: usize, E: Copy + Into<i32>>(
-    a: &[[i32; MR]],
+    a: Rows<'_>,
     b: &[[E; 2 * NR]],
     ep: &Epilogue,
     d: Dst<'_>,
 ) {
     let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
     let mut acc = [[0i32; NR]; R];
-    for (a4, bp) in a.iter().zip(b) {
-        for (r, accr) in acc.iter_mut().enumerate() {
-            let (x0, x1) = unpair(a4[r]);
+    let rows = a.first::<R>();
+    for (i, bp) in b.iter().enumerate().take(a.pairs) {
+        for (accr, row) in acc.iter_mut().zip(rows) {
+            let (x0, x1) = (i32::from(row[i][0]), i32::from(row[i][1]));
             for (j, v) in accr.iter_mut().enumerate() {
                 *v += x0 * bp[2 * j].into() + x1 * bp[2 * j + 1].into();
             }
@@ -418,7 +413,7 @@ fn tile_portable_with<const R: usize, E: Copy + Into<i32>>(
 pub(crate) mod avx2 {
     //! The AVX2 micro-kernel and the vector epilogue shared with the depthwise kernel.
 
-    use super::{Dst, Epilogue, Group, MR, NR, Panel};
+    use super::{Dst, Epilogue, Group, MR, NR, Panel, Rows};
     use std::arch::x86_64::*;
 
     /// 16 i16 from an array of at least 16.
@@ -585,12 +580,12 @@ pub(crate) mod avx2 {
     /// The AVX2 form of [`super::tile_portable`]: i8 panels are widened as they are loaded
     /// (`_mm256_cvtepi8_epi16`).
     #[target_feature(enable = "avx2")]
-    pub(crate) fn tile<const R: usize>(a: &[[i32; MR]], b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+    pub(crate) fn tile(a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+        let wide = |p: &[i16; 2 * NR]| [ld16(p, 0), ld16(p, 16)];
+        let narrow = |p: &[i8; 2 * NR]| [wide16(p, 0), wide16(p, 16)];
         match b {
-            Panel::Wide(b) => tile_with::<R, _, _>(a, b, |p| [ld16(p, 0), ld16(p, 16)], ep, d),
-            Panel::Narrow(b) => {
-                tile_with::<R, _, _>(a, b, |p| [wide16(p, 0), wide16(p, 16)], ep, d)
-            }
+            Panel::Wide(b) => by_rows!(d.mr, tile_with, a, b, wide, ep, d),
+            Panel::Narrow(b) => by_rows!(d.mr, tile_with, a, b, narrow, ep, d),
         }
     }
 
@@ -606,20 +601,22 @@ pub(crate) mod avx2 {
     /// [`tile`] on panels of `E`, whose entries `load` reads as two registers of i16 pairs.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn tile_with<const R: usize, E, L: Fn(&[E; 2 * NR]) -> [__m256i; 2]>(
-        a: &[[i32; MR]],
+    fn tile_with<const R: usize, E>(
+        a: Rows<'_>,
         b: &[[E; 2 * NR]],
-        load: L,
+        load: impl Fn(&[E; 2 * NR]) -> [__m256i; 2],
         ep: &Epilogue,
         d: Dst<'_>,
     ) {
         let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
         let z = _mm256_setzero_si256();
         let mut acc = [[z; 2]; R];
-        for (a4, bp) in a.iter().zip(b) {
+        let rows = a.first::<R>();
+        for (i, bp) in b.iter().enumerate().take(a.pairs) {
             let [b0, b1] = load(bp);
-            for (r, accr) in acc.iter_mut().enumerate() {
-                let x = _mm256_set1_epi32(a4[r]);
+            for (accr, row) in acc.iter_mut().zip(rows) {
+                let [x0, x1] = row[i];
+                let x = _mm256_set1_epi32(i32::from(x0 as u16) | (i32::from(x1) << 16));
                 accr[0] = _mm256_add_epi32(accr[0], _mm256_madd_epi16(x, b0));
                 accr[1] = _mm256_add_epi32(accr[1], _mm256_madd_epi16(x, b1));
             }
@@ -642,7 +639,7 @@ pub(crate) mod neon {
     //! functions still declare it, as the intrinsics require, and [`super::Isa::Neon`] is
     //! chosen by run-time detection like the other sets.
 
-    use super::{Dst, Epilogue, Group, MR, NR, Panel};
+    use super::{Dst, Epilogue, Group, MR, NR, Panel, Rows};
     use std::arch::aarch64::*;
 
     /// Kernel calls made (tiles and depthwise rows), for the test that proves NEON ran.
@@ -807,15 +804,13 @@ pub(crate) mod neon {
     /// accumulators a row (the partial sums are sums of the same products as the portable
     /// kernel's, so within the same i32 bound).
     #[target_feature(enable = "neon")]
-    pub(crate) fn tile<const R: usize>(a: &[[i32; MR]], b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+    pub(crate) fn tile(a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
         ran();
+        let wide = |p: &[i16; 2 * NR]| [ld_pairs(p, 0), ld_pairs(p, NR)];
+        let narrow = |p: &[i8; 2 * NR]| [ld_pairs_i8(p, 0), ld_pairs_i8(p, NR)];
         match b {
-            Panel::Wide(b) => {
-                tile_with::<R, _, _>(a, b, |p| [ld_pairs(p, 0), ld_pairs(p, NR)], ep, d)
-            }
-            Panel::Narrow(b) => {
-                tile_with::<R, _, _>(a, b, |p| [ld_pairs_i8(p, 0), ld_pairs_i8(p, NR)], ep, d)
-            }
+            Panel::Wide(b) => by_rows!(d.mr, tile_with, a, b, wide, ep, d),
+            Panel::Narrow(b) => by_rows!(d.mr, tile_with, a, b, narrow, ep, d),
         }
     }
 
@@ -823,19 +818,20 @@ pub(crate) mod neon {
     /// de-interleaved.
     #[inline]
     #[target_feature(enable = "neon")]
-    fn tile_with<const R: usize, E, L: Fn(&[E; 2 * NR]) -> [int16x8x2_t; 2]>(
-        a: &[[i32; MR]],
+    fn tile_with<const R: usize, E>(
+        a: Rows<'_>,
         b: &[[E; 2 * NR]],
-        load: L,
+        load: impl Fn(&[E; 2 * NR]) -> [int16x8x2_t; 2],
         ep: &Epilogue,
         d: Dst<'_>,
     ) {
         let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
         let mut acc = [[vdupq_n_s32(0); 4]; R];
-        for (a4, bp) in a.iter().zip(b) {
+        let rows = a.first::<R>();
+        for (i, bp) in b.iter().enumerate().take(a.pairs) {
             let [lo, hi] = load(bp);
-            for (r, accr) in acc.iter_mut().enumerate() {
-                let (x0, x1) = (a4[r] as i16, (a4[r] >> 16) as i16);
+            for (accr, row) in acc.iter_mut().zip(rows) {
+                let [x0, x1] = row[i];
                 let mla = |acc, even, odd| vmlal_n_s16(vmlal_n_s16(acc, even, x0), odd, x1);
                 accr[0] = mla(accr[0], vget_low_s16(lo.0), vget_low_s16(lo.1));
                 accr[1] = mla(accr[1], vget_high_s16(lo.0), vget_high_s16(lo.1));

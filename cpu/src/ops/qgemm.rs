@@ -366,6 +366,49 @@ macro_rules! by_rows {
     };
 }
 
+/// The output zero point and activation bounds, each in a register `V` of i16 lanes, and the
+/// output's signedness: the vector epilogues' narrowing to bytes.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[derive(Clone, Copy)]
+pub(crate) struct Narrow<V> {
+    zp: V,
+    lo: V,
+    hi: V,
+    signed: bool,
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl<V> Narrow<V> {
+    /// `ep`'s zero point and bounds (all within [-128, 255]: validated types and ranges) as i16,
+    /// each put in every lane by `splat`.
+    #[inline(always)]
+    fn splat(ep: &Epilogue, splat: impl Fn(i16) -> V) -> Narrow<V> {
+        let [zp, lo, hi] = [ep.zp, ep.vector.out_lo, ep.vector.out_hi]
+            .map(|v| splat(v.clamp(-32768, 32767) as i16));
+        Narrow {
+            zp,
+            lo,
+            hi,
+            signed: ep.signed,
+        }
+    }
+}
+
+/// Writes the 16 bytes `store` writes into `dst`, or (when `dst` is shorter) its first
+/// `dst.len()` of them.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(always)]
+fn put16(dst: &mut [u8], store: impl FnOnce(&mut [u8; 16])) {
+    match dst.first_chunk_mut::<16>() {
+        Some(d) => store(d),
+        None => {
+            let mut out = [0u8; 16];
+            store(&mut out);
+            dst.copy_from_slice(&out[..dst.len()]);
+        }
+    }
+}
+
 /// Where a tile goes: row r (of `mr`) at `out[r * ldo + j0..][..nc]`.
 pub(crate) struct Dst<'a> {
     out: &'a mut [u8],
@@ -525,26 +568,13 @@ pub(crate) mod avx2 {
     }
 
     /// The output zero point and activation bounds as i16 lanes, and the output's signedness.
-    #[derive(Clone, Copy)]
-    pub(crate) struct Narrow {
-        zp: __m256i,
-        lo: __m256i,
-        hi: __m256i,
-        signed: bool,
-    }
+    pub(crate) type Narrow = super::Narrow<__m256i>;
 
     impl Narrow {
         #[inline]
         #[target_feature(enable = "avx2")]
         pub(crate) fn load(ep: &Epilogue) -> Narrow {
-            // Zero points and bounds are within [-128, 255] (validated types and ranges).
-            let w = |v: i32| v.clamp(-32768, 32767) as i16;
-            Narrow {
-                zp: _mm256_set1_epi16(w(ep.zp)),
-                lo: _mm256_set1_epi16(w(ep.vector.out_lo)),
-                hi: _mm256_set1_epi16(w(ep.vector.out_hi)),
-                signed: ep.signed,
-            }
+            Narrow::splat(ep, |v| _mm256_set1_epi16(v))
         }
     }
 
@@ -565,16 +595,10 @@ pub(crate) mod avx2 {
             _mm256_packus_epi16(w, w)
         };
         let b = _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
-        match dst.first_chunk_mut::<16>() {
-            // SAFETY: `d` holds 16 bytes, written unaligned.
-            Some(d) => unsafe { _mm_storeu_si128(d.as_mut_ptr().cast(), b) },
-            None => {
-                let mut out = [0u8; 16];
-                // SAFETY: `out` holds 16 bytes, written unaligned.
-                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
-                dst.copy_from_slice(&out[..dst.len()]);
-            }
-        }
+        // SAFETY: `d` holds 16 bytes, written unaligned.
+        super::put16(dst, |d| unsafe {
+            _mm_storeu_si128(d.as_mut_ptr().cast(), b)
+        });
     }
 
     /// The AVX2 form of [`super::tile_portable`]: i8 panels are widened as they are loaded
@@ -747,26 +771,13 @@ pub(crate) mod neon {
     }
 
     /// The output zero point and activation bounds as i16 lanes, and the output's signedness.
-    #[derive(Clone, Copy)]
-    pub(crate) struct Narrow {
-        zp: int16x8_t,
-        lo: int16x8_t,
-        hi: int16x8_t,
-        signed: bool,
-    }
+    pub(crate) type Narrow = super::Narrow<int16x8_t>;
 
     impl Narrow {
         #[inline]
         #[target_feature(enable = "neon")]
         pub(crate) fn load(ep: &Epilogue) -> Narrow {
-            // Zero points and bounds are within [-128, 255] (validated types and ranges).
-            let w = |v: i32| v.clamp(-32768, 32767) as i16;
-            Narrow {
-                zp: vdupq_n_s16(w(ep.zp)),
-                lo: vdupq_n_s16(w(ep.vector.out_lo)),
-                hi: vdupq_n_s16(w(ep.vector.out_hi)),
-                signed: ep.signed,
-            }
+            Narrow::splat(ep, |v| vdupq_n_s16(v))
         }
     }
 
@@ -786,16 +797,8 @@ pub(crate) mod neon {
         } else {
             vqmovun_high_s16(vqmovun_s16(w0), w1)
         };
-        match dst.first_chunk_mut::<16>() {
-            // SAFETY: `d` holds 16 bytes; vst1q_u8 has no alignment requirement.
-            Some(d) => unsafe { vst1q_u8(d.as_mut_ptr(), b) },
-            None => {
-                let mut out = [0u8; 16];
-                // SAFETY: `out` holds 16 bytes.
-                unsafe { vst1q_u8(out.as_mut_ptr(), b) };
-                dst.copy_from_slice(&out[..dst.len()]);
-            }
-        }
+        // SAFETY: `d` holds 16 bytes; vst1q_u8 has no alignment requirement.
+        super::put16(dst, |d| unsafe { vst1q_u8(d.as_mut_ptr(), b) });
     }
 
     /// The NEON form of [`super::tile_portable`]: each pair entry of B is loaded

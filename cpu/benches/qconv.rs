@@ -82,6 +82,21 @@ const LAYERS: &[(&str, Layer)] = &[
             units: 1000,
         },
     ),
+    // The batch-1 MLP of the model bench (784 -> 1024 -> 1024 -> 10).
+    (
+        "fc 784->1024",
+        Layer::Fc {
+            isz: 784,
+            units: 1024,
+        },
+    ),
+    (
+        "fc 1024->1024",
+        Layer::Fc {
+            isz: 1024,
+            units: 1024,
+        },
+    ),
 ];
 
 /// Deterministic pseudo-random bytes (xorshift32).
@@ -190,8 +205,9 @@ fn graph(layer: Layer, int8: bool) -> (Graph, Vec<u8>, f64) {
             });
             f
         } else {
+            // Per-tensor symmetric, as LiteRT's int8 FULLY_CONNECTED weights are.
             let f = b.konst(ty, &f_dims, bytes(n_f as usize, 2));
-            b.quant(f, 0.004, 3);
+            b.quant(f, 0.004, 0);
             f
         };
         let bias_v: Vec<u8> = bytes(oc as usize, 3)

@@ -623,7 +623,8 @@ mod tests {
     }
 
     /// Two 8-bit FULLY_CONNECTED reading one constant `[2][3]` weights operand: one packed copy
-    /// (one panel of 16 columns, K padded to 4: 2 pairs × 16 × 2 i16), results worked by hand.
+    /// (one panel of 16 columns, K padded to 4: 2 pairs × 16 × 2 values, i8 since the centered
+    /// weights fit), results worked by hand.
     #[test]
     fn shared_constant_8bit_weights_are_packed_once_and_serve_both_operations() {
         let mut b = B::new();
@@ -646,7 +647,7 @@ mod tests {
         b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
         b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
         let p = PreparedGraph::new(b.g).unwrap();
-        assert_eq!(p.packed_weight_bytes(), 2 * 16 * 2 * 2);
+        assert_eq!(p.packed_weight_bytes(), 2 * 16 * 2);
         let (in1, in2) = ([1u8, 2, 3], [0u8, 1, 2]);
         let args = [arg(&in1), arg(&in2)];
         let (mut out1, mut out2) = ([0u8; 2], [0u8; 2]);

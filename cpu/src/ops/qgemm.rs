@@ -1,12 +1,14 @@
 //! Quantized GEMM for the 8-bit FULLY_CONNECTED and CONV_2D: `out = requant(A·B + bias)` with A
-//! the centered input rows (x − zx) and B the centered weights (f − zf), both widened to i16.
+//! the centered input rows (x − zx) widened to i16 and B the centered weights (f − zf), i16 or
+//! (FULLY_CONNECTED weights that fit) i8 widened in registers.
 //!
 //! Layouts: B is packed once (at prepare time for constant weights, [`QWeights`]) in panels of
-//! [`NR`] columns, each panel `[k/2][NR][2]` (K padded to even, N to the panel width); A is
-//! repacked per tile of [`MR`] rows as `[k/2][MR]` pairs. The AVX2 micro-kernel multiplies
-//! pairs of K with `_mm256_madd_epi16` into 4×16 i32 accumulators; bias, requantization
-//! (gemmlowp rounding, bit-exact with [`Requant::apply`]), the activation clamp and the
-//! narrowing to bytes are its epilogue. A portable kernel computes the same on the same layout.
+//! [`NR`] columns, each panel `[k/2][NR][2]` (K padded to even, N to the panel width); A is read
+//! as the fill writes it, row-major, a tile of up to [`MR`] rows at a time. The AVX2
+//! micro-kernel multiplies pairs of K with `_mm256_madd_epi16` into 4×16 i32 accumulators; bias,
+//! requantization (gemmlowp rounding, bit-exact with [`Requant::apply`]), the activation clamp
+//! and the narrowing to bytes are its epilogue. The NEON and portable kernels compute the same
+//! on the same layout.
 //!
 //! Overflow: every centered value is within ±255 (the zero points are validated in the type's
 //! range), so a product is within ±65025 and a sum of K of them fits i32 while
@@ -33,6 +35,9 @@ pub(crate) enum Isa {
     /// AVX2 (x86-64), detected at run time.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// NEON (aarch64's baseline SIMD).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 impl Isa {
@@ -42,6 +47,12 @@ impl Isa {
         {
             if is_x86_feature_detected!("avx2") {
                 return Isa::Avx2;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if std::arch::is_aarch64_feature_detected!("neon") {
+                return Isa::Neon;
             }
         }
         Isa::Portable
@@ -67,13 +78,37 @@ pub(crate) struct QWeights {
     pub(crate) n: usize,
     /// `k` rounded up to even.
     kp: usize,
-    data: Box<[[i16; 2 * NR]]>,
+    data: Panels,
+}
+
+/// The packed values: i16, or i8 (when asked for and every centered weight fits: symmetric
+/// int8 weights, zero point 0, and 8-bit ones centered on 128 do), half the bytes for the
+/// kernels to read and widen in registers. Reading half the bytes speeds up the memory-bound
+/// one-row GEMM (a batch-1 FULLY_CONNECTED) by about a quarter; widening costs the
+/// compute-bound four-row tiles of a convolution 3-5% on AVX2, so convolutions keep i16.
+#[derive(Debug)]
+enum Panels {
+    Wide(Box<[[i16; 2 * NR]]>),
+    Narrow(Box<[[i8; 2 * NR]]>),
+}
+
+/// One panel of B, in the element type it was packed with.
+#[derive(Clone, Copy)]
+pub(crate) enum Panel<'a> {
+    Wide(&'a [[i16; 2 * NR]]),
+    Narrow(&'a [[i8; 2 * NR]]),
 }
 
 impl QWeights {
-    /// Packs `n` rows of `k` centered weights, `w(j * k + i)` being row j, column i. None when a
-    /// value does not fit the kernel's ±255 bound or the size overflows.
-    pub(crate) fn pack(n: usize, k: usize, w: impl Fn(usize) -> i32) -> Option<QWeights> {
+    /// Packs `n` rows of `k` centered weights, `w(j * k + i)` being row j, column i, as i8 when
+    /// `narrow` and every value fits, else as i16. None when a value does not fit the kernel's
+    /// ±255 bound or the size overflows.
+    pub(crate) fn pack(
+        n: usize,
+        k: usize,
+        narrow: bool,
+        w: impl Fn(usize) -> i32,
+    ) -> Option<QWeights> {
         let kp = k.checked_add(k % 2)?;
         let pairs = kp / 2;
         let panels = n.div_ceil(NR);
@@ -92,18 +127,37 @@ impl QWeights {
                 }
             }
         }
+        let narrow = narrow && data.as_flattened().iter().all(|&v| i8::try_from(v).is_ok());
+        let data = if narrow {
+            // Every value fits i8 (just checked), so the casts are exact.
+            Panels::Narrow(data.iter().map(|e| e.map(|v| v as i8)).collect())
+        } else {
+            Panels::Wide(data)
+        };
         Some(QWeights { k, n, kp, data })
     }
 
     /// Bytes held.
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
-        std::mem::size_of_val::<[[i16; 2 * NR]]>(&self.data)
+        match &self.data {
+            Panels::Wide(d) => std::mem::size_of_val::<[[i16; 2 * NR]]>(d),
+            Panels::Narrow(d) => std::mem::size_of_val::<[[i8; 2 * NR]]>(d),
+        }
     }
 
-    fn panel(&self, p: usize) -> &[[i16; 2 * NR]] {
-        let pairs = self.kp / 2;
-        &self.data[p * pairs..(p + 1) * pairs]
+    /// Whether the values are packed as i8.
+    #[cfg(test)]
+    pub(crate) fn is_narrow(&self) -> bool {
+        matches!(self.data, Panels::Narrow(_))
+    }
+
+    fn panel(&self, p: usize) -> Panel<'_> {
+        let range = p * self.kp / 2..(p + 1) * self.kp / 2;
+        match &self.data {
+            Panels::Wide(d) => Panel::Wide(&d[range]),
+            Panels::Narrow(d) => Panel::Narrow(&d[range]),
+        }
     }
 }
 
@@ -133,12 +187,16 @@ pub(crate) struct Epilogue {
     zp: i32,
     /// Whether the output is TENSOR_QUANT8_ASYMM_SIGNED (bytes are i8).
     pub(crate) signed: bool,
-    /// What only the vector epilogue reads.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// What only the vector epilogues read.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     vector: VectorOnly,
 }
 
-/// The parts of [`Epilogue`] only the vector epilogue reads (none on other architectures).
+/// The parts of [`Epilogue`] only the vector epilogues read (the NEON one reads only the
+/// bounds: its saturating addition and shift cost what the plain ones do).
 #[derive(Debug)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct VectorOnly {
@@ -246,21 +304,22 @@ where
     let total = out.len() / n;
     let mc = (A_BLOCK_BYTES / (2 * kp).max(1)).clamp(MR, 256) / MR * MR;
     let mc = mc.min(total.div_ceil(MR) * MR);
-    let mut a = vec![0i16; mc * kp];
-    let mut ap = vec![[0i32; MR]; mc / MR * pairs];
+    let mut a = vec![[0i16; 2]; mc * pairs];
     for (t, block) in out.chunks_mut(mc * n).enumerate() {
         let rows = block.len() / n;
-        let a = &mut a[..rows * kp];
-        fill(r0 + t * mc, a);
-        pack_a(a, rows, kp, &mut ap);
+        let a = &mut a[..rows * pairs];
+        fill(r0 + t * mc, a.as_flattened_mut());
         let tiles = rows.div_ceil(MR);
         for p in 0..n.div_ceil(NR) {
             let b = w.panel(p);
             let j0 = p * NR;
             let nc = NR.min(n - j0);
             for i in 0..tiles {
-                let at = &ap[i * pairs..(i + 1) * pairs];
                 let mr = MR.min(rows - i * MR);
+                let at = Rows {
+                    a: &a[i * MR * pairs..(i * MR + mr) * pairs],
+                    pairs,
+                };
                 let d = Dst {
                     out: &mut block[i * MR * n..],
                     ldo: n,
@@ -268,54 +327,94 @@ where
                     nc,
                     mr,
                 };
-                // A lone row (a batch-1 FULLY_CONNECTED) computes one row, not MR.
-                match (isa, mr) {
-                    (Isa::Portable, 1) => tile_portable::<1>(at, b, ep, d),
-                    (Isa::Portable, _) => tile_portable::<MR>(at, b, ep, d),
+                match isa {
+                    Isa::Portable => tile_portable(at, b, ep, d),
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
-                    (Isa::Avx2, 1) => unsafe { avx2::tile::<1>(at, b, ep, d) },
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: as above.
-                    (Isa::Avx2, _) => unsafe { avx2::tile::<MR>(at, b, ep, d) },
+                    Isa::Avx2 => unsafe { avx2::tile(at, b, ep, d) },
+                    #[cfg(target_arch = "aarch64")]
+                    // SAFETY: Isa::Neon is only chosen when the CPU has NEON.
+                    Isa::Neon => unsafe { neon::tile(at, b, ep, d) },
                 }
             }
         }
     }
 }
 
-/// Repacks row-major A (`rows` × `kp`) into tiles of MR rows, `[k/2][MR]` pairs each (two i16
-/// in one i32, the first in the low half); rows past `rows` are zero.
-fn pack_a(a: &[i16], rows: usize, kp: usize, ap: &mut [[i32; MR]]) {
-    let pairs = kp / 2;
-    for (i, tile) in ap
-        .chunks_mut(pairs.max(1))
-        .take(rows.div_ceil(MR))
-        .enumerate()
-    {
-        for r in 0..MR {
-            let row = i * MR + r;
-            if row < rows {
-                let src = &a[row * kp..(row + 1) * kp];
-                for (d, s) in tile.iter_mut().zip(src.chunks_exact(2)) {
-                    d[r] = i32::from(s[0] as u16) | (i32::from(s[1]) << 16);
-                }
-            } else {
-                for d in tile.iter_mut() {
-                    d[r] = 0;
-                }
-            }
+/// The rows of A one tile reads: `a.len() / pairs` (1 to MR) rows of `pairs` pairs of K, row
+/// after row as the fill wrote them (the AVX2 kernel broadcasts a pair as one i32, the first
+/// value in the low half).
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    a: &'a [[i16; 2]],
+    pairs: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// The first `R` rows (R at most the tile's row count), each `pairs` long.
+    #[inline(always)]
+    fn first<const R: usize>(&self) -> [&'a [[i16; 2]]; R] {
+        std::array::from_fn(|r| &self.a[r * self.pairs..(r + 1) * self.pairs])
+    }
+}
+
+/// Calls `$tile::<R, _>($args)` with R the tile's row count (`$rows`: 1 to MR), so a lone row
+/// (a batch-1 FULLY_CONNECTED) or the last rows of a block compute only themselves.
+macro_rules! by_rows {
+    ($rows:expr, $tile:ident, $($args:expr),*) => {
+        match $rows {
+            1 => $tile::<1, _>($($args),*),
+            2 => $tile::<2, _>($($args),*),
+            3 => $tile::<3, _>($($args),*),
+            _ => $tile::<MR, _>($($args),*),
+        }
+    };
+}
+
+/// The output zero point and activation bounds, each in a register `V` of i16 lanes, and the
+/// output's signedness: the vector epilogues' narrowing to bytes.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[derive(Clone, Copy)]
+pub(crate) struct Narrow<V> {
+    zp: V,
+    lo: V,
+    hi: V,
+    signed: bool,
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl<V> Narrow<V> {
+    /// `ep`'s zero point and bounds (all within [-128, 255]: validated types and ranges) as i16,
+    /// each put in every lane by `splat`.
+    #[inline(always)]
+    fn splat(ep: &Epilogue, splat: impl Fn(i16) -> V) -> Narrow<V> {
+        let [zp, lo, hi] = [ep.zp, ep.vector.out_lo, ep.vector.out_hi]
+            .map(|v| splat(v.clamp(-32768, 32767) as i16));
+        Narrow {
+            zp,
+            lo,
+            hi,
+            signed: ep.signed,
         }
     }
 }
 
-/// Splits a packed pair into its two i16 values (low half first).
+/// Writes the 16 bytes `store` writes into `dst`, or (when `dst` is shorter) its first
+/// `dst.len()` of them.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline(always)]
-fn unpair(v: i32) -> (i32, i32) {
-    (i32::from(v as i16), v >> 16)
+fn put16(dst: &mut [u8], store: impl FnOnce(&mut [u8; 16])) {
+    match dst.first_chunk_mut::<16>() {
+        Some(d) => store(d),
+        None => {
+            let mut out = [0u8; 16];
+            store(&mut out);
+            dst.copy_from_slice(&out[..dst.len()]);
+        }
+    }
 }
 
-/// Where a tile goes: row r (of the first `mr`) at `out[r * ldo + j0..][..nc]`.
+/// Where a tile goes: row r (of `mr`) at `out[r * ldo + j0..][..nc]`.
 pub(crate) struct Dst<'a> {
     out: &'a mut [u8],
     ldo: usize,
@@ -324,15 +423,29 @@ pub(crate) struct Dst<'a> {
     mr: usize,
 }
 
-/// Portable micro-kernel: the first R (≤ MR) rows of one MR × NR tile.
-fn tile_portable<const R: usize>(a: &[[i32; MR]], b: &[[i16; 2 * NR]], ep: &Epilogue, d: Dst<'_>) {
+/// Portable micro-kernel: one tile of `a`'s rows (up to MR) by NR columns.
+fn tile_portable(a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+    match b {
+        Panel::Wide(b) => by_rows!(d.mr, tile_portable_with, a, b, ep, d),
+        Panel::Narrow(b) => by_rows!(d.mr, tile_portable_with, a, b, ep, d),
+    }
+}
+
+/// [`tile_portable`] for R rows, on panels of `E`.
+fn tile_portable_with<const R: usize, E: Copy + Into<i32>>(
+    a: Rows<'_>,
+    b: &[[E; 2 * NR]],
+    ep: &Epilogue,
+    d: Dst<'_>,
+) {
     let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
     let mut acc = [[0i32; NR]; R];
-    for (a4, bp) in a.iter().zip(b) {
-        for (r, accr) in acc.iter_mut().enumerate() {
-            let (x0, x1) = unpair(a4[r]);
+    let rows = a.first::<R>();
+    for (i, bp) in b.iter().enumerate().take(a.pairs) {
+        for (accr, row) in acc.iter_mut().zip(rows) {
+            let (x0, x1) = (i32::from(row[i][0]), i32::from(row[i][1]));
             for (j, v) in accr.iter_mut().enumerate() {
-                *v += x0 * i32::from(bp[2 * j]) + x1 * i32::from(bp[2 * j + 1]);
+                *v += x0 * bp[2 * j].into() + x1 * bp[2 * j + 1].into();
             }
         }
     }
@@ -348,7 +461,7 @@ fn tile_portable<const R: usize>(a: &[[i32; MR]], b: &[[i16; 2 * NR]], ep: &Epil
 pub(crate) mod avx2 {
     //! The AVX2 micro-kernel and the vector epilogue shared with the depthwise kernel.
 
-    use super::{Dst, Epilogue, Group, MR, NR};
+    use super::{Dst, Epilogue, Group, MR, NR, Panel, Rows};
     use std::arch::x86_64::*;
 
     /// 16 i16 from an array of at least 16.
@@ -460,26 +573,13 @@ pub(crate) mod avx2 {
     }
 
     /// The output zero point and activation bounds as i16 lanes, and the output's signedness.
-    #[derive(Clone, Copy)]
-    pub(crate) struct Narrow {
-        zp: __m256i,
-        lo: __m256i,
-        hi: __m256i,
-        signed: bool,
-    }
+    pub(crate) type Narrow = super::Narrow<__m256i>;
 
     impl Narrow {
         #[inline]
         #[target_feature(enable = "avx2")]
         pub(crate) fn load(ep: &Epilogue) -> Narrow {
-            // Zero points and bounds are within [-128, 255] (validated types and ranges).
-            let w = |v: i32| v.clamp(-32768, 32767) as i16;
-            Narrow {
-                zp: _mm256_set1_epi16(w(ep.zp)),
-                lo: _mm256_set1_epi16(w(ep.vector.out_lo)),
-                hi: _mm256_set1_epi16(w(ep.vector.out_hi)),
-                signed: ep.signed,
-            }
+            Narrow::splat(ep, |v| _mm256_set1_epi16(v))
         }
     }
 
@@ -500,34 +600,52 @@ pub(crate) mod avx2 {
             _mm256_packus_epi16(w, w)
         };
         let b = _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
-        match dst.first_chunk_mut::<16>() {
-            // SAFETY: `d` holds 16 bytes, written unaligned.
-            Some(d) => unsafe { _mm_storeu_si128(d.as_mut_ptr().cast(), b) },
-            None => {
-                let mut out = [0u8; 16];
-                // SAFETY: `out` holds 16 bytes, written unaligned.
-                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
-                dst.copy_from_slice(&out[..dst.len()]);
-            }
+        // SAFETY: `d` holds 16 bytes, written unaligned.
+        super::put16(dst, |d| unsafe {
+            _mm_storeu_si128(d.as_mut_ptr().cast(), b)
+        });
+    }
+
+    /// The AVX2 form of [`super::tile_portable`]: i8 panels are widened as they are loaded
+    /// (`_mm256_cvtepi8_epi16`).
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn tile(a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+        let wide = |p: &[i16; 2 * NR]| [ld16(p, 0), ld16(p, 16)];
+        let narrow = |p: &[i8; 2 * NR]| [wide16(p, 0), wide16(p, 16)];
+        match b {
+            Panel::Wide(b) => by_rows!(d.mr, tile_with, a, b, wide, ep, d),
+            Panel::Narrow(b) => by_rows!(d.mr, tile_with, a, b, narrow, ep, d),
         }
     }
 
-    /// The AVX2 form of [`super::tile_portable`].
+    /// 16 i8 from `s[at..at + 16]` widened to i16.
+    #[inline]
     #[target_feature(enable = "avx2")]
-    pub(crate) fn tile<const R: usize>(
-        a: &[[i32; MR]],
-        b: &[[i16; 2 * NR]],
+    fn wide16(s: &[i8; 2 * NR], at: usize) -> __m256i {
+        let s = &s[at..at + 16];
+        // SAFETY: `s` holds 16 bytes, read unaligned.
+        _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s.as_ptr().cast()) })
+    }
+
+    /// [`tile`] on panels of `E`, whose entries `load` reads as two registers of i16 pairs.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn tile_with<const R: usize, E>(
+        a: Rows<'_>,
+        b: &[[E; 2 * NR]],
+        load: impl Fn(&[E; 2 * NR]) -> [__m256i; 2],
         ep: &Epilogue,
         d: Dst<'_>,
     ) {
         let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
         let z = _mm256_setzero_si256();
         let mut acc = [[z; 2]; R];
-        for (a4, bp) in a.iter().zip(b) {
-            let b0 = ld16(bp, 0);
-            let b1 = ld16(bp, 16);
-            for (r, accr) in acc.iter_mut().enumerate() {
-                let x = _mm256_set1_epi32(a4[r]);
+        let rows = a.first::<R>();
+        for (i, bp) in b.iter().enumerate().take(a.pairs) {
+            let [b0, b1] = load(bp);
+            for (accr, row) in acc.iter_mut().zip(rows) {
+                let [x0, x1] = row[i];
+                let x = _mm256_set1_epi32(i32::from(x0 as u16) | (i32::from(x1) << 16));
                 accr[0] = _mm256_add_epi32(accr[0], _mm256_madd_epi16(x, b0));
                 accr[1] = _mm256_add_epi32(accr[1], _mm256_madd_epi16(x, b1));
             }
@@ -539,6 +657,202 @@ pub(crate) mod avx2 {
             let v0 = requant(accr[0], &p0);
             let v1 = requant(accr[1], &p1);
             store16(&mut out[r * ldo + j0..][..nc], v0, v1, &narrow);
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    //! The NEON micro-kernel and the vector epilogue shared with the depthwise kernel. NEON is
+    //! part of the aarch64 baseline (enabled for every aarch64 target Rust builds); the
+    //! functions still declare it, as the intrinsics require, and [`super::Isa::Neon`] is
+    //! chosen by run-time detection like the other sets.
+
+    use super::{Dst, Epilogue, Group, MR, NR, Panel, Rows};
+    use std::arch::aarch64::*;
+
+    /// Kernel calls made (tiles and depthwise rows), for the test that proves NEON ran.
+    #[cfg(test)]
+    pub(crate) static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// Counts one kernel call (tests only).
+    #[inline]
+    pub(crate) fn ran() {
+        #[cfg(test)]
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// 8 i16 from `s[at..at + 8]` (panics, as indexing does, when `s` is shorter).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn ld8(s: &[i16], at: usize) -> int16x8_t {
+        let s = &s[at..at + 8];
+        // SAFETY: `s` holds 8 i16 (16 bytes); vld1q_s16 needs only i16 alignment.
+        unsafe { vld1q_s16(s.as_ptr()) }
+    }
+
+    /// 16 i16 from `s[at..at + 16]`, de-interleaved: the even-indexed 8, then the odd 8.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn ld_pairs(s: &[i16; 2 * NR], at: usize) -> int16x8x2_t {
+        let s = &s[at..at + 16];
+        // SAFETY: `s` holds 16 i16 (32 bytes), as vld2q_s16 reads; i16 alignment.
+        unsafe { vld2q_s16(s.as_ptr()) }
+    }
+
+    /// [`ld_pairs`] of i8 values, widened to i16.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn ld_pairs_i8(s: &[i8; 2 * NR], at: usize) -> int16x8x2_t {
+        let s = &s[at..at + 16];
+        // SAFETY: `s` holds 16 bytes, as vld2_s8 reads.
+        let v = unsafe { vld2_s8(s.as_ptr()) };
+        int16x8x2_t(vmovl_s8(v.0), vmovl_s8(v.1))
+    }
+
+    /// 4 i32 from `s[at..at + 4]`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn ld4(s: &[i32; 8], at: usize) -> int32x4_t {
+        let s = &s[at..at + 4];
+        // SAFETY: `s` holds 4 i32 (16 bytes); vld1q_s32 needs only i32 alignment.
+        unsafe { vld1q_s32(s.as_ptr()) }
+    }
+
+    /// The requantization parameters of 4 channels in registers, loaded once for every row of
+    /// a tile.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Lanes {
+        bias: int32x4_t,
+        mult: int32x4_t,
+        left: int32x4_t,
+        /// Minus the right shift: `vrshlq_s32` shifts right by a negative count.
+        neg_right: int32x4_t,
+    }
+
+    impl Lanes {
+        /// Channels `4q..4q+4` of `ep`.
+        #[inline]
+        #[target_feature(enable = "neon")]
+        pub(crate) fn load(ep: &Epilogue, q: usize) -> Lanes {
+            let Group {
+                bias,
+                mult,
+                left,
+                right,
+                ..
+            } = &ep.groups[q / 2];
+            let at = 4 * (q % 2);
+            Lanes {
+                bias: ld4(bias, at),
+                mult: ld4(mult, at),
+                left: ld4(left, at),
+                neg_right: vnegq_s32(ld4(right, at)),
+            }
+        }
+    }
+
+    /// `acc` (4 channels' accumulators) requantized with the channels' `p`, before the zero
+    /// point and the activation ([`store16`] adds and applies them). Each step is the exact
+    /// counterpart of [`Epilogue::scalar`]'s:
+    /// - `acc + bias` saturated: `vqaddq_s32`;
+    /// - the left shift saturated to i32 (the scalar form clamps the i64 shift): `vqshlq_s32`;
+    /// - SaturatingRoundingDoublingHighMul: `vqrdmulhq_s32` computes sat((2·a·m + 2^31) >> 32)
+    ///   = floor((a·m + 2^30) / 2^31), which is gemmlowp's rounding for a·m ≥ 0 and, for
+    ///   a·m < 0, equals its truncated (a·m + 1 − 2^30) / 2^31 (= ceil = floor((a·m + 2^30) /
+    ///   2^31)); both saturate only for a = m = i32::MIN;
+    /// - RoundingDivideByPOT by e: `vrshlq_s32(x, -e)` rounds half up, (x + 2^(e−1)) >> e
+    ///   computed without overflow; gemmlowp rounds half away from zero, which is
+    ///   floor((x − [x < 0] + 2^(e−1)) / 2^e), so negative x (when e > 0: the sign bit of
+    ///   x & −e) first gets −1, saturating (for x = i32::MIN both give i32::MIN >> e).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn requant(acc: int32x4_t, p: &Lanes) -> int32x4_t {
+        let a = vqaddq_s32(acc, p.bias);
+        let xs = vqshlq_s32(a, p.left);
+        let x = vqrdmulhq_s32(xs, p.mult);
+        let fix = vshrq_n_s32::<31>(vandq_s32(x, p.neg_right));
+        vrshlq_s32(vqaddq_s32(x, fix), p.neg_right)
+    }
+
+    /// The output zero point and activation bounds as i16 lanes, and the output's signedness.
+    pub(crate) type Narrow = super::Narrow<int16x8_t>;
+
+    impl Narrow {
+        #[inline]
+        #[target_feature(enable = "neon")]
+        pub(crate) fn load(ep: &Epilogue) -> Narrow {
+            Narrow::splat(ep, |v| vdupq_n_s16(v))
+        }
+    }
+
+    /// Stores 16 requantized values (channels of `v[0]` to `v[3]`, from [`requant`]) plus the
+    /// zero point, clamped to the activation, as bytes into `dst`: all 16 when `dst` has room,
+    /// else its first `dst.len()`. Narrowed to i16 first (saturating), then offset (saturating)
+    /// and clamped: with the zero point and the bounds within ±255, a value saturated at ±32767
+    /// lands on the same bound as the exact sum, and the clamped values narrow exactly.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn store16(dst: &mut [u8], v: [int32x4_t; 4], n: &Narrow) {
+        let fix = |w: int16x8_t| vminq_s16(vmaxq_s16(vqaddq_s16(w, n.zp), n.lo), n.hi);
+        let w0 = fix(vqmovn_high_s32(vqmovn_s32(v[0]), v[1]));
+        let w1 = fix(vqmovn_high_s32(vqmovn_s32(v[2]), v[3]));
+        let b = if n.signed {
+            vreinterpretq_u8_s8(vqmovn_high_s16(vqmovn_s16(w0), w1))
+        } else {
+            vqmovun_high_s16(vqmovun_s16(w0), w1)
+        };
+        // SAFETY: `d` holds 16 bytes; vst1q_u8 has no alignment requirement.
+        super::put16(dst, |d| unsafe { vst1q_u8(d.as_mut_ptr(), b) });
+    }
+
+    /// The NEON form of [`super::tile_portable`]: each pair entry of B is loaded
+    /// de-interleaved (`vld2q_s16`: the even-k and the odd-k values of 8 columns), and each
+    /// row's two A values multiply-accumulate them widened (`vmlal_n_s16`) into 4 × 4 i32
+    /// accumulators a row (the partial sums are sums of the same products as the portable
+    /// kernel's, so within the same i32 bound).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn tile(a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+        ran();
+        let wide = |p: &[i16; 2 * NR]| [ld_pairs(p, 0), ld_pairs(p, NR)];
+        let narrow = |p: &[i8; 2 * NR]| [ld_pairs_i8(p, 0), ld_pairs_i8(p, NR)];
+        match b {
+            Panel::Wide(b) => by_rows!(d.mr, tile_with, a, b, wide, ep, d),
+            Panel::Narrow(b) => by_rows!(d.mr, tile_with, a, b, narrow, ep, d),
+        }
+    }
+
+    /// [`tile`] on panels of `E`, whose entries `load` reads as columns 0-7 and 8-15, each
+    /// de-interleaved.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn tile_with<const R: usize, E>(
+        a: Rows<'_>,
+        b: &[[E; 2 * NR]],
+        load: impl Fn(&[E; 2 * NR]) -> [int16x8x2_t; 2],
+        ep: &Epilogue,
+        d: Dst<'_>,
+    ) {
+        let (out, ldo, j0, nc, mr) = (d.out, d.ldo, d.j0, d.nc, d.mr);
+        let mut acc = [[vdupq_n_s32(0); 4]; R];
+        let rows = a.first::<R>();
+        for (i, bp) in b.iter().enumerate().take(a.pairs) {
+            let [lo, hi] = load(bp);
+            for (accr, row) in acc.iter_mut().zip(rows) {
+                let [x0, x1] = row[i];
+                let mla = |acc, even, odd| vmlal_n_s16(vmlal_n_s16(acc, even, x0), odd, x1);
+                accr[0] = mla(accr[0], vget_low_s16(lo.0), vget_low_s16(lo.1));
+                accr[1] = mla(accr[1], vget_high_s16(lo.0), vget_high_s16(lo.1));
+                accr[2] = mla(accr[2], vget_low_s16(hi.0), vget_low_s16(hi.1));
+                accr[3] = mla(accr[3], vget_high_s16(hi.0), vget_high_s16(hi.1));
+            }
+        }
+        let q = j0 / 4;
+        let p = [0, 1, 2, 3].map(|i| Lanes::load(ep, q + i));
+        let narrow = Narrow::load(ep);
+        for (r, accr) in acc.iter().enumerate().take(mr) {
+            let v = [0, 1, 2, 3].map(|i| requant(accr[i], &p[i]));
+            store16(&mut out[r * ldo + j0..][..nc], v, &narrow);
         }
     }
 }
@@ -620,6 +934,12 @@ pub(crate) mod tests {
                         let got = unsafe { avx2_epilogue(&ep, acc, j) };
                         assert_eq!(got, want, "avx2: acc {acc} channel {j}");
                     }
+                    #[cfg(target_arch = "aarch64")]
+                    {
+                        // SAFETY: NEON is in the aarch64 baseline.
+                        let got = unsafe { neon_epilogue(&ep, acc, j) };
+                        assert_eq!(got, want, "neon: acc {acc} channel {j}");
+                    }
                 }
             }
         }
@@ -633,6 +953,17 @@ pub(crate) mod tests {
         let mut bytes = [0u8; 16];
         avx2::store16(&mut bytes, v, v, &avx2::Narrow::load(ep));
         bytes[j % 8]
+    }
+
+    /// One value through the NEON epilogue, in lane `j % 4` of a register of copies.
+    #[cfg(target_arch = "aarch64")]
+    #[target_feature(enable = "neon")]
+    fn neon_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
+        use std::arch::aarch64::vdupq_n_s32;
+        let v = neon::requant(vdupq_n_s32(acc), &neon::Lanes::load(ep, j / 4));
+        let mut bytes = [0u8; 16];
+        neon::store16(&mut bytes, [v; 4], &neon::Narrow::load(ep));
+        bytes[j % 4]
     }
 
     /// A plain `[m][k] · [n][k]ᵀ` through the reference requantization.
@@ -656,11 +987,18 @@ pub(crate) mod tests {
             let k = 1 + rng.range(0, 70) as usize;
             let n = 1 + rng.range(0, 50) as usize;
             let a: Vec<i32> = (0..m * k).map(|_| rng.range(-255, 255)).collect();
-            let w: Vec<i32> = (0..n * k).map(|_| rng.range(-255, 255)).collect();
+            // Every other round the weights fit i8 (and are packed so), else they span ±255.
+            let narrow = round % 2 == 0;
+            let (lo, hi) = if narrow { (-128, 127) } else { (-255, 255) };
+            let mut w: Vec<i32> = (0..n * k).map(|_| rng.range(lo, hi)).collect();
+            if !narrow {
+                w[0] = 255 * (1 - 2 * (round % 4 / 2));
+            }
             let bias: Vec<i32> = (0..n).map(|_| rng.range(-100_000, 100_000)).collect();
             let rq = requant(&mut rng, n, round % 2 == 1, round % 3 == 0);
             let ep = Epilogue::new(&rq, &bias, n, k).unwrap();
-            let qw = QWeights::pack(n, k, |i| w[i]).unwrap();
+            let qw = QWeights::pack(n, k, narrow, |i| w[i]).unwrap();
+            assert_eq!(qw.is_narrow(), narrow);
             let want = naive(&a, &w, &bias, &rq, m, k);
             for isa in Isa::all() {
                 for threads in [1, 2] {
@@ -680,11 +1018,53 @@ pub(crate) mod tests {
         }
     }
 
+    /// On aarch64 the detected kernel set is NEON, and a GEMM through it runs the NEON tiles
+    /// (the counter only grows, so tests running beside this one cannot hide a miss).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels_are_detected_and_run_on_aarch64() {
+        use std::sync::atomic::Ordering::Relaxed;
+        assert_eq!(Isa::detect(), Isa::Neon);
+        assert_eq!(Isa::all(), [Isa::Portable, Isa::Neon]);
+        let (m, k, n) = (9, 5, 20);
+        let qw = QWeights::pack(n, k, false, |i| (i % 7) as i32 - 3).unwrap();
+        // Multiplier 1, zero point 100: the output is the plain sum plus 100.
+        let rq = Requant::from_parts(&[1.0; 20], 100, (0, 255), T::TensorQuant8Asymm);
+        let ep = Epilogue::new(&rq, &[0; 20], n, k).unwrap();
+        let before = neon::RUNS.load(Relaxed);
+        let mut out = vec![0u8; m * n];
+        gemm(Isa::Neon, &qw, &ep, &mut out, 1, |_, dst| dst.fill(1)).unwrap();
+        // 3 tiles of rows (9 = 4 + 4 + 1) by 2 panels of columns.
+        assert!(neon::RUNS.load(Relaxed) >= before + 6);
+        // Row r, column j: the sum of channel j's weights (A is all ones) plus 100.
+        let col = |j: usize| (0..k).map(|i| ((j * k + i) % 7) as i32 - 3).sum::<i32>();
+        for (i, &v) in out.iter().enumerate() {
+            assert_eq!(i32::from(v), col(i % n) + 100, "output {i}");
+        }
+    }
+
+    #[test]
+    fn weights_that_fit_i8_are_packed_as_i8_in_half_the_bytes_when_asked() {
+        // 3 columns of 5 (one panel of 16 columns, 3 pairs of k).
+        let narrow = QWeights::pack(3, 5, true, |i| [127, -128, 0][i % 3]).unwrap();
+        assert!(narrow.is_narrow());
+        assert_eq!(narrow.bytes(), 3 * 2 * NR);
+        // Not asked for, or a value outside i8: i16.
+        let wide = QWeights::pack(3, 5, false, |i| [127, -128, 0][i % 3]).unwrap();
+        assert!(!wide.is_narrow());
+        assert_eq!(wide.bytes(), 3 * 2 * NR * 2);
+        let wide = QWeights::pack(3, 5, true, |i| [128, -128, 0][i % 3]).unwrap();
+        assert!(!wide.is_narrow());
+        assert_eq!(wide.bytes(), 3 * 2 * NR * 2);
+        let wide = QWeights::pack(3, 5, true, |i| [127, -129, 0][i % 3]).unwrap();
+        assert!(!wide.is_narrow());
+    }
+
     #[test]
     fn weights_outside_the_kernel_bound_are_not_packed() {
-        assert!(QWeights::pack(1, 2, |i| [255, -255][i]).is_some());
-        assert!(QWeights::pack(1, 2, |i| [256, 0][i]).is_none());
-        assert!(QWeights::pack(1, 2, |i| [0, -256][i]).is_none());
+        assert!(QWeights::pack(1, 2, true, |i| [255, -255][i]).is_some());
+        assert!(QWeights::pack(1, 2, true, |i| [256, 0][i]).is_none());
+        assert!(QWeights::pack(1, 2, true, |i| [0, -256][i]).is_none());
     }
 
     #[test]

@@ -70,9 +70,12 @@ fn route(fast_ok: bool) -> Route {
 }
 
 /// Constant 8-bit weights of a FULLY_CONNECTED or CONV_2D (`decl`, value `t`: `[n][k]` or
-/// `[n][fh][fw][c]`) packed for the quantized GEMM, or None when they are not 8-bit.
+/// `[n][fh][fw][c]`) packed for the quantized GEMM, or None when they are not 8-bit. A
+/// FULLY_CONNECTED's (2-D) are packed as i8 where they fit (its batch is often one row: see
+/// [`QWeights`]).
 pub(crate) fn pack_q8_weights(decl: &Operand, t: &Tensor) -> Option<QWeights> {
     let n = *t.dims.first()? as usize;
+    let narrow = t.dims.len() == 2;
     let len = t.data.len();
     if n == 0 || len % n != 0 {
         return None;
@@ -83,8 +86,8 @@ pub(crate) fn pack_q8_weights(decl: &Operand, t: &Tensor) -> Option<QWeights> {
         decl.zero_point
     };
     match &t.data {
-        Data::U8(v) => QWeights::pack(n, len / n, |i| i32::from(v[i]) - zp),
-        Data::I8(v) => QWeights::pack(n, len / n, |i| i32::from(v[i]) - zp),
+        Data::U8(v) => QWeights::pack(n, len / n, narrow, |i| i32::from(v[i]) - zp),
+        Data::I8(v) => QWeights::pack(n, len / n, narrow, |i| i32::from(v[i]) - zp),
         _ => None,
     }
 }
@@ -342,7 +345,7 @@ struct Depthwise<'a> {
     /// Taps (fh·fw) and taps rounded up to even (the last one of an odd count has zero weights).
     taps: usize,
     taps_even: usize,
-    /// The filter `[block][tap]` (portable kernel) or `[block][tap pair]` interleaved as
+    /// The filter `[block][tap]` (portable and NEON kernels) or `[block][tap pair]` interleaved as
     /// `_mm256_unpacklo/hi_epi16` interleave the input of the pair's two taps (AVX2 kernel).
     f: Vec<[i16; 2 * DW]>,
     ep: &'a Epilogue,
@@ -366,10 +369,13 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
             if x.len() != pixels * c || c * mult != oc {
                 return Err(ctx.err("input does not match its dimensions"));
             }
-            let mut xb = vec![[0i16; DW]; (pixels + 1) * blocks];
+            // Grown a pixel at a time (zeroed while in cache, then written), not zeroed whole.
+            let mut xb = Vec::with_capacity((pixels + 1) * blocks);
             let mut px = vec![0i16; c];
-            for (p, dst) in xb.chunks_exact_mut(blocks).take(pixels).enumerate() {
-                let dst = &mut dst.as_flattened_mut()[..oc];
+            for p in 0..pixels {
+                let start = xb.len();
+                xb.resize(start + blocks, [0i16; DW]);
+                let dst = &mut xb[start..].as_flattened_mut()[..oc];
                 if mult == 1 {
                     x.center(p * c, dst);
                 } else {
@@ -379,6 +385,8 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
                     }
                 }
             }
+            // The zero pixel that taps outside the input read.
+            xb.resize((pixels + 1) * blocks, [0i16; DW]);
             let Some(f) = depthwise_filter(ctx, fzp, taps, oc, isa)? else {
                 return depthwise_reference(ctx, s);
             };
@@ -448,17 +456,21 @@ fn depthwise_filter(
             0
         }
     };
-    let f = match isa {
-        Isa::Portable => {
-            let mut f = vec![[0i16; 2 * DW]; taps * blocks];
-            for (i, e) in f.iter_mut().enumerate() {
-                let (b, t) = (i / taps, i % taps);
-                for (l, v) in e.iter_mut().take(DW).enumerate() {
-                    *v = at(t, b * DW + l);
-                }
+    // Portable and NEON: `[block][tap]`, the first DW lanes used.
+    let block_taps = || {
+        let mut f = vec![[0i16; 2 * DW]; taps * blocks];
+        for (i, e) in f.iter_mut().enumerate() {
+            let (b, t) = (i / taps, i % taps);
+            for (l, v) in e.iter_mut().take(DW).enumerate() {
+                *v = at(t, b * DW + l);
             }
-            f
         }
+        f
+    };
+    let f = match isa {
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => block_taps(),
+        Isa::Portable => block_taps(),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
             let pairs = padded(taps) / 2;
@@ -494,6 +506,8 @@ impl Depthwise<'_> {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
             Isa::Avx2 => unsafe { self.rows_avx2(r0, out) },
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => self.rows_with::<true>(r0, out),
         }
     }
 
@@ -503,12 +517,13 @@ impl Depthwise<'_> {
         self.rows_with::<true>(r0, out);
     }
 
-    /// [`Self::rows`] with the AVX2 pixel kernel when `AVX2` (instantiated with it only from
-    /// [`Self::rows_avx2`]), else the portable one. Pixels whose window lies inside the input
+    /// [`Self::rows`] with the vector row kernel when `VECTOR` (on x86-64 the AVX2 one,
+    /// instantiated with it only from [`Self::rows_avx2`]; on aarch64 the NEON one), else the
+    /// portable one. Pixels whose window lies inside the input
     /// step their tap offsets by the stride; border pixels point their outside taps at the zero
     /// pixel.
     #[inline(always)]
-    fn rows_with<const AVX2: bool>(&self, r0: usize, out: &mut [u8]) {
+    fn rows_with<const VECTOR: bool>(&self, r0: usize, out: &mut [u8]) {
         let ([_, h, w, _], (fh, fw), (oh, ow), g) = (
             self.win.nhwc,
             self.win.filter_hw,
@@ -555,10 +570,16 @@ impl Depthwise<'_> {
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            if AVX2 {
-                // SAFETY: AVX2 is true only in the instance called from rows_avx2, whose
+            if VECTOR {
+                // SAFETY: VECTOR is true only in the instance called from rows_avx2, whose
                 // callers checked that the CPU has AVX2.
                 unsafe { self.row_avx2(&row_offs, orow) };
+                continue;
+            }
+            #[cfg(target_arch = "aarch64")]
+            if VECTOR {
+                // SAFETY: VECTOR is true only for Isa::Neon, chosen only when the CPU has NEON.
+                unsafe { self.row_neon(&row_offs, orow) };
                 continue;
             }
             for (offs, o) in row_offs.chunks_exact(te).zip(orow.chunks_exact_mut(oc)) {
@@ -587,35 +608,95 @@ impl Depthwise<'_> {
 
     /// The AVX2 form of [`Self::pixel_portable`] over a row of pixels (`offs`: each pixel's
     /// taps), one block of channels at a time so its filter and epilogue parameters stay in
-    /// registers: two taps per `_mm256_madd_epi16`.
+    /// registers: two taps per `_mm256_madd_epi16`. A 3×3 filter (5 tap pairs) runs an
+    /// unrolled instance that keeps the block's 10 filter registers loaded across the row.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
     fn row_avx2(&self, offs: &[usize], out: &mut [u8]) {
+        match self.taps_even / 2 {
+            5 => self.row_avx2_pairs::<5>(offs, out),
+            _ => self.row_avx2_pairs::<0>(offs, out),
+        }
+    }
+
+    /// [`Self::row_avx2`] for `P` tap pairs held in registers, or (P = 0) any count read from
+    /// memory.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn row_avx2_pairs<const P: usize>(&self, offs: &[usize], out: &mut [u8]) {
         use crate::ops::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
         use std::arch::x86_64::*;
         let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
         let narrow = Narrow::load(self.ep);
+        // Two taps' inputs interleaved, times their filter pair, added to lo and hi.
+        let mac = |lo: &mut __m256i, hi: &mut __m256i, at: &[usize], f0, f1| {
+            let x0 = ld16(&self.x[at[0]], 0);
+            let x1 = ld16(&self.x[at[1]], 0);
+            let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), f0);
+            let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), f1);
+            *lo = _mm256_add_epi32(*lo, plo);
+            *hi = _mm256_add_epi32(*hi, phi);
+        };
         for b in 0..blocks {
             let p0 = Lanes::load(self.ep, 2 * b);
             let p1 = Lanes::load(self.ep, 2 * b + 1);
             let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
             let fb = &self.f[b * te / 2..(b + 1) * te / 2];
+            let held: [[__m256i; 2]; P] =
+                std::array::from_fn(|q| [ld16(&fb[q], 0), ld16(&fb[q], 16)]);
             for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
                 let mut lo = _mm256_setzero_si256();
                 let mut hi = _mm256_setzero_si256();
-                for (pair, f) in po.chunks_exact(2).zip(fb) {
-                    let x0 = ld16(&self.x[pair[0] + b], 0);
-                    let x1 = ld16(&self.x[pair[1] + b], 0);
-                    let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), ld16(f, 0));
-                    let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), ld16(f, 16));
-                    lo = _mm256_add_epi32(lo, plo);
-                    hi = _mm256_add_epi32(hi, phi);
+                if P > 0 {
+                    for (q, f) in held.iter().enumerate() {
+                        let at = [po[2 * q] + b, po[2 * q + 1] + b];
+                        mac(&mut lo, &mut hi, &at, f[0], f[1]);
+                    }
+                } else {
+                    for (pair, f) in po.chunks_exact(2).zip(fb) {
+                        let at = [pair[0] + b, pair[1] + b];
+                        mac(&mut lo, &mut hi, &at, ld16(f, 0), ld16(f, 16));
+                    }
                 }
                 // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
                 let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
                 let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
                 store16(&mut o[c0..c1], v0, v1, &narrow);
+            }
+        }
+    }
+
+    /// The NEON form of [`Self::pixel_portable`] over a row of pixels (`offs`: each pixel's
+    /// taps), one block of channels at a time so its epilogue parameters stay in registers:
+    /// per tap, 16 widening multiply-adds of input by filter (`vmlal_s16`, `vmlal_high_s16`)
+    /// into 4 × 4 i32 accumulators.
+    #[cfg(target_arch = "aarch64")]
+    #[target_feature(enable = "neon")]
+    fn row_neon(&self, offs: &[usize], out: &mut [u8]) {
+        use crate::ops::qgemm::neon::{Lanes, Narrow, ld8, ran, requant, store16};
+        use std::arch::aarch64::*;
+        ran();
+        let (blocks, oc, te, taps) = (self.blocks, self.oc, self.taps_even, self.taps);
+        let narrow = Narrow::load(self.ep);
+        for b in 0..blocks {
+            let p = [0, 1, 2, 3].map(|i| Lanes::load(self.ep, 4 * b + i));
+            let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
+            let fb = &self.f[b * taps..(b + 1) * taps];
+            for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
+                let mut acc = [vdupq_n_s32(0); 4];
+                for (&off, f) in po.iter().zip(fb) {
+                    let x = &self.x[off + b];
+                    let (x0, x1) = (ld8(x, 0), ld8(x, 8));
+                    let (f0, f1) = (ld8(f, 0), ld8(f, 8));
+                    acc[0] = vmlal_s16(acc[0], vget_low_s16(x0), vget_low_s16(f0));
+                    acc[1] = vmlal_high_s16(acc[1], x0, f0);
+                    acc[2] = vmlal_s16(acc[2], vget_low_s16(x1), vget_low_s16(f1));
+                    acc[3] = vmlal_high_s16(acc[3], x1, f1);
+                }
+                let v = [0, 1, 2, 3].map(|i| requant(acc[i], &p[i]));
+                store16(&mut o[c0..c1], v, &narrow);
             }
         }
     }

@@ -166,6 +166,11 @@ fn fully_connected_case(rng: &mut Rng, batch: u32, isz: u32, units: u32) -> Case
 /// One random CONV_2D or DEPTHWISE_CONV_2D: explicit or implicit padding, strides, dilation,
 /// NCHW or NHWC, batch up to 2, depth multiplier up to 3.
 fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
+    conv_case_with(rng, depthwise, None)
+}
+
+/// [`conv_case`] with the filter's (height, width) when given, else random up to 5×5.
+fn conv_case_with(rng: &mut Rng, depthwise: bool, filter_hw: Option<(u32, u32)>) -> Case {
     let ty = random_type(rng);
     let r = |rng: &mut Rng, lo: i32, hi: i32| rng.range(lo, hi) as u32;
     let (n, h, w) = (r(rng, 1, 2), r(rng, 1, 9), r(rng, 1, 9));
@@ -175,7 +180,7 @@ fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
         r(rng, 1, 19)
     };
     let mult = if depthwise { r(rng, 1, 3) } else { 1 };
-    let (fh, fw) = (r(rng, 1, 5), r(rng, 1, 5));
+    let (fh, fw) = filter_hw.unwrap_or_else(|| (r(rng, 1, 5), r(rng, 1, 5)));
     let (sw, sh) = (r(rng, 1, 3), r(rng, 1, 3));
     let (dw, dh) = (r(rng, 1, 2), r(rng, 1, 2));
     let oc = if depthwise { c * mult } else { r(rng, 1, 40) };
@@ -253,6 +258,25 @@ fn fast_fully_connected_equals_the_reference_on_random_shapes() {
     }
 }
 
+/// Weights centered on their type's middle (0 for int8, 128 for uint8), which fit i8 and are
+/// packed so.
+#[test]
+fn fast_fully_connected_with_weights_that_fit_i8_equals_the_reference() {
+    let mut rng = Rng(0x5eed_0007);
+    for _ in 0..40 {
+        let (batch, isz, units) = (rng.range(1, 6), rng.range(1, 80), rng.range(1, 40));
+        let mut case = fully_connected_case(&mut rng, batch as u32, isz as u32, units as u32);
+        let w = case.g.operations[0].inputs[1] as usize;
+        let wd = &mut case.g.operands[w];
+        wd.zero_point = if wd.ty == T::TensorQuant8AsymmSigned {
+            0
+        } else {
+            128
+        };
+        check(&case);
+    }
+}
+
 #[test]
 fn fast_conv2d_equals_the_reference_on_random_shapes() {
     let mut rng = Rng(0x5eed_0002);
@@ -266,6 +290,16 @@ fn fast_depthwise_conv2d_equals_the_reference_on_random_shapes() {
     let mut rng = Rng(0x5eed_0003);
     for _ in 0..150 {
         check(&conv_case(&mut rng, true));
+    }
+}
+
+/// 3×3 filters (MobileNet's) have kernels of their own (the AVX2 one keeps the filter in
+/// registers).
+#[test]
+fn fast_depthwise_conv2d_3x3_equals_the_reference_on_random_shapes() {
+    let mut rng = Rng(0x5eed_0006);
+    for _ in 0..60 {
+        check(&conv_case_with(&mut rng, true, Some((3, 3))));
     }
 }
 
@@ -378,4 +412,29 @@ fn reductions_longer_than_max_k_run_on_the_reference_kernels() {
     };
     // Channel 1: 65025 · 33026 + i32::MIN = 32002 (exact in i64), · 2^-24 rounds to 0.
     check_reference_only(&case, &[128, 0]);
+}
+
+/// On aarch64 the NEON kernels are among the kernel sets the equality tests run, and a
+/// DEPTHWISE_CONV_2D and a CONV_2D routed to them run NEON code (its call counter only grows,
+/// so tests running beside this one cannot hide a miss) and give the reference's bytes.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_kernels_run_the_convolutions_on_aarch64() {
+    use crate::ops::qgemm::neon::RUNS;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert!(Isa::all().contains(&Isa::Neon));
+    let mut rng = Rng(0x5eed_0005);
+    for depthwise in [true, false] {
+        let case = conv_case(&mut rng, depthwise);
+        let (want, _) = run_on(&case, Route::Reference);
+        let before = RUNS.load(Relaxed);
+        let (got, fast) = run_on(&case, Route::Fast(Isa::Neon));
+        assert_eq!(fast, 1, "{}", case.what);
+        assert!(
+            RUNS.load(Relaxed) > before,
+            "{}: NEON did not run",
+            case.what
+        );
+        assert_eq!(got, want, "{}", case.what);
+    }
 }

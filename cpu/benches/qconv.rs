@@ -5,7 +5,8 @@
 //! `cargo bench -p nnaccel-cpu --bench qconv [-- NAME...]` (NAME: substring of the layers to
 //! run, e.g. `dw`). Each layer runs on 1 thread, then on 2 (`NNACCEL_BENCH_THREADS=1,2`
 //! chooses); the int8 operands are
-//! TENSOR_QUANT8_ASYMM_SIGNED with per-channel filters (what LiteRT's int8 models use). Prints
+//! TENSOR_QUANT8_ASYMM_SIGNED with per-channel filters and, for FULLY_CONNECTED, per-tensor
+//! symmetric weights (what LiteRT's int8 models use). Prints
 //! ms, GOP/s (2 operations a multiply-add) and float32 ms / int8 ms.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

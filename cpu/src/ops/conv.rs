@@ -2,6 +2,7 @@
 //! and the packed constant weights their float kernels prepare once per constant.
 
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 use super::fgemm::{self, Epilogue, Isa};
 use super::gemm::{GEMV_MAX_ROWS, gemv_rows};
@@ -550,10 +551,14 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     if crate::tensor::is_float(in_ty) {
         let x = nhwc_f32(ctx, s.input, a.nchw)?;
         let (win, w_rows) = FloatWindow::new(ctx, &s, &x)?;
-        let mut out = vec![0f32; n * oh * ow * oc];
-        match float_route() {
+        let len = n * oh * ow * oc;
+        let out = match float_route() {
             #[cfg(test)]
-            FloatRoute::Reference => fconv_reference::conv2d(&win, w_rows, &mut out),
+            FloatRoute::Reference => {
+                let mut out = vec![0f32; len];
+                fconv_reference::conv2d(&win, w_rows, &mut out);
+                out
+            }
             FloatRoute::Fast(isa) => {
                 let packed = packed_weights(ctx, w_rows, oc, k)?;
                 let conv = ConvF32 {
@@ -563,11 +568,21 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                     oc,
                     isa,
                 };
-                if conv.run(n, &mut out).map_err(|e| ctx.err(e))? {
+                // Not cleared first: the kernels write every element.
+                let mut out = Vec::with_capacity(len);
+                let spare = out
+                    .spare_capacity_mut()
+                    .get_mut(..len)
+                    .ok_or_else(|| ctx.err("output allocation"))?;
+                if conv.run(n, spare).map_err(|e| ctx.err(e))? {
                     ran_float(|r| r.packed_gemm += 1);
                 }
+                // SAFETY: the capacity is at least `len`, and `run` returned Ok, so it wrote
+                // every one of the first `len` elements.
+                unsafe { out.set_len(len) };
+                out
             }
-        }
+        };
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
     Ok(vec![qconv::conv2d(ctx, &s)?])
@@ -729,7 +744,8 @@ impl ConvF32<'_> {
 
     /// Computes `out`; returns whether the packed GEMM did (not the dot products of a few
     /// pixels of a 1×1 convolution).
-    fn run(&self, n: usize, out: &mut [f32]) -> Result<bool, String> {
+    /// On success every element of `out` has been written.
+    fn run(&self, n: usize, out: &mut [MaybeUninit<f32>]) -> Result<bool, String> {
         let oc = self.oc;
         if oc == 0 || out.is_empty() {
             return Ok(false);
@@ -739,8 +755,12 @@ impl ConvF32<'_> {
         let k = fh * fw * self.win.c;
         let m = n * oh * ow;
         if self.pointwise() && m <= GEMV_MAX_ROWS {
-            gemv_rows(m, k, oc, self.win.x, self.w_rows, out)?;
-            bias_act(out, self.win.bias, self.win.lo, self.win.hi);
+            let mut rows = vec![0f32; out.len()];
+            gemv_rows(m, k, oc, self.win.x, self.w_rows, &mut rows)?;
+            bias_act(&mut rows, self.win.bias, self.win.lo, self.win.hi);
+            for (o, v) in out.iter_mut().zip(rows) {
+                o.write(v);
+            }
             return Ok(false);
         }
         let block = (PATCH_FLOATS / k.max(1)).max(256).min(m.max(1));
@@ -767,7 +787,13 @@ impl ConvF32<'_> {
     }
 
     /// Computes output pixels `p0..` (all of `out`) in blocks of `block` pixels.
-    fn blocks(&self, p0: usize, out: &mut [f32], block: usize, split: bool) -> Result<(), String> {
+    fn blocks(
+        &self,
+        p0: usize,
+        out: &mut [MaybeUninit<f32>],
+        block: usize,
+        split: bool,
+    ) -> Result<(), String> {
         let (fh, fw) = self.win.filter_hw;
         let (c, oc) = (self.win.c, self.oc);
         let k = fh * fw * c;
@@ -801,7 +827,7 @@ impl ConvF32<'_> {
             } else {
                 1
             };
-            fgemm::gemm(rows, k, oc, a, self.packed, &ep, chunk, threads, self.isa)?;
+            fgemm::gemm_uninit(rows, k, oc, a, self.packed, &ep, chunk, threads, self.isa)?;
         }
         Ok(())
     }

@@ -12,6 +12,8 @@
 //! through C in between), so a block of the panel stays in L1 while it meets a block of A rows
 //! kept in L2. Measurements against the `gemm` crate: `docs/dependencies.md`.
 
+use std::mem::MaybeUninit;
+
 use crate::par;
 
 /// Columns per weight panel (two AVX registers).
@@ -97,7 +99,7 @@ pub(crate) struct Epilogue<'a> {
 
 /// `c[i*n + j] = clamp(bias[j] + Σ_kk a[i*k + kk] · w[j][kk], lo, hi)` for i < m, j < n, with
 /// `packed` the [`pack`]ed `w`, on up to `threads` threads (1: the calling thread), with the
-/// kernels of `isa`. Every element of `c[..m*n]` is written (no need to clear it first).
+/// kernels of `isa`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm(
     m: usize,
@@ -107,6 +109,26 @@ pub(crate) fn gemm(
     packed: &[f32],
     ep: &Epilogue<'_>,
     c: &mut [f32],
+    threads: usize,
+    isa: Isa,
+) -> Result<(), String> {
+    // SAFETY: MaybeUninit<f32> has the layout of f32, and `gemm_uninit` writes only f32 values
+    // (initialized ones), so `c` stays initialized.
+    let c = unsafe { &mut *(std::ptr::from_mut::<[f32]>(c) as *mut [MaybeUninit<f32>]) };
+    gemm_uninit(m, k, n, a, packed, ep, c, threads, isa)
+}
+
+/// [`gemm`] into memory that need not be initialized: on success every element of `c[..m*n]`
+/// has been written (so outputs need no clearing first).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_uninit(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    packed: &[f32],
+    ep: &Epilogue<'_>,
+    c: &mut [MaybeUninit<f32>],
     threads: usize,
     isa: Isa,
 ) -> Result<(), String> {
@@ -121,9 +143,11 @@ pub(crate) fn gemm(
         return Ok(());
     }
     if k == 0 {
+        let b = bounds(ep);
         for row in c.chunks_exact_mut(n) {
-            row.copy_from_slice(&ep.bias[..n]);
-            clamp(row, ep);
+            for (v, &x) in row.iter_mut().zip(ep.bias) {
+                v.write(b.map_or(x, |(lo, hi)| x.max(lo).min(hi)));
+            }
         }
         return Ok(());
     }
@@ -138,7 +162,7 @@ pub(crate) fn gemm(
     if threads <= 1 {
         // SAFETY: `a` holds m rows of k floats and `c` m rows of n, exclusively borrowed (checked
         // above); every panel of the checked packed length.
-        unsafe { g.run(a.as_ptr(), m, c.as_mut_ptr(), 0..panels) };
+        unsafe { g.run(a.as_ptr(), m, c.as_mut_ptr().cast(), 0..panels) };
         return Ok(());
     }
     if m >= threads * MR * 4 || panels < 2 {
@@ -150,7 +174,7 @@ pub(crate) fn gemm(
                 .ok_or("gemm rows out of range")?;
             // SAFETY: `a` holds `rows` rows of k floats, `cc` `rows` rows of n floats,
             // exclusively borrowed by this part.
-            unsafe { g.run(a.as_ptr(), rows, cc.as_mut_ptr(), 0..panels) };
+            unsafe { g.run(a.as_ptr(), rows, cc.as_mut_ptr().cast(), 0..panels) };
             Ok(())
         });
     }
@@ -158,7 +182,7 @@ pub(crate) fn gemm(
     // columns of every row.
     let parts = threads.min(panels);
     let per = panels.div_ceil(parts);
-    let cp = SendPtr(c.as_mut_ptr());
+    let cp = SendPtr(c.as_mut_ptr().cast());
     par::for_each_part(panels.div_ceil(per), |part| {
         let p0 = part * per;
         // SAFETY: `a` holds m rows of k floats; `c` (m rows of n floats) outlives every part and
@@ -173,15 +197,6 @@ pub(crate) fn gemm(
 pub(crate) fn threads(m: usize, k: usize, n: usize) -> usize {
     let flops = 2usize.saturating_mul(m).saturating_mul(n).saturating_mul(k);
     par::threads_for(flops, m.max(n) / 16)
-}
-
-/// `v = clamp(v, lo, hi)` when an activation is given.
-fn clamp(v: &mut [f32], ep: &Epilogue<'_>) {
-    if let Some((lo, hi)) = bounds(ep) {
-        for x in v {
-            *x = x.max(lo).min(hi);
-        }
-    }
 }
 
 /// The clamp to apply, None for none (so NaN stays NaN without an activation).
@@ -288,7 +303,8 @@ struct Tile<'a> {
 ///
 /// # Safety
 /// `a` valid for reads at `r * lda + kk` (r < mr, kk < kc), `b` for `kc * NR` floats, `c` for
-/// reads and writes at `r * ldc + j` (r < mr, j < nr), written by no one else meanwhile.
+/// writes at `r * ldc + j` (r < mr, j < nr), and for reads there when `bias` is None (the
+/// earlier reduction blocks wrote them), written by no one else meanwhile.
 type TileFn = unsafe fn(&Tile<'_>);
 
 /// The portable micro-kernel.
@@ -418,16 +434,19 @@ unsafe fn tile_avx2_fma(t: &Tile<'_>) {
         }
     }
     for (r, row) in acc.iter().enumerate().take(t.mr) {
-        // SAFETY: r < mr: nr floats of row r of C are writable, by this tile only (contract).
-        let dst = unsafe { std::slice::from_raw_parts_mut(t.c.wrapping_add(r * t.ldc), t.nr) };
+        // Written through the pointer, never through a reference: C may be uninitialized.
+        let dst = t.c.wrapping_add(r * t.ldc);
         if t.nr == NR {
-            st8(dst, 0, row[0]);
-            st8(dst, 8, row[1]);
+            // SAFETY: r < mr: NR floats of row r of C are writable, by this tile only (contract).
+            unsafe { _mm256_storeu_ps(dst, row[0]) };
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(dst.wrapping_add(8), row[1]) };
         } else {
             let mut buf = [0f32; NR];
             st8(&mut buf, 0, row[0]);
             st8(&mut buf, 8, row[1]);
-            dst.copy_from_slice(&buf[..t.nr]);
+            // SAFETY: r < mr: nr floats of row r of C are writable, by this tile only (contract).
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, t.nr) };
         }
     }
 }

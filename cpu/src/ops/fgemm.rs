@@ -165,8 +165,8 @@ pub(crate) fn gemm_uninit(
         unsafe { g.run(a.as_ptr(), m, c.as_mut_ptr().cast(), 0..panels) };
         return Ok(());
     }
-    if m >= threads * MR * 4 || panels < 2 {
-        // Runs of rows: each part reads its own rows of A and every panel.
+    if m >= n || panels < 2 {
+        // Runs of rows: each part reads its own rows of A and every panel (B is the smaller).
         return par::for_row_ranges(c, n, threads, |r0, cc| {
             let rows = cc.len() / n;
             let a = a
@@ -178,8 +178,8 @@ pub(crate) fn gemm_uninit(
             Ok(())
         });
     }
-    // Few rows (a small batch or spatial extent): runs of panels, each part writing its own
-    // columns of every row.
+    // More columns than rows (a small batch or spatial extent, wide weights): runs of panels,
+    // each part reading only its panels of B and writing its own columns of every row.
     let parts = threads.min(panels);
     let per = panels.div_ceil(parts);
     let cp = SendPtr(c.as_mut_ptr().cast());

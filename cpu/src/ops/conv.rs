@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
-use super::fgemm::{self, Epilogue, Isa};
+use super::fgemm::{self, Epilogue, Isa, Product};
 use super::gemm::{GEMV_MAX_ROWS, gemv_rows};
 use super::opdef::OpDef;
 use super::{
@@ -457,25 +457,35 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         let (_, w) = ctx.f32s(1)?;
         let (_, bias) = ctx.f32s(2)?;
         let (lo, hi) = ctx.act_f32(3)?;
-        let mut out = vec![0f32; batch * units];
-        match float_route() {
+        let out = match float_route() {
             #[cfg(test)]
             FloatRoute::Reference => {
+                let mut out = vec![0f32; batch * units];
                 fconv_reference::fully_connected(x, w, bias, (lo, hi), &mut out);
+                out
             }
             FloatRoute::Fast(_) if batch <= GEMV_MAX_ROWS => {
+                let mut out = vec![0f32; batch * units];
                 gemv_rows(batch, isz, units, x, w, &mut out).map_err(|e| ctx.err(e))?;
                 bias_act(&mut out, bias, lo, hi);
+                out
             }
             FloatRoute::Fast(isa) => {
                 let packed = packed_weights(ctx, w, units, isz)?;
-                let ep = Epilogue { bias, lo, hi };
+                let p = Product {
+                    m: batch,
+                    k: isz,
+                    n: units,
+                    a: x,
+                    packed: &packed,
+                    ep: Epilogue { bias, lo, hi },
+                };
                 let threads = fgemm::threads(batch, isz, units);
-                fgemm::gemm(batch, isz, units, x, &packed, &ep, &mut out, threads, isa)
-                    .map_err(|e| ctx.err(e))?;
+                let out = p.into_vec(threads, isa).map_err(|e| ctx.err(e))?;
                 ran_float(|r| r.packed_gemm += 1);
+                out
             }
-        }
+        };
         return Ok(vec![Tensor::new(od, Data::F32(out))]);
     }
     Ok(vec![qconv::fully_connected(ctx, batch, isz, units, od)?])
@@ -568,18 +578,12 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                     oc,
                     isa,
                 };
-                // Not cleared first: the kernels write every element.
-                let mut out = Vec::with_capacity(len);
-                let spare = out
-                    .spare_capacity_mut()
-                    .get_mut(..len)
-                    .ok_or_else(|| ctx.err("output allocation"))?;
-                if conv.run(n, spare).map_err(|e| ctx.err(e))? {
+                // SAFETY: `ConvF32::run` writes every element of its output when it returns Ok.
+                let (out, gemm_ran) =
+                    unsafe { fgemm::written(len, |o| conv.run(n, o)) }.map_err(|e| ctx.err(e))?;
+                if gemm_ran {
                     ran_float(|r| r.packed_gemm += 1);
                 }
-                // SAFETY: the capacity is at least `len`, and `run` returned Ok, so it wrote
-                // every one of the first `len` elements.
-                unsafe { out.set_len(len) };
                 out
             }
         };
@@ -827,7 +831,15 @@ impl ConvF32<'_> {
             } else {
                 1
             };
-            fgemm::gemm_uninit(rows, k, oc, a, self.packed, &ep, chunk, threads, self.isa)?;
+            let p = Product {
+                m: rows,
+                k,
+                n: oc,
+                a,
+                packed: self.packed,
+                ep,
+            };
+            p.run(chunk, threads, self.isa)?;
         }
         Ok(())
     }

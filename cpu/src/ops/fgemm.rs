@@ -97,103 +97,122 @@ pub(crate) struct Epilogue<'a> {
     pub(crate) hi: f32,
 }
 
-/// `c[i*n + j] = clamp(bias[j] + Σ_kk a[i*k + kk] · w[j][kk], lo, hi)` for i < m, j < n, with
-/// `packed` the [`pack`]ed `w`, on up to `threads` threads (1: the calling thread), with the
-/// kernels of `isa`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    packed: &[f32],
-    ep: &Epilogue<'_>,
-    c: &mut [f32],
-    threads: usize,
-    isa: Isa,
-) -> Result<(), String> {
-    // SAFETY: MaybeUninit<f32> has the layout of f32, and `gemm_uninit` writes only f32 values
-    // (initialized ones), so `c` stays initialized.
-    let c = unsafe { &mut *(std::ptr::from_mut::<[f32]>(c) as *mut [MaybeUninit<f32>]) };
-    gemm_uninit(m, k, n, a, packed, ep, c, threads, isa)
+/// One product `c[i*n + j] = clamp(bias[j] + Σ_kk a[i*k + kk] · w[j][kk], lo, hi)` (i < m,
+/// j < n): its shape, A (row-major, read in place), `w` [`pack`]ed, and the epilogue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Product<'a> {
+    pub(crate) m: usize,
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    pub(crate) a: &'a [f32],
+    pub(crate) packed: &'a [f32],
+    pub(crate) ep: Epilogue<'a>,
 }
 
-/// [`gemm`] into memory that need not be initialized: on success every element of `c[..m*n]`
-/// has been written (so outputs need no clearing first).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_uninit(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    packed: &[f32],
-    ep: &Epilogue<'_>,
-    c: &mut [MaybeUninit<f32>],
-    threads: usize,
-    isa: Isa,
-) -> Result<(), String> {
-    let c_need = m.checked_mul(n).ok_or("gemm size overflow")?;
-    let a_need = m.checked_mul(k).ok_or("gemm size overflow")?;
-    let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
-    if c.len() < c_need || a.len() < a_need || packed.len() < b_need || ep.bias.len() < n {
-        return Err("gemm operand too small".into());
+/// A new vector of `len` floats that `fill` writes, never cleared first.
+///
+/// # Safety
+/// When `fill` returns Ok it must have written every element of the slice it was given.
+pub(crate) unsafe fn written<R>(
+    len: usize,
+    fill: impl FnOnce(&mut [MaybeUninit<f32>]) -> Result<R, String>,
+) -> Result<(Vec<f32>, R), String> {
+    let mut v = Vec::with_capacity(len);
+    let r = fill(v.spare_capacity_mut().get_mut(..len).ok_or("allocation")?)?;
+    // SAFETY: the capacity is at least `len`, and `fill` returned Ok, so it wrote every one of
+    // the first `len` elements (the caller's contract).
+    unsafe { v.set_len(len) };
+    Ok((v, r))
+}
+
+impl Product<'_> {
+    /// The product into a new vector (m·n floats, written once).
+    pub(crate) fn into_vec(self, threads: usize, isa: Isa) -> Result<Vec<f32>, String> {
+        let len = self.m.checked_mul(self.n).ok_or("gemm size overflow")?;
+        // SAFETY: `run` writes every element of `c[..m*n]` when it returns Ok.
+        unsafe { written(len, |c| self.run(c, threads, isa)) }.map(|(v, ())| v)
     }
-    let c = &mut c[..c_need];
-    if c.is_empty() {
-        return Ok(());
-    }
-    if k == 0 {
-        let b = bounds(ep);
-        for row in c.chunks_exact_mut(n) {
-            for (v, &x) in row.iter_mut().zip(ep.bias) {
-                v.write(b.map_or(x, |(lo, hi)| x.max(lo).min(hi)));
-            }
+
+    /// The product into `c`, on up to `threads` threads (1: the calling thread), with the
+    /// kernels of `isa`. `c` need not be initialized: on success every element of `c[..m*n]` has
+    /// been written.
+    pub(crate) fn run(
+        &self,
+        c: &mut [MaybeUninit<f32>],
+        threads: usize,
+        isa: Isa,
+    ) -> Result<(), String> {
+        let Product {
+            m,
+            k,
+            n,
+            a,
+            packed,
+            ep,
+        } = *self;
+        let c_need = m.checked_mul(n).ok_or("gemm size overflow")?;
+        let a_need = m.checked_mul(k).ok_or("gemm size overflow")?;
+        let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
+        if c.len() < c_need || a.len() < a_need || packed.len() < b_need || ep.bias.len() < n {
+            return Err("gemm operand too small".into());
         }
-        return Ok(());
-    }
-    let g = Gemm {
-        k,
-        n,
-        packed: &packed[..b_need],
-        ep: *ep,
-        tile: isa.tile(),
-    };
-    let panels = n.div_ceil(NR);
-    if threads <= 1 {
-        // SAFETY: `a` holds m rows of k floats and `c` m rows of n, exclusively borrowed (checked
-        // above); every panel of the checked packed length.
-        unsafe { g.run(a.as_ptr(), m, c.as_mut_ptr().cast(), 0..panels) };
-        return Ok(());
-    }
-    if m >= n || panels < 2 {
-        // Runs of rows: each part reads its own rows of A and every panel (B is the smaller).
-        return par::for_row_ranges(c, n, threads, |r0, cc| {
-            let rows = cc.len() / n;
-            let a = a
-                .get(r0 * k..(r0 + rows) * k)
-                .ok_or("gemm rows out of range")?;
-            // SAFETY: `a` holds `rows` rows of k floats, `cc` `rows` rows of n floats,
-            // exclusively borrowed by this part.
-            unsafe { g.run(a.as_ptr(), rows, cc.as_mut_ptr().cast(), 0..panels) };
-            Ok(())
+        let c = &mut c[..c_need];
+        if c.is_empty() {
+            return Ok(());
+        }
+        if k == 0 {
+            let b = bounds(&ep);
+            for row in c.chunks_exact_mut(n) {
+                for (v, &x) in row.iter_mut().zip(ep.bias) {
+                    v.write(b.map_or(x, |(lo, hi)| x.max(lo).min(hi)));
+                }
+            }
+            return Ok(());
+        }
+        let g = Gemm {
+            k,
+            n,
+            packed: &packed[..b_need],
+            ep,
+            tile: isa.tile(),
+        };
+        let panels = n.div_ceil(NR);
+        if threads <= 1 {
+            // SAFETY: `a` holds m rows of k floats and `c` m rows of n, exclusively borrowed (checked
+            // above); every panel of the checked packed length.
+            unsafe { g.run(a.as_ptr(), m, c.as_mut_ptr().cast(), 0..panels) };
+            return Ok(());
+        }
+        if m >= n || panels < 2 {
+            // Runs of rows: each part reads its own rows of A and every panel (B is the smaller).
+            return par::for_row_ranges(c, n, threads, |r0, cc| {
+                let rows = cc.len() / n;
+                let a = a
+                    .get(r0 * k..(r0 + rows) * k)
+                    .ok_or("gemm rows out of range")?;
+                // SAFETY: `a` holds `rows` rows of k floats, `cc` `rows` rows of n floats,
+                // exclusively borrowed by this part.
+                unsafe { g.run(a.as_ptr(), rows, cc.as_mut_ptr().cast(), 0..panels) };
+                Ok(())
+            });
+        }
+        // More columns than rows (a small batch or spatial extent, wide weights): runs of panels,
+        // each part reading only its panels of B and writing its own columns of every row.
+        let parts = threads.min(panels);
+        let per = panels.div_ceil(parts);
+        let cp = SendPtr(c.as_mut_ptr().cast());
+        par::for_each_part(panels.div_ceil(per), |part| {
+            let p0 = part * per;
+            // SAFETY: `a` holds m rows of k floats; `c` (m rows of n floats) outlives every part and
+            // this part writes only columns [p0·NR, min((p0+per)·NR, n)) of it, disjoint from every
+            // other part's.
+            unsafe { g.run(a.as_ptr(), m, cp.ptr(), p0..(p0 + per).min(panels)) };
         });
+        Ok(())
     }
-    // More columns than rows (a small batch or spatial extent, wide weights): runs of panels,
-    // each part reading only its panels of B and writing its own columns of every row.
-    let parts = threads.min(panels);
-    let per = panels.div_ceil(parts);
-    let cp = SendPtr(c.as_mut_ptr().cast());
-    par::for_each_part(panels.div_ceil(per), |part| {
-        let p0 = part * per;
-        // SAFETY: `a` holds m rows of k floats; `c` (m rows of n floats) outlives every part and
-        // this part writes only columns [p0·NR, min((p0+per)·NR, n)) of it, disjoint from every
-        // other part's.
-        unsafe { g.run(a.as_ptr(), m, cp.ptr(), p0..(p0 + per).min(panels)) };
-    });
-    Ok(())
 }
 
-/// Threads for an m×k×n product split inside [`gemm`] (one per 2 Mflop, by rows or panels).
+/// Threads for an m×k×n product split inside [`Product::run`] (one per 2 Mflop, by rows or panels).
 pub(crate) fn threads(m: usize, k: usize, n: usize) -> usize {
     let flops = 2usize.saturating_mul(m).saturating_mul(n).saturating_mul(k);
     par::threads_for(flops, m.max(n) / 16)
@@ -479,17 +498,18 @@ impl PackedGemm {
             lo: f32::NEG_INFINITY,
             hi: f32::INFINITY,
         };
-        gemm(
+        let p = Product {
             m,
-            self.k,
-            self.n,
+            k: self.k,
+            n: self.n,
             a,
-            &self.packed,
-            &ep,
-            c,
-            threads,
-            Isa::detect(),
-        )
+            packed: &self.packed,
+            ep,
+        };
+        // SAFETY: MaybeUninit<f32> has the layout of f32, and `run` writes only initialized
+        // f32 values, so `c` stays initialized.
+        let c = unsafe { &mut *(std::ptr::from_mut::<[f32]>(c) as *mut [MaybeUninit<f32>]) };
+        p.run(c, threads, Isa::detect())
     }
 }
 
@@ -569,8 +589,15 @@ mod tests {
                 let want = naive(m, k, n, &a, &w, &ep);
                 for isa in Isa::all() {
                     for threads in 1..=3 {
-                        let mut c = vec![f32::NAN; m * n];
-                        gemm(m, k, n, &a, &packed, &ep, &mut c, threads, isa).unwrap();
+                        let p = Product {
+                            m,
+                            k,
+                            n,
+                            a: &a,
+                            packed: &packed,
+                            ep,
+                        };
+                        let c = p.into_vec(threads, isa).unwrap();
                         for (i, (x, y)) in c.iter().zip(&want).enumerate() {
                             assert!(
                                 (x - y).abs() <= 1e-4 * (1.0 + y.abs() + k as f32 / 64.0),
@@ -585,14 +612,20 @@ mod tests {
 
     #[test]
     fn an_empty_reduction_gives_the_clamped_bias() {
-        let mut c = [f32::NAN; 4];
         let ep = Epilogue {
             bias: &[-1.0, 7.0],
             lo: 0.0,
             hi: 6.0,
         };
-        gemm(2, 0, 2, &[], &[], &ep, &mut c, 1, Isa::detect()).unwrap();
-        assert_eq!(c, [0.0, 6.0, 0.0, 6.0]);
+        let p = Product {
+            m: 2,
+            k: 0,
+            n: 2,
+            a: &[],
+            packed: &[],
+            ep,
+        };
+        assert_eq!(p.into_vec(1, Isa::detect()).unwrap(), [0.0, 6.0, 0.0, 6.0]);
     }
 
     #[test]
@@ -603,14 +636,28 @@ mod tests {
             hi: f32::INFINITY,
         };
         let packed = pack(2, 2, &[1.0; 4]).unwrap();
-        let mut c = [0f32; 4];
         let isa = Isa::detect();
-        assert!(gemm(2, 2, 2, &[1.0; 3], &packed, &ep, &mut c, 1, isa).is_err());
-        assert!(gemm(2, 2, 2, &[1.0; 4], &packed[..20], &ep, &mut c, 1, isa).is_err());
-        assert!(gemm(2, 2, 2, &[1.0; 4], &packed, &ep, &mut c[..3], 1, isa).is_err());
+        let p = Product {
+            m: 2,
+            k: 2,
+            n: 2,
+            a: &[1.0; 4],
+            packed: &packed,
+            ep,
+        };
+        assert!(Product { a: &[1.0; 3], ..p }.into_vec(1, isa).is_err());
+        assert!(
+            Product {
+                packed: &packed[..20],
+                ..p
+            }
+            .into_vec(1, isa)
+            .is_err()
+        );
+        let mut short_c = [MaybeUninit::uninit(); 3];
+        assert!(p.run(&mut short_c, 1, isa).is_err());
         let short = Epilogue { bias: &[0.0], ..ep };
-        assert!(gemm(2, 2, 2, &[1.0; 4], &packed, &short, &mut c, 1, isa).is_err());
-        gemm(2, 2, 2, &[1.0; 4], &packed, &ep, &mut c, 1, isa).unwrap();
-        assert_eq!(c, [2.0; 4]);
+        assert!(Product { ep: short, ..p }.into_vec(1, isa).is_err());
+        assert_eq!(p.into_vec(1, isa).unwrap(), [2.0; 4]);
     }
 }

@@ -33,24 +33,26 @@ fn tap(win: &FloatWindow<'_>, (oy, ox): (usize, usize), (ky, kx): (usize, usize)
     (iy < h && ix < w).then_some(iy * w + ix)
 }
 
-/// CONV_2D on NHWC data with the filter `[oc][fh][fw][c]`; `out` is n × oh × ow × oc.
-pub(super) fn conv2d(win: &FloatWindow<'_>, f: &[f32], out: &mut [f32]) {
+/// Every output element `out[p][o]` (p = (b, oy, ox), `oc` channels) as the clamped bias plus,
+/// over the taps `t = ky·fw + kx` whose input position `at` (within image b) is inside the input,
+/// `term(b·h·w + at, t, o)`.
+fn convolve(
+    win: &FloatWindow<'_>,
+    oc: usize,
+    out: &mut [f32],
+    term: impl Fn(usize, usize, usize) -> f32,
+) {
     let (h, w) = win.in_hw;
     let (oh, ow) = win.out_hw;
     let (fh, fw) = win.filter_hw;
-    let (c, oc) = (win.c, win.bias.len());
     for (p, px) in out.chunks_exact_mut(oc.max(1)).enumerate() {
         let (b, oy, ox) = (p / (oh * ow), p / ow % oh, p % ow);
         for (o, v) in px.iter_mut().enumerate() {
             let mut acc = win.bias[o];
             for ky in 0..fh {
                 for kx in 0..fw {
-                    let Some(at) = tap(win, (oy, ox), (ky, kx)) else {
-                        continue;
-                    };
-                    for ci in 0..c {
-                        acc += win.x[(b * h * w + at) * c + ci]
-                            * f[((o * fh + ky) * fw + kx) * c + ci];
+                    if let Some(at) = tap(win, (oy, ox), (ky, kx)) {
+                        acc += term(b * h * w + at, ky * fw + kx, o);
                     }
                 }
             }
@@ -59,25 +61,22 @@ pub(super) fn conv2d(win: &FloatWindow<'_>, f: &[f32], out: &mut [f32]) {
     }
 }
 
+/// CONV_2D on NHWC data with the filter `[oc][fh][fw][c]`; `out` is n × oh × ow × oc.
+pub(super) fn conv2d(win: &FloatWindow<'_>, f: &[f32], out: &mut [f32]) {
+    let (fh, fw) = win.filter_hw;
+    let c = win.c;
+    convolve(win, win.bias.len(), out, |pix, t, o| {
+        (0..c)
+            .map(|ci| win.x[pix * c + ci] * f[(o * fh * fw + t) * c + ci])
+            .sum()
+    });
+}
+
 /// DEPTHWISE_CONV_2D on NHWC data with the filter `[fh][fw][c·mult]`; `out` is
 /// n × oh × ow × c·mult, output channel `o` reading input channel `o / mult`.
 pub(super) fn depthwise(win: &FloatWindow<'_>, f: &[f32], mult: usize, out: &mut [f32]) {
-    let (h, w) = win.in_hw;
-    let (oh, ow) = win.out_hw;
-    let (fh, fw) = win.filter_hw;
     let (c, oc) = (win.c, win.c * mult);
-    for (p, px) in out.chunks_exact_mut(oc.max(1)).enumerate() {
-        let (b, oy, ox) = (p / (oh * ow), p / ow % oh, p % ow);
-        for (o, v) in px.iter_mut().enumerate() {
-            let mut acc = win.bias[o];
-            for ky in 0..fh {
-                for kx in 0..fw {
-                    if let Some(at) = tap(win, (oy, ox), (ky, kx)) {
-                        acc += win.x[(b * h * w + at) * c + o / mult] * f[(ky * fw + kx) * oc + o];
-                    }
-                }
-            }
-            *v = acc.max(win.lo).min(win.hi);
-        }
-    }
+    convolve(win, oc, out, |pix, t, o| {
+        win.x[pix * c + o / mult] * f[t * oc + o]
+    });
 }

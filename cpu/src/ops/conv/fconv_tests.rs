@@ -96,6 +96,18 @@ fn fully_connected_case(rng: &mut Rng, batch: u32, isz: u32, units: u32) -> Case
     }
 }
 
+/// Adds a DEPTHWISE_CONV_2D (else a CONV_2D) of `ins` with a float output; returns which.
+fn conv_op(b: &mut B, depthwise: bool, ins: &[u32]) -> O {
+    let o = b.output(T::TensorFloat32, &[]);
+    let op = if depthwise {
+        O::DepthwiseConv2d
+    } else {
+        O::Conv2d
+    };
+    b.op(op, ins, &[o]);
+    op
+}
+
 /// One random CONV_2D or DEPTHWISE_CONV_2D: explicit or implicit padding, strides, dilation,
 /// NCHW or NHWC, batch up to 2, depth multiplier up to 3; 3×3 filters often (the depthwise
 /// kernel's shape).
@@ -178,13 +190,7 @@ fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
     ins.push(b.boolean(nchw));
     ins.push(b.int(dw as i32));
     ins.push(b.int(dh as i32));
-    let o = b.output(T::TensorFloat32, &[]);
-    let op = if depthwise {
-        O::DepthwiseConv2d
-    } else {
-        O::Conv2d
-    };
-    b.op(op, &ins, &[o]);
+    let op = conv_op(&mut b, depthwise, &ins);
     let pixels = n
         * ((h + pt + pb - (fh - 1) * dh - 1) / sh + 1)
         * ((w + pl + pr - (fw - 1) * dw - 1) / sw + 1);
@@ -264,13 +270,7 @@ fn fast_float_kernels_match_the_reference_on_layers_split_over_threads() {
             ins.push(b.int(1));
         }
         ins.push(b.int(3));
-        let o = b.output(T::TensorFloat32, &[]);
-        let op = if depthwise {
-            O::DepthwiseConv2d
-        } else {
-            O::Conv2d
-        };
-        b.op(op, &ins, &[o]);
+        let op = conv_op(&mut b, depthwise, &ins);
         Case {
             g: b.g,
             inputs,

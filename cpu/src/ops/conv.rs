@@ -934,30 +934,51 @@ fn dw3_interior_avx2_fma(d: &Dw3Row<'_>, tile: std::ops::Range<usize>, out: &mut
     let (lo, hi) = d.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
     let [r0, r1, r2] = d.rows;
+    let row_len = r0.len().min(r1.len()).min(r2.len());
+    // Every load below reads 8 floats at base + j·c (j <= 2) with base = (ox·s − pad_l)·c + c0
+    // for ox in the tile and c0 + 8 <= c: the largest end is the last pixel's
+    // (last·s − pad_l)·c + 3c. Check once that it lies inside the rows, and that the first
+    // pixel's window does not start left of them; otherwise leave every channel to the caller.
+    let (Some(first), Some(last)) = (tile.clone().next(), tile.clone().last()) else {
+        return 0;
+    };
+    let inside = (first * d.stride).checked_sub(d.pad_l).is_some()
+        && (last * d.stride - d.pad_l)
+            .checked_add(3)
+            .and_then(|px| px.checked_mul(c))
+            .is_some_and(|end| end <= row_len);
+    if !inside {
+        return 0;
+    }
     let mut c0 = 0;
     while c0 + 8 <= c {
         let fk: [__m256; 9] = std::array::from_fn(|t| ld8(d.f, t * c + c0));
         let bv = ld8(d.bias, c0);
         for ox in tile.clone() {
-            let Some(base) = (ox * d.stride).checked_sub(d.pad_l).map(|x| x * c + c0) else {
-                continue;
+            let base = (ox * d.stride - d.pad_l) * c + c0;
+            let [p0, p1, p2] = [r0, r1, r2].map(|r| r.as_ptr().wrapping_add(base));
+            let x = |p: *const f32, j: usize| {
+                // SAFETY: 8 floats at p + j·c, j <= 2, end at most (ox·s − pad_l)·c + 3c <=
+                // row_len (checked above for the tile's last, and so every, pixel).
+                unsafe { _mm256_loadu_ps(p.wrapping_add(j * c)) }
             };
-            let mut a0 = _mm256_fmadd_ps(ld8(r0, base), fk[0], bv);
-            let mut a1 = _mm256_mul_ps(ld8(r1, base), fk[3]);
-            let mut a2 = _mm256_mul_ps(ld8(r2, base), fk[6]);
-            a0 = _mm256_fmadd_ps(ld8(r0, base + c), fk[1], a0);
-            a1 = _mm256_fmadd_ps(ld8(r1, base + c), fk[4], a1);
-            a2 = _mm256_fmadd_ps(ld8(r2, base + c), fk[7], a2);
-            a0 = _mm256_fmadd_ps(ld8(r0, base + 2 * c), fk[2], a0);
-            a1 = _mm256_fmadd_ps(ld8(r1, base + 2 * c), fk[5], a1);
-            a2 = _mm256_fmadd_ps(ld8(r2, base + 2 * c), fk[8], a2);
+            let mut a0 = _mm256_fmadd_ps(x(p0, 0), fk[0], bv);
+            let mut a1 = _mm256_mul_ps(x(p1, 0), fk[3]);
+            let mut a2 = _mm256_mul_ps(x(p2, 0), fk[6]);
+            a0 = _mm256_fmadd_ps(x(p0, 1), fk[1], a0);
+            a1 = _mm256_fmadd_ps(x(p1, 1), fk[4], a1);
+            a2 = _mm256_fmadd_ps(x(p2, 1), fk[7], a2);
+            a0 = _mm256_fmadd_ps(x(p0, 2), fk[2], a0);
+            a1 = _mm256_fmadd_ps(x(p1, 2), fk[5], a1);
+            a2 = _mm256_fmadd_ps(x(p2, 2), fk[8], a2);
             let acc = _mm256_add_ps(_mm256_add_ps(a0, a1), a2);
-            let acc = if d.clamp.is_some() {
-                _mm256_min_ps(_mm256_max_ps(acc, lov), hiv)
-            } else {
-                acc
-            };
-            st8(out, ox * c + c0, acc);
+            // Clamped always (±infinity without an activation), as `pixel` does: NaN becomes
+            // the lower bound in both.
+            st8(
+                out,
+                ox * c + c0,
+                _mm256_min_ps(_mm256_max_ps(acc, lov), hiv),
+            );
         }
         c0 += 8;
     }

@@ -6,8 +6,9 @@
 //! run, e.g. `1x1`). `NNACCEL_BENCH_THREADS=N` caps our kernels (and
 //! OpenBLAS, through OPENBLAS_NUM_THREADS) at N threads; the default is every CPU.
 //!
-//! A second table times the GEMM crates themselves (matrixmultiply, gemm) on the GEMM-equivalent
-//! shapes, on 1 thread and on all of them, each next to numpy with as many threads.
+//! A second table times the GEMM kernels themselves (matrixmultiply, the gemm crate, and our packed
+//! kernel `fgemm` with the weights packed once beforehand) on the GEMM-equivalent shapes, on 1
+//! thread and on all of them, each next to numpy with as many threads.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
@@ -312,7 +313,7 @@ fn main() {
             Numpy::Depthwise(..) => None,
         })
         .collect();
-    let crates: Vec<[f64; 6]> = shapes
+    let crates: Vec<[f64; 8]> = shapes
         .iter()
         .map(|&(m, k, n)| crate_row(m, k, n, threads))
         .collect();
@@ -350,8 +351,9 @@ fn main() {
 }
 
 /// The GEMM crates alone: `c[m×n] = a[m×k] · B`, all row-major, in GFLOP/s:
-/// `[mm 1T, gemm 1T, gemm 1T with B as [n][k], mm nT, gemm nT (our split), gemm nT (Rayon)]`.
-fn crate_row(m: usize, k: usize, n: usize, threads: usize) -> [f64; 6] {
+/// `[mm 1T, gemm 1T, gemm 1T with B as [n][k], mm nT, gemm nT (our split), gemm nT (Rayon),
+/// ours 1T, ours nT]` (ours: [`nnaccel_cpu::PackedGemm`], B packed once before timing).
+fn crate_row(m: usize, k: usize, n: usize, threads: usize) -> [f64; 8] {
     let a: Vec<f32> = f32_bytes(m * k, 4)
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -370,13 +372,22 @@ fn crate_row(m: usize, k: usize, n: usize, threads: usize) -> [f64; 6] {
             })
             / 1e9
     };
-    [
+    let crates = [
         gflops(Lib::Mm, true, 1, 1),
         gflops(Lib::Gemm, true, 1, 1),
         gflops(Lib::Gemm, false, 1, 1),
         gflops(Lib::Mm, true, threads, 1),
         gflops(Lib::Gemm, true, threads, 1),
         gflops(Lib::Gemm, true, 1, threads),
+    ];
+    // Ours takes the weights as declared, [n][k]: b read as [k][n] transposed.
+    let w: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+    let ours = nnaccel_cpu::PackedGemm::new(n, k, &w).expect("pack");
+    let mut ours_gflops =
+        |t: usize| flops / median_secs(|| ours.run(m, &a, &mut c, t).expect("packed gemm")) / 1e9;
+    let (o1, on) = (ours_gflops(1), ours_gflops(threads));
+    [
+        crates[0], crates[1], crates[2], crates[3], crates[4], crates[5], o1, on,
     ]
 }
 
@@ -526,53 +537,62 @@ fn run_split(
 
 fn print_crates(
     shapes: &[(usize, usize, usize)],
-    rows: &[[f64; 6]],
+    rows: &[[f64; 8]],
     np1: Option<&HashMap<String, f64>>,
     npn: Option<&HashMap<String, f64>>,
     threads: usize,
 ) {
     println!();
-    println!("GEMM crates alone, GFLOP/s (c = a·B, row-major; B as [k][n] unless marked [n][k]);");
+    println!("GEMM kernels alone, GFLOP/s (c = a·B, row-major; B as [k][n] unless marked [n][k];");
+    println!("'ours' = nnaccel's packed kernel, B packed once before timing, A read in place);");
     println!("r = ratio to numpy with the same thread count. {threads}T: 'split' = our row/column");
     println!("split over scoped threads, each calling the crate single-threaded; 'rayon' = gemm's");
-    println!("own Parallelism::Rayon({threads}).");
+    println!("own Parallelism::Rayon({threads}); 'ours' = its split over the executor's pool.");
     println!(
-        "{:>18} | {:>6} {:>6} {:>10} {:>6} {:>5} {:>5} | {:>9} {:>9} {:>9} {:>6} {:>5} {:>5} {:>5}",
+        "{:>18} | {:>6} {:>6} {:>10} {:>6} {:>6} {:>5} {:>5} {:>6} | {:>9} {:>9} {:>9} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6}",
         "shape m,k,n",
         "mm 1T",
         "gemm",
         "gemm[n][k]",
+        "ours",
         "np 1T",
         "r mm",
         "r ge",
+        "r ours",
         "mm split",
         "ge split",
         "ge rayon",
+        "ours",
         "np",
         "r mm",
         "r ges",
-        "r ger"
+        "r ger",
+        "r ours"
     );
     for (&(m, k, n), r) in shapes.iter().zip(rows) {
         let spec = numpy_spec(Numpy::Gemm(m, k, n));
         let g1 = np1.and_then(|h| h.get(&spec)).copied().unwrap_or(f64::NAN);
         let gn = npn.and_then(|h| h.get(&spec)).copied().unwrap_or(f64::NAN);
         println!(
-            "{:>18} | {:>6.1} {:>6.1} {:>10.1} {:>6.1} {:>5.2} {:>5.2} | {:>9.1} {:>9.1} {:>9.1} {:>6.1} {:>5.2} {:>5.2} {:>5.2}",
+            "{:>18} | {:>6.1} {:>6.1} {:>10.1} {:>6.1} {:>6.1} {:>5.2} {:>5.2} {:>6.2} | {:>9.1} {:>9.1} {:>9.1} {:>6.1} {:>6.1} {:>5.2} {:>5.2} {:>5.2} {:>6.2}",
             format!("{m},{k},{n}"),
             r[0],
             r[1],
             r[2],
+            r[6],
             g1,
             r[0] / g1,
             r[1] / g1,
+            r[6] / g1,
             r[3],
             r[4],
             r[5],
+            r[7],
             gn,
             r[3] / gn,
             r[4] / gn,
-            r[5] / gn
+            r[5] / gn,
+            r[7] / gn
         );
     }
 }

@@ -598,8 +598,8 @@ mod tests {
         b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
         b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
         let p = PreparedGraph::new(b.g).unwrap();
-        // One [3][2] copy of six floats, not one per operation.
-        assert_eq!(p.packed_weight_bytes(), 6 * 4);
+        // One packed copy (one panel of 16 columns × k = 3), not one per operation.
+        assert_eq!(p.packed_weight_bytes(), 16 * 3 * 4);
 
         let in1 = fb(&[
             1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
@@ -758,6 +758,7 @@ mod tests {
         b.op(O::FullyConnected, &[x, w1, b1, act], &[t]);
         b.op(O::FullyConnected, &[t, w2, b2, act], &[o]);
         let p = PreparedGraph::new(b.g).unwrap();
-        assert_eq!(p.packed_weight_bytes(), (6 + 3) * 4);
+        // One panel of 16 columns × k = 3 each.
+        assert_eq!(p.packed_weight_bytes(), (16 * 3 + 16 * 3) * 4);
     }
 }

@@ -49,6 +49,9 @@ pub use control_flow::{DEFAULT_LOOP_TIMEOUT, MAX_LOOP_TIMEOUT, MAX_NESTING_DEPTH
 pub use error::{ExecError, GraphError, OutputShape};
 pub use exec::{InputArg, PreparedGraph};
 pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType};
+/// The packed float GEMM, for `cpu/benches/gemm.rs` only (not a stable API).
+#[doc(hidden)]
+pub use ops::PackedGemm;
 pub use order::execution_order;
 /// The worker pool's split, for `cpu/benches/pool.rs` only (not a stable API).
 #[doc(hidden)]

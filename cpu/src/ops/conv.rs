@@ -2,8 +2,10 @@
 //! and the packed constant weights their float kernels prepare once per constant.
 
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
-use super::gemm::{GEMV_MAX_ROWS, gemm_with_threads, gemv_rows, sgemm};
+use super::fgemm::{self, Epilogue, Isa, Product};
+use super::gemm::{GEMV_MAX_ROWS, gemv_rows};
 use super::opdef::OpDef;
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, to_layout, to_u32,
@@ -18,6 +20,10 @@ use OperationType as O;
 
 // The 8-bit kernels: children of this module, so they share its setup (ConvSetup, Geometry)
 // without the two modules importing each other.
+#[cfg(test)]
+mod fconv_reference;
+#[cfg(test)]
+mod fconv_tests;
 mod qconv;
 mod qconv_reference;
 #[cfg(test)]
@@ -39,6 +45,67 @@ pub(crate) static DEFS: &[OpDef] = &[
         depthwise_conv2d,
     ),
 ];
+
+/// Which float kernels run an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatRoute {
+    /// The plain reference kernels (`fconv_reference`), the tests' oracle.
+    #[cfg(test)]
+    Reference,
+    /// The fast kernels with this instruction set.
+    Fast(Isa),
+}
+
+/// What the fast float kernels ran (counted per operation, on the calling thread, in tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FloatRuns {
+    /// FULLY_CONNECTED / CONV_2D through the packed GEMM ([`fgemm`]).
+    pub(crate) packed_gemm: usize,
+    /// DEPTHWISE_CONV_2D through the 3×3 kernel.
+    pub(crate) depthwise_3x3: usize,
+}
+
+#[cfg(test)]
+thread_local! {
+    static FLOAT_FORCED: std::cell::Cell<Option<FloatRoute>> = const { std::cell::Cell::new(None) };
+    static FLOAT_RUNS: std::cell::Cell<FloatRuns> = const {
+        std::cell::Cell::new(FloatRuns { packed_gemm: 0, depthwise_3x3: 0 })
+    };
+}
+
+/// What the fast float kernels have run on this thread.
+#[cfg(test)]
+pub(crate) fn float_runs() -> FloatRuns {
+    FLOAT_RUNS.with(std::cell::Cell::get)
+}
+
+/// Counts one operation run by a fast float kernel (tests check that it did run).
+fn ran_float(#[cfg_attr(not(test), allow(unused_variables))] f: fn(&mut FloatRuns)) {
+    #[cfg(test)]
+    FLOAT_RUNS.with(|c| {
+        let mut r = c.get();
+        f(&mut r);
+        c.set(r);
+    });
+}
+
+/// Runs `f` with the float kernels of this thread forced onto `route`.
+#[cfg(test)]
+pub(crate) fn with_float_route<R>(route: FloatRoute, f: impl FnOnce() -> R) -> R {
+    let before = FLOAT_FORCED.with(|c| c.replace(Some(route)));
+    let r = f();
+    FLOAT_FORCED.with(|c| c.set(before));
+    r
+}
+
+/// The route of a float operation: the fast kernels of this CPU unless a test forced another.
+fn float_route() -> FloatRoute {
+    #[cfg(test)]
+    if let Some(r) = FLOAT_FORCED.with(std::cell::Cell::get) {
+        return r;
+    }
+    FloatRoute::Fast(Isa::detect())
+}
 
 /// The bias type for input type `t0`: the same float type, else TENSOR_INT32.
 fn bias_type(t0: OperandType) -> OperandType {
@@ -119,8 +186,8 @@ pub(crate) fn gemm_weights_operand(graph: &Graph, op: &Operation) -> Option<usiz
     Some(*op.inputs.get(1)? as usize)
 }
 
-/// Float weights `[n][k]` (filters `[n, fh, fw, c]` with k = fh·fw·c) in the GEMM's B layout:
-/// transposed to `[k][n]`, so the kernels' packing reads B along contiguous rows.
+/// Float weights `[n][k]` (filters `[n, fh, fw, c]` with k = fh·fw·c) in the packed GEMM's
+/// layout: panels of [`fgemm::NR`] output channels, each `[k][NR]` ([`fgemm::pack`]).
 pub(crate) fn pack_weights(w: &Tensor) -> Option<Vec<f32>> {
     let Data::F32(v) = &w.data else {
         return None;
@@ -129,20 +196,7 @@ pub(crate) fn pack_weights(w: &Tensor) -> Option<Vec<f32>> {
     if n == 0 || v.is_empty() || v.len() % n != 0 {
         return None;
     }
-    let k = v.len() / n;
-    let mut t = vec![0f32; v.len()];
-    // Blocked so both sides stay in cache.
-    const BLK: usize = 32;
-    for j0 in (0..n).step_by(BLK) {
-        for k0 in (0..k).step_by(BLK) {
-            for j in j0..(j0 + BLK).min(n) {
-                for kk in k0..(k0 + BLK).min(k) {
-                    t[kk * n + j] = v[j * k + kk];
-                }
-            }
-        }
-    }
-    Some(t)
+    fgemm::pack(n, v.len() / n, v)
 }
 
 /// Convolution window geometry.
@@ -403,14 +457,38 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         let (_, w) = ctx.f32s(1)?;
         let (_, bias) = ctx.f32s(2)?;
         let (lo, hi) = ctx.act_f32(3)?;
-        let mut out = crate::tensor::output_buffer::<f32>(batch * units);
-        if batch <= GEMV_MAX_ROWS {
-            gemv_rows(batch, isz, units, x, w, &mut out).map_err(|e| ctx.err(e))?;
-        } else {
-            let (b, rsb, csb) = weights_operand(ctx, w, units, isz);
-            sgemm(batch, isz, units, x, b, rsb, csb, &mut out).map_err(|e| ctx.err(e))?;
-        }
-        bias_act(&mut out, bias, lo, hi);
+        let out = match float_route() {
+            #[cfg(test)]
+            FloatRoute::Reference => {
+                let mut out = vec![0f32; batch * units];
+                fconv_reference::fully_connected(x, w, bias, (lo, hi), &mut out);
+                out
+            }
+            FloatRoute::Fast(_) if batch <= GEMV_MAX_ROWS => {
+                let mut out = crate::tensor::output_buffer::<f32>(batch * units);
+                gemv_rows(batch, isz, units, x, w, &mut out).map_err(|e| ctx.err(e))?;
+                bias_act(&mut out, bias, lo, hi);
+                out
+            }
+            FloatRoute::Fast(isa) => {
+                let packed = packed_weights(ctx, w, units, isz)?;
+                let p = Product {
+                    m: batch,
+                    k: isz,
+                    n: units,
+                    a: x,
+                    packed: &packed,
+                    ep: Epilogue { bias, lo, hi },
+                };
+                let threads = fgemm::threads(batch, isz, units);
+                let mut out = crate::tensor::output_buffer::<f32>(batch * units);
+                // SAFETY: the product writes only initialized floats into the view.
+                p.run(unsafe { fgemm::as_uninit(&mut out) }, threads, isa)
+                    .map_err(|e| ctx.err(e))?;
+                ran_float(|r| r.packed_gemm += 1);
+                out
+            }
+        };
         return Ok(vec![Tensor::new(od, Data::F32(out))]);
     }
     Ok(vec![qconv::fully_connected(ctx, batch, isz, units, od)?])
@@ -486,17 +564,34 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     if crate::tensor::is_float(in_ty) {
         let x = nhwc_f32(ctx, s.input, a.nchw)?;
         let (win, w_rows) = FloatWindow::new(ctx, &s, &x)?;
-        let mut out = crate::tensor::output_buffer::<f32>(n * oh * ow * oc);
-        let (f, rsf, csf) = weights_operand(ctx, w_rows, oc, k);
-        let conv = ConvF32 {
-            win,
-            w_rows,
-            f,
-            rsf,
-            csf,
-            oc,
+        let len = n * oh * ow * oc;
+        let out = match float_route() {
+            #[cfg(test)]
+            FloatRoute::Reference => {
+                let mut out = vec![0f32; len];
+                fconv_reference::conv2d(&win, w_rows, &mut out);
+                out
+            }
+            FloatRoute::Fast(isa) => {
+                let packed = packed_weights(ctx, w_rows, oc, k)?;
+                let conv = ConvF32 {
+                    win,
+                    w_rows,
+                    packed: &packed,
+                    oc,
+                    isa,
+                };
+                let mut out = crate::tensor::output_buffer::<f32>(len);
+                // SAFETY: the convolution writes only initialized floats into the view.
+                let gemm_ran = conv
+                    .run(n, unsafe { fgemm::as_uninit(&mut out) })
+                    .map_err(|e| ctx.err(e))?;
+                if gemm_ran {
+                    ran_float(|r| r.packed_gemm += 1);
+                }
+                out
+            }
         };
-        conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
     Ok(vec![qconv::conv2d(ctx, &s)?])
@@ -518,24 +613,32 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         let x = nhwc_f32(ctx, s.input, a.nchw)?;
         let (win, f) = FloatWindow::new(ctx, &s, &x)?;
         let mut out = crate::tensor::output_buffer::<f32>(n * oh * ow * oc);
-        let dw = DepthwiseF32 { win, f, mult };
-        dw.run(&mut out);
+        match float_route() {
+            #[cfg(test)]
+            FloatRoute::Reference => fconv_reference::depthwise(&win, f, mult, &mut out),
+            FloatRoute::Fast(isa) => {
+                let dw = DepthwiseF32 { win, f, mult, isa };
+                if dw.run(&mut out) {
+                    ran_float(|r| r.depthwise_3x3 += 1);
+                }
+            }
+        }
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
     Ok(vec![qconv::depthwise_conv2d(ctx, &s)?])
 }
 
-/// The weights `w[n][k]` as a GEMM B operand `(data, row stride, column stride)`: the
-/// prepared `[k][n]` copy ([`pack_weights`]) when there is one, else `w` itself.
-fn weights_operand<'a>(
-    ctx: &OpCtx<'a>,
-    w: &'a [f32],
-    n: usize,
-    k: usize,
-) -> (&'a [f32], usize, usize) {
+/// The weights `w[n][k]` packed for [`fgemm::gemm`]: the copy prepared once per constant
+/// ([`pack_weights`]) when there is one, else packed now (weights that are not constant).
+fn packed_weights<'a>(ctx: &OpCtx<'a>, w: &[f32], n: usize, k: usize) -> KResult<Cow<'a, [f32]>> {
+    if k == 0 || n == 0 {
+        return Ok(Cow::Borrowed(&[]));
+    }
     match ctx.weights_t {
-        Some(t) if t.len() == w.len() && t.len() == n * k => (t, n, 1),
-        _ => (w, 1, k),
+        Some(p) if Some(p.len()) == fgemm::packed_len(n, k) => Ok(Cow::Borrowed(p)),
+        _ => fgemm::pack(n, k, w)
+            .map(Cow::Owned)
+            .ok_or_else(|| ctx.err("weights do not match their dimensions")),
     }
 }
 
@@ -636,11 +739,10 @@ struct ConvF32<'a> {
     win: FloatWindow<'a>,
     /// The filter as declared, `[oc][fh·fw·c]`.
     w_rows: &'a [f32],
-    /// The filter as GEMM operand B (k × oc) with its row and column strides.
-    f: &'a [f32],
-    rsf: usize,
-    csf: usize,
+    /// The filter packed for [`fgemm::gemm`].
+    packed: &'a [f32],
     oc: usize,
+    isa: Isa,
 }
 
 impl ConvF32<'_> {
@@ -653,19 +755,26 @@ impl ConvF32<'_> {
             && g.pad_l + g.pad_r + g.pad_t + g.pad_b == 0
     }
 
-    fn run(&self, n: usize, out: &mut [f32]) -> Result<(), String> {
+    /// Computes `out`; returns whether the packed GEMM did (not the dot products of a few
+    /// pixels of a 1×1 convolution).
+    /// On success every element of `out` has been written.
+    fn run(&self, n: usize, out: &mut [MaybeUninit<f32>]) -> Result<bool, String> {
         let oc = self.oc;
         if oc == 0 || out.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let (oh, ow) = self.win.out_hw;
         let (fh, fw) = self.win.filter_hw;
         let k = fh * fw * self.win.c;
         let m = n * oh * ow;
         if self.pointwise() && m <= GEMV_MAX_ROWS {
-            gemv_rows(m, k, oc, self.win.x, self.w_rows, out)?;
-            bias_act(out, self.win.bias, self.win.lo, self.win.hi);
-            return Ok(());
+            let mut rows = vec![0f32; out.len()];
+            gemv_rows(m, k, oc, self.win.x, self.w_rows, &mut rows)?;
+            bias_act(&mut rows, self.win.bias, self.win.lo, self.win.hi);
+            for (o, v) in out.iter_mut().zip(rows) {
+                o.write(v);
+            }
+            return Ok(false);
         }
         let block = (PATCH_FLOATS / k.max(1)).max(256).min(m.max(1));
         let blocks = m.div_ceil(block);
@@ -684,15 +793,22 @@ impl ConvF32<'_> {
             let runs = par::RowRuns { align: 8, min_rows };
             par::for_row_runs(out, oc, threads, runs, |p0, part| {
                 self.blocks(p0, part, block, false)
-            })
+            })?;
         } else {
             // Few blocks (small spatial extent, deep channels): the GEMM itself is split.
-            self.blocks(0, out, block, true)
+            self.blocks(0, out, block, true)?;
         }
+        Ok(true)
     }
 
     /// Computes output pixels `p0..` (all of `out`) in blocks of `block` pixels.
-    fn blocks(&self, p0: usize, out: &mut [f32], block: usize, split: bool) -> Result<(), String> {
+    fn blocks(
+        &self,
+        p0: usize,
+        out: &mut [MaybeUninit<f32>],
+        block: usize,
+        split: bool,
+    ) -> Result<(), String> {
         let (fh, fw) = self.win.filter_hw;
         let (c, oc) = (self.win.c, self.oc);
         let k = fh * fw * c;
@@ -716,12 +832,25 @@ impl ConvF32<'_> {
                 self.im2col(start, p);
                 p
             };
-            if split {
-                sgemm(rows, k, oc, a, self.f, self.rsf, self.csf, chunk)?;
+            let ep = Epilogue {
+                bias: self.win.bias,
+                lo: self.win.lo,
+                hi: self.win.hi,
+            };
+            let threads = if split {
+                fgemm::threads(rows, k, oc)
             } else {
-                gemm_with_threads(rows, k, oc, a, self.f, self.rsf, self.csf, chunk, 1)?;
-            }
-            bias_act(chunk, self.win.bias, self.win.lo, self.win.hi);
+                1
+            };
+            let p = Product {
+                m: rows,
+                k,
+                n: oc,
+                a,
+                packed: self.packed,
+                ep,
+            };
+            p.run(chunk, threads, self.isa)?;
         }
         Ok(())
     }
@@ -776,10 +905,105 @@ struct DepthwiseF32<'a> {
     /// The filter, `[fh][fw][c·mult]`.
     f: &'a [f32],
     mult: usize,
+    /// The kernel set (only x86-64 has more than the portable one).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    isa: Isa,
 }
 
 /// Channels accumulated in registers at once (two AVX-512 / four AVX registers).
 const DW_BLOCK: usize = 32;
+/// Channels per vector of the 3×3 kernel (one AVX register).
+const DW3_LANES: usize = 8;
+/// Output pixels per tile of the 3×3 kernel.
+const DW3_TILE: usize = 8;
+
+/// One output row's operands for [`dw3_interior_avx2_fma`].
+#[cfg(target_arch = "x86_64")]
+struct Dw3Row<'a> {
+    /// The three input rows of the window (w·c floats each; zeros outside the input).
+    rows: [&'a [f32]; 3],
+    /// `[3][3][c]`.
+    f: &'a [f32],
+    bias: &'a [f32],
+    c: usize,
+    stride: usize,
+    pad_l: usize,
+    clamp: Option<(f32, f32)>,
+}
+
+/// The interior pixels `tile` of one output row of a 3×3 depthwise convolution, for the
+/// channels `0..c/8*8` (returned: the first channel not done). Per vector of 8 channels the
+/// nine filter vectors stay in registers across the tile; each pixel sums its three window
+/// rows in three independent chains. Pixels whose window is not inside the rows (which callers
+/// never pass) read zeros there.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dw3_interior_avx2_fma(d: &Dw3Row<'_>, tile: std::ops::Range<usize>, out: &mut [f32]) -> usize {
+    use super::fgemm::{ld8, st8};
+    use std::arch::x86_64::*;
+    let c = d.c;
+    let (lo, hi) = d.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    let [r0, r1, r2] = d.rows;
+    let row_len = r0.len().min(r1.len()).min(r2.len());
+    // Every load below reads 8 floats at base + j·c (j <= 2) with base = (ox·s − pad_l)·c + c0
+    // for ox in the tile and c0 + 8 <= c: the largest end is the last pixel's
+    // (last·s − pad_l)·c + 3c. Check once that it lies inside the rows, and that the first
+    // pixel's window does not start left of them; otherwise leave every channel to the caller.
+    let (Some(first), Some(last)) = (tile.clone().next(), tile.clone().last()) else {
+        return 0;
+    };
+    let inside = (first * d.stride).checked_sub(d.pad_l).is_some()
+        && (last * d.stride - d.pad_l)
+            .checked_add(3)
+            .and_then(|px| px.checked_mul(c))
+            .is_some_and(|end| end <= row_len);
+    if !inside {
+        return 0;
+    }
+    let mut c0 = 0;
+    while c0 + 8 <= c {
+        let fk: [__m256; 9] = std::array::from_fn(|t| ld8(d.f, t * c + c0));
+        let bv = ld8(d.bias, c0);
+        for ox in tile.clone() {
+            let base = (ox * d.stride - d.pad_l) * c + c0;
+            let [p0, p1, p2] = [r0, r1, r2].map(|r| r.as_ptr().wrapping_add(base));
+            let x = |p: *const f32, j: usize| {
+                // SAFETY: 8 floats at p + j·c, j <= 2, end at most (ox·s − pad_l)·c + 3c <=
+                // row_len (checked above for the tile's last, and so every, pixel).
+                unsafe { _mm256_loadu_ps(p.wrapping_add(j * c)) }
+            };
+            let mut a0 = _mm256_fmadd_ps(x(p0, 0), fk[0], bv);
+            let mut a1 = _mm256_mul_ps(x(p1, 0), fk[3]);
+            let mut a2 = _mm256_mul_ps(x(p2, 0), fk[6]);
+            a0 = _mm256_fmadd_ps(x(p0, 1), fk[1], a0);
+            a1 = _mm256_fmadd_ps(x(p1, 1), fk[4], a1);
+            a2 = _mm256_fmadd_ps(x(p2, 1), fk[7], a2);
+            a0 = _mm256_fmadd_ps(x(p0, 2), fk[2], a0);
+            a1 = _mm256_fmadd_ps(x(p1, 2), fk[5], a1);
+            a2 = _mm256_fmadd_ps(x(p2, 2), fk[8], a2);
+            let acc = _mm256_add_ps(_mm256_add_ps(a0, a1), a2);
+            // Clamped always (±infinity without an activation), as `pixel` does: NaN becomes
+            // the lower bound in both.
+            st8(
+                out,
+                ox * c + c0,
+                _mm256_min_ps(_mm256_max_ps(acc, lov), hiv),
+            );
+        }
+        c0 += 8;
+    }
+    c0
+}
+
+/// The [`DW3_LANES`] floats of `v` from `at` on (zeros past its end, which callers never reach).
+#[inline(always)]
+fn lanes(v: &[f32], at: usize) -> [f32; DW3_LANES] {
+    v.get(at..)
+        .and_then(|t| t.first_chunk::<DW3_LANES>())
+        .copied()
+        .unwrap_or([0.0; DW3_LANES])
+}
 
 #[inline(always)]
 fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
@@ -787,30 +1011,170 @@ fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
 }
 
 impl DepthwiseF32<'_> {
-    fn run(&self, out: &mut [f32]) {
+    /// Computes `out`; returns whether the 3×3 kernel did.
+    fn run(&self, out: &mut [f32]) -> bool {
         let oc = self.win.c * self.mult;
         let (_, ow) = self.win.out_hw;
         let (fh, fw) = self.win.filter_hw;
         let row_len = ow * oc;
         if row_len == 0 || out.is_empty() {
-            return;
+            return false;
         }
         let rows = out.len() / row_len;
         // Flop-equivalents: the depthwise kernel runs at about a third of the GEMM's rate.
         let flops = out.len().saturating_mul(6 * fh * fw);
         let threads = par::threads_for(flops, rows);
+        let three = self.is_3x3();
         let _ = par::for_row_ranges(out, row_len, threads, |r0, part| {
-            self.rows(r0, part);
+            if three {
+                self.rows_3x3(r0, part);
+            } else {
+                self.rows(r0, part);
+            }
             Ok::<(), ()>(())
         });
+        three
+    }
+
+    /// Whether the 3×3 kernel runs this operation: a 3×3 filter, multiplier 1, stride 1 or 2
+    /// both ways, no dilation.
+    fn is_3x3(&self) -> bool {
+        let g = &self.win.g;
+        self.mult == 1
+            && self.win.filter_hw == (3, 3)
+            && (g.dil_w, g.dil_h) == (1, 1)
+            && g.stride_w == g.stride_h
+            && g.stride_w <= 2
+    }
+
+    /// Output rows `r0..` of a 3×3 depthwise convolution ([`Self::is_3x3`]).
+    fn rows_3x3(&self, r0: usize, out: &mut [f32]) {
+        let c = self.win.c;
+        if self.f.len() < 9 * c || self.win.bias.len() < c {
+            // Operands shorter than their shapes say: the generic kernel reports nothing either.
+            return self.rows(r0, out);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.isa == Isa::Avx2Fma {
+                // SAFETY: the CPU supports AVX2 and FMA (Isa::detect checked it).
+                unsafe { self.rows_3x3_avx2_fma(r0, out) };
+                return;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        self.rows_3x3_generic::<true, false>(r0, out);
+        #[cfg(not(target_arch = "aarch64"))]
+        self.rows_3x3_generic::<false, false>(r0, out);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_3x3_avx2_fma(&self, r0: usize, out: &mut [f32]) {
+        self.rows_3x3_generic::<true, true>(r0, out);
+    }
+
+    /// The 3×3 kernel: the three input rows of an output row (a row of zeros above and below the
+    /// input), border pixels through [`Self::pixel`], interior pixels in tiles of [`DW3_TILE`]:
+    /// per tile and vector of [`DW3_LANES`] channels, the nine filter vectors and the bias are
+    /// loaded once, then each pixel is nine multiply-adds and one clamped store.
+    /// `AVX`: the interior through [`dw3_interior_avx2_fma`] (only from an AVX2+FMA caller).
+    #[inline(always)]
+    fn rows_3x3_generic<const FMA: bool, const AVX: bool>(&self, r0: usize, out: &mut [f32]) {
+        let (g, x, f, bias) = (&self.win.g, self.win.x, self.f, self.win.bias);
+        let (h, w) = self.win.in_hw;
+        let (oh, ow) = self.win.out_hw;
+        let (c, s) = (self.win.c, g.stride_w);
+        let (lo, hi) = (self.win.lo, self.win.hi);
+        let row_len = w * c;
+        let zeros = vec![0f32; row_len];
+        let interior = g.interior_cols(w, 3, ow);
+        let mut taps: Vec<(usize, usize)> = Vec::with_capacity(9);
+        for (ri, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+            let (b, oy) = ((r0 + ri) / oh, (r0 + ri) % oh);
+            let rows: [&[f32]; 3] = std::array::from_fn(|ky| {
+                g.in_y(oy, ky, h)
+                    .and_then(|iy| x.get((b * h + iy) * row_len..(b * h + iy + 1) * row_len))
+                    .unwrap_or(&zeros)
+            });
+            for ox in (0..interior.start).chain(interior.end..ow) {
+                taps.clear();
+                for ky in 0..3 {
+                    for kx in 0..3 {
+                        if let (Some(iy), Some(ix)) = (g.in_y(oy, ky, h), g.in_x(ox, kx, w)) {
+                            taps.push((((b * h + iy) * w + ix) * c, (ky * 3 + kx) * c));
+                        }
+                    }
+                }
+                self.pixel::<FMA>(&mut orow[ox * c..(ox + 1) * c], &taps, 0);
+            }
+            for t0 in interior.clone().step_by(DW3_TILE) {
+                let tile = t0..(t0 + DW3_TILE).min(interior.end);
+                let mut c0 = 0;
+                #[cfg(target_arch = "x86_64")]
+                if AVX {
+                    let clamp =
+                        (lo != f32::NEG_INFINITY || hi != f32::INFINITY).then_some((lo, hi));
+                    let dw = Dw3Row {
+                        rows,
+                        f,
+                        bias,
+                        c,
+                        stride: s,
+                        pad_l: g.pad_l,
+                        clamp,
+                    };
+                    // SAFETY: AVX2 and FMA are present (AVX is only set by
+                    // `rows_3x3_avx2_fma`, whose caller checked them).
+                    c0 = unsafe { dw3_interior_avx2_fma(&dw, tile.clone(), orow) };
+                }
+                while c0 + DW3_LANES <= c {
+                    let fk: [[f32; DW3_LANES]; 9] = std::array::from_fn(|t| lanes(f, t * c + c0));
+                    let bv = lanes(bias, c0);
+                    for ox in tile.clone() {
+                        // Interior: the window's first column ox·s − pad_l is inside the input.
+                        let base = (ox * s - g.pad_l) * c + c0;
+                        let mut acc = bv;
+                        for (ky, row) in rows.iter().enumerate() {
+                            for kx in 0..3 {
+                                let xv = lanes(row, base + kx * c);
+                                let fv = &fk[ky * 3 + kx];
+                                for i in 0..DW3_LANES {
+                                    acc[i] = madd::<FMA>(xv[i], fv[i], acc[i]);
+                                }
+                            }
+                        }
+                        if let Some(o) = orow.get_mut(ox * c + c0..ox * c + c0 + DW3_LANES) {
+                            for (o, v) in o.iter_mut().zip(acc) {
+                                *o = v.max(lo).min(hi);
+                            }
+                        }
+                    }
+                    c0 += DW3_LANES;
+                }
+                for ox in tile.clone() {
+                    let base = (ox * s - g.pad_l) * c;
+                    for ch in c0..c {
+                        let mut acc = bias[ch];
+                        for (ky, row) in rows.iter().enumerate() {
+                            for kx in 0..3 {
+                                let xv = row.get(base + kx * c + ch).copied().unwrap_or(0.0);
+                                acc = madd::<FMA>(xv, f[(ky * 3 + kx) * c + ch], acc);
+                            }
+                        }
+                        orow[ox * c + ch] = acc.max(lo).min(hi);
+                    }
+                }
+            }
+        }
     }
 
     /// Output rows `r0..` (row = one (batch, y) pair), picking the widest SIMD available.
     fn rows(&self, r0: usize, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            if self.isa == Isa::Avx2Fma {
+                // SAFETY: the CPU supports AVX2 and FMA (Isa::detect checked it).
                 unsafe { self.rows_avx2_fma(r0, out) };
                 return;
             }
@@ -1051,7 +1415,12 @@ mod float_kernel_tests {
                 filter_hw: (fh, fw),
             };
             let want = direct(&win, &f, n, mult);
-            let dw = DepthwiseF32 { win, f: &f, mult };
+            let dw = DepthwiseF32 {
+                win,
+                f: &f,
+                mult,
+                isa: Isa::detect(),
+            };
             let mut portable = vec![f32::NAN; want.len()];
             dw.rows_generic::<false>(0, &mut portable);
             let mut fused = vec![f32::NAN; want.len()];

@@ -14,6 +14,8 @@ pub(crate) use conv::{gemm_weights_operand, pack_q8_weights, pack_weights};
 mod conv_variants;
 mod detection;
 mod elementwise;
+mod fgemm;
+pub use fgemm::PackedGemm;
 mod gemm;
 mod lookup;
 mod lstm;

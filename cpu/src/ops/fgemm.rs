@@ -1,0 +1,664 @@
+//! Float32 GEMM on weights packed once, with the bias and the activation clamp fused into the
+//! store: `c[i][j] = clamp(bias[j] + Σ_kk a[i][kk] · w[j][kk], lo, hi)`.
+//!
+//! Layouts: the weights `w[n][k]` are packed (at prepare time for constants, [`pack`]) into
+//! `n.div_ceil(NR)` panels of `[k][NR]` floats, the columns past `n` zero; the rows of A are read
+//! where they are (row-major, row stride k: the input pixels of a 1×1 convolution, a
+//! FULLY_CONNECTED's input, or an im2col block), never packed. The AVX2+FMA micro-kernel keeps an
+//! [`MR`]×[`NR`] tile of C in 12 registers and, for each kk, multiplies one broadcast element of
+//! each of the MR rows of A by the two registers of the panel's row kk; the first reduction block
+//! starts from the bias instead of zero, the last clamps as it stores. A portable kernel computes
+//! the same on the same layout. Reductions longer than [`KC`] are done in blocks (the tile goes
+//! through C in between), so a block of the panel stays in L1 while it meets a block of A rows
+//! kept in L2. Measurements against the `gemm` crate: `docs/dependencies.md`.
+
+use std::mem::MaybeUninit;
+
+use crate::par;
+
+/// Columns per weight panel (two AVX registers).
+pub(crate) const NR: usize = 16;
+/// Rows of A per micro-tile (6 × 2 accumulator registers, 2 for the panel row, 1 broadcast).
+pub(crate) const MR: usize = 6;
+/// Reduction block: 512 rows of a panel are 32 KiB.
+const KC: usize = 512;
+/// Floats of A per row block (96 KiB, in L2 while it meets every panel).
+const A_BLOCK_FLOATS: usize = 24 * 1024;
+
+/// The kernels the CPU can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Plain Rust, any CPU (fused multiply-add where it is baseline: aarch64).
+    Portable,
+    /// AVX2 with FMA (x86-64), detected at run time.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+}
+
+impl Isa {
+    /// The best kernel set this CPU runs.
+    pub(crate) fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Isa::Avx2Fma;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Every kernel set this CPU runs (tests compare them).
+    #[cfg(test)]
+    pub(crate) fn all() -> Vec<Isa> {
+        let mut v = vec![Isa::Portable];
+        if Isa::detect() != Isa::Portable {
+            v.push(Isa::detect());
+        }
+        v
+    }
+
+    fn tile(self) -> TileFn {
+        match self {
+            Isa::Portable => tile_portable,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => tile_avx2_fma,
+        }
+    }
+}
+
+/// Floats the packed form of `n` rows of `k` weights takes.
+pub(crate) fn packed_len(n: usize, k: usize) -> Option<usize> {
+    n.div_ceil(NR).checked_mul(NR)?.checked_mul(k)
+}
+
+/// `w[n][k]` (row-major) packed into panels of [`NR`] columns, each `[k][NR]`, zero past `n`.
+/// None when `w` does not hold n·k floats, k is 0 or the size overflows.
+pub(crate) fn pack(n: usize, k: usize, w: &[f32]) -> Option<Vec<f32>> {
+    if k == 0 || w.len() != n.checked_mul(k)? {
+        return None;
+    }
+    let mut out = vec![0f32; packed_len(n, k)?];
+    for (p, panel) in out.chunks_exact_mut(k * NR).enumerate() {
+        for (j, row) in w.chunks_exact(k).skip(p * NR).take(NR).enumerate() {
+            for (dst, &v) in panel.iter_mut().skip(j).step_by(NR).zip(row) {
+                *dst = v;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The bias and the activation bounds the store applies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Epilogue<'a> {
+    /// One per output column.
+    pub(crate) bias: &'a [f32],
+    pub(crate) lo: f32,
+    pub(crate) hi: f32,
+}
+
+/// One product `c[i*n + j] = clamp(bias[j] + Σ_kk a[i*k + kk] · w[j][kk], lo, hi)` (i < m,
+/// j < n): its shape, A (row-major, read in place), `w` [`pack`]ed, and the epilogue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Product<'a> {
+    pub(crate) m: usize,
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    pub(crate) a: &'a [f32],
+    pub(crate) packed: &'a [f32],
+    pub(crate) ep: Epilogue<'a>,
+}
+
+/// `s` seen as memory a kernel overwrites ([`Product::run`] and the convolution take their
+/// output that way, so a fresh buffer need not be cleared first).
+///
+/// # Safety
+/// Whoever writes through the view must write only initialized values (`MaybeUninit::write` of
+/// a float), never `MaybeUninit::uninit()`: `s` must stay initialized.
+pub(crate) unsafe fn as_uninit(s: &mut [f32]) -> &mut [MaybeUninit<f32>] {
+    let len = s.len();
+    // SAFETY: `MaybeUninit<f32>` has the size and alignment of `f32`; the view borrows `s`
+    // exclusively for its lifetime, and the caller writes only initialized floats through it.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<MaybeUninit<f32>>(), len) }
+}
+
+impl Product<'_> {
+    /// The product into a new vector (m·n floats), for tests: the vector starts as NaN, so an
+    /// element the kernels skip shows.
+    #[cfg(test)]
+    pub(crate) fn into_vec(self, threads: usize, isa: Isa) -> Result<Vec<f32>, String> {
+        let len = self.m.checked_mul(self.n).ok_or("gemm size overflow")?;
+        let mut v = vec![f32::NAN; len];
+        // SAFETY: `run` writes only initialized floats.
+        self.run(unsafe { as_uninit(&mut v) }, threads, isa)?;
+        Ok(v)
+    }
+
+    /// The product into `c`, on up to `threads` threads (1: the calling thread), with the
+    /// kernels of `isa`. `c` need not be initialized: on success every element of `c[..m*n]` has
+    /// been written.
+    pub(crate) fn run(
+        &self,
+        c: &mut [MaybeUninit<f32>],
+        threads: usize,
+        isa: Isa,
+    ) -> Result<(), String> {
+        let Product {
+            m,
+            k,
+            n,
+            a,
+            packed,
+            ep,
+        } = *self;
+        let c_need = m.checked_mul(n).ok_or("gemm size overflow")?;
+        let a_need = m.checked_mul(k).ok_or("gemm size overflow")?;
+        let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
+        if c.len() < c_need || a.len() < a_need || packed.len() < b_need || ep.bias.len() < n {
+            return Err("gemm operand too small".into());
+        }
+        let c = &mut c[..c_need];
+        if c.is_empty() {
+            return Ok(());
+        }
+        if k == 0 {
+            let b = bounds(&ep);
+            for row in c.chunks_exact_mut(n) {
+                for (v, &x) in row.iter_mut().zip(ep.bias) {
+                    v.write(b.map_or(x, |(lo, hi)| x.max(lo).min(hi)));
+                }
+            }
+            return Ok(());
+        }
+        let g = Gemm {
+            k,
+            n,
+            packed: &packed[..b_need],
+            ep,
+            tile: isa.tile(),
+        };
+        let panels = n.div_ceil(NR);
+        if threads <= 1 {
+            // SAFETY: `a` holds m rows of k floats and `c` m rows of n, exclusively borrowed (checked
+            // above); every panel of the checked packed length.
+            unsafe { g.run(a.as_ptr(), m, c.as_mut_ptr().cast(), 0..panels) };
+            return Ok(());
+        }
+        if m >= n || panels < 2 {
+            // Runs of rows: each part reads its own rows of A and every panel (B is the smaller).
+            return par::for_row_ranges(c, n, threads, |r0, cc| {
+                let rows = cc.len() / n;
+                let a = a
+                    .get(r0 * k..(r0 + rows) * k)
+                    .ok_or("gemm rows out of range")?;
+                // SAFETY: `a` holds `rows` rows of k floats, `cc` `rows` rows of n floats,
+                // exclusively borrowed by this part.
+                unsafe { g.run(a.as_ptr(), rows, cc.as_mut_ptr().cast(), 0..panels) };
+                Ok(())
+            });
+        }
+        // More columns than rows (a small batch or spatial extent, wide weights): runs of panels,
+        // each part reading only its panels of B and writing its own columns of every row.
+        let parts = threads.min(panels);
+        let per = panels.div_ceil(parts);
+        let cp = SendPtr(c.as_mut_ptr().cast());
+        par::for_each_part(panels.div_ceil(per), |part| {
+            let p0 = part * per;
+            // SAFETY: `a` holds m rows of k floats; `c` (m rows of n floats) outlives every part and
+            // this part writes only columns [p0·NR, min((p0+per)·NR, n)) of it, disjoint from every
+            // other part's.
+            unsafe { g.run(a.as_ptr(), m, cp.ptr(), p0..(p0 + per).min(panels)) };
+        });
+        Ok(())
+    }
+}
+
+/// Threads for an m×k×n product split inside [`Product::run`] (one per 2 Mflop, by rows or panels).
+pub(crate) fn threads(m: usize, k: usize, n: usize) -> usize {
+    let flops = 2usize.saturating_mul(m).saturating_mul(n).saturating_mul(k);
+    par::threads_for(flops, m.max(n) / 16)
+}
+
+/// The clamp to apply, None for none (so NaN stays NaN without an activation).
+fn bounds(ep: &Epilogue<'_>) -> Option<(f32, f32)> {
+    (ep.lo != f32::NEG_INFINITY || ep.hi != f32::INFINITY).then_some((ep.lo, ep.hi))
+}
+
+/// A raw pointer to C that may cross to a pool worker thread.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: the parts holding it write disjoint columns of a buffer that outlives them
+// (`par::for_each_part` returns after every part has finished); see `gemm`.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+/// One product's operands, checked.
+struct Gemm<'a> {
+    k: usize,
+    n: usize,
+    packed: &'a [f32],
+    ep: Epilogue<'a>,
+    tile: TileFn,
+}
+
+impl Gemm<'_> {
+    /// Rows `0..rows` of A (at `a`, row stride k) times the panels `panels`, into C at `c` (row
+    /// stride n).
+    ///
+    /// # Safety
+    /// `a` must be valid for reads of `rows * k` floats, `c` for writes of every
+    /// `i * n + j` (i < rows, j a column of `panels`) and not written by anyone else meanwhile;
+    /// `panels` must lie within `0..n.div_ceil(NR)`.
+    unsafe fn run(&self, a: *const f32, rows: usize, c: *mut f32, panels: std::ops::Range<usize>) {
+        let (k, n) = (self.k, self.n);
+        let clamp = bounds(&self.ep);
+        let mut kb = 0;
+        while kb < k {
+            let kc = KC.min(k - kb);
+            let (first, last) = (kb == 0, kb + kc == k);
+            let mc = ((A_BLOCK_FLOATS / kc).max(MR) / MR) * MR;
+            for r0 in (0..rows).step_by(mc) {
+                let r1 = (r0 + mc).min(rows);
+                for p in panels.clone() {
+                    let j0 = p * NR;
+                    let nr = NR.min(n - j0);
+                    let mut bias = [0f32; NR];
+                    bias[..nr].copy_from_slice(&self.ep.bias[j0..j0 + nr]);
+                    let b = &self.packed[(p * k + kb) * NR..][..kc * NR];
+                    for i in (r0..r1).step_by(MR) {
+                        let t = Tile {
+                            // SAFETY: row i < rows at column kb < k: inside `a` (caller).
+                            a: unsafe { a.add(i * k + kb) },
+                            lda: k,
+                            mr: MR.min(r1 - i),
+                            b: b.as_ptr(),
+                            kc,
+                            // SAFETY: row i < rows, column j0 < n: inside `c` (caller).
+                            c: unsafe { c.add(i * n + j0) },
+                            ldc: n,
+                            nr,
+                            bias: first.then_some(&bias),
+                            clamp: if last { clamp } else { None },
+                        };
+                        // SAFETY: the tile's rows (i..i+mr) and reduction block (kb..kb+kc)
+                        // lie inside A, its panel block holds kc·NR floats, and its C block
+                        // (mr rows of nr columns at (i, j0)) inside the caller's part of C.
+                        unsafe { (self.tile)(&t) };
+                    }
+                }
+            }
+            kb += kc;
+        }
+    }
+}
+
+/// One micro-tile: `mr` (1..=MR) rows by `nr` (1..=NR) columns of C.
+struct Tile<'a> {
+    /// A at the tile's first row and its reduction block's first column; row stride `lda`.
+    a: *const f32,
+    lda: usize,
+    mr: usize,
+    /// The panel's block: `kc` rows of NR floats.
+    b: *const f32,
+    kc: usize,
+    /// C at the tile's first element; row stride `ldc`.
+    c: *mut f32,
+    ldc: usize,
+    nr: usize,
+    /// Start from this bias (the first reduction block), else from C's current values.
+    bias: Option<&'a [f32; NR]>,
+    /// Clamp to these bounds as the tile is stored (the last reduction block).
+    clamp: Option<(f32, f32)>,
+}
+
+/// A micro-kernel: computes one [`Tile`].
+///
+/// # Safety
+/// `a` valid for reads at `r * lda + kk` (r < mr, kk < kc), `b` for `kc * NR` floats, `c` for
+/// writes at `r * ldc + j` (r < mr, j < nr), and for reads there when `bias` is None (the
+/// earlier reduction blocks wrote them), written by no one else meanwhile.
+type TileFn = unsafe fn(&Tile<'_>);
+
+/// The portable micro-kernel.
+///
+/// # Safety
+/// As [`TileFn`].
+unsafe fn tile_portable(t: &Tile<'_>) {
+    // aarch64 always has NEON with fused multiply-add: `mul_add` compiles to vector `fmla`.
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: the caller's contract.
+    unsafe {
+        tile_generic::<true>(t)
+    };
+    #[cfg(not(target_arch = "aarch64"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        tile_generic::<false>(t)
+    };
+}
+
+/// # Safety
+/// As [`TileFn`].
+#[inline(always)]
+unsafe fn tile_generic<const FMA: bool>(t: &Tile<'_>) {
+    let mut acc = [[0f32; NR]; MR];
+    for (r, row) in acc.iter_mut().enumerate().take(t.mr) {
+        match t.bias {
+            Some(b) => *row = *b,
+            None => {
+                for (j, v) in row.iter_mut().enumerate().take(t.nr) {
+                    // SAFETY: r < mr, j < nr (contract).
+                    *v = unsafe { *t.c.wrapping_add(r * t.ldc + j) };
+                }
+            }
+        }
+    }
+    for kk in 0..t.kc {
+        // SAFETY: kk < kc: the panel block's row kk (contract).
+        let b = unsafe { &*t.b.wrapping_add(kk * NR).cast::<[f32; NR]>() };
+        for (r, row) in acc.iter_mut().enumerate().take(t.mr) {
+            // SAFETY: r < mr, kk < kc (contract).
+            let x = unsafe { *t.a.wrapping_add(r * t.lda + kk) };
+            for (v, &w) in row.iter_mut().zip(b) {
+                *v = if FMA { x.mul_add(w, *v) } else { *v + x * w };
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate().take(t.mr) {
+        for (j, &v) in row.iter().enumerate().take(t.nr) {
+            let v = match t.clamp {
+                Some((lo, hi)) => v.max(lo).min(hi),
+                None => v,
+            };
+            // SAFETY: r < mr, j < nr (contract).
+            unsafe { *t.c.wrapping_add(r * t.ldc + j) = v };
+        }
+    }
+}
+
+/// Eight floats of `s` from `at` (zeros past its end, which callers never reach).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn ld8(s: &[f32], at: usize) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    match s.get(at..at + 8) {
+        // SAFETY: `v` holds 8 floats, read unaligned.
+        Some(v) => unsafe { _mm256_loadu_ps(v.as_ptr()) },
+        None => _mm256_setzero_ps(),
+    }
+}
+
+/// Stores `v` into `s[at..at + 8]` (nothing past its end, which callers never reach).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn st8(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
+    use std::arch::x86_64::*;
+    if let Some(d) = s.get_mut(at..at + 8) {
+        // SAFETY: `d` holds 8 floats, written unaligned.
+        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) };
+    }
+}
+
+/// The AVX2+FMA micro-kernel: MR×NR accumulators in 12 registers.
+///
+/// # Safety
+/// As [`TileFn`], and the CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_fma(t: &Tile<'_>) {
+    use std::arch::x86_64::*;
+    // Rows past mr read row mr-1 again (inside A) and are never stored.
+    let rows: [*const f32; MR] = std::array::from_fn(|r| t.a.wrapping_add(r.min(t.mr - 1) * t.lda));
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    match t.bias {
+        Some(b) => acc = [[ld8(b, 0), ld8(b, 8)]; MR],
+        None => {
+            for (r, row) in acc.iter_mut().enumerate().take(t.mr) {
+                let mut buf = [0f32; NR];
+                // SAFETY: r < mr: nr floats of row r of C are readable (contract).
+                let src = unsafe { std::slice::from_raw_parts(t.c.wrapping_add(r * t.ldc), t.nr) };
+                buf[..t.nr].copy_from_slice(src);
+                *row = [ld8(&buf, 0), ld8(&buf, 8)];
+            }
+        }
+    }
+    let mut bp = t.b;
+    for kk in 0..t.kc {
+        // SAFETY: kk < kc: the panel block's row kk, NR floats (contract).
+        let b = unsafe { &*bp.cast::<[f32; NR]>() };
+        let (b0, b1) = (ld8(b, 0), ld8(b, 8));
+        for (row, &ap) in acc.iter_mut().zip(&rows) {
+            // SAFETY: each row pointer is a row < mr of A, kk < kc (contract).
+            let x = _mm256_set1_ps(unsafe { *ap.wrapping_add(kk) });
+            row[0] = _mm256_fmadd_ps(x, b0, row[0]);
+            row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+        }
+        bp = bp.wrapping_add(NR);
+    }
+    if let Some((lo, hi)) = t.clamp {
+        let (l, h) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        for row in &mut acc {
+            for v in row.iter_mut() {
+                *v = _mm256_min_ps(_mm256_max_ps(*v, l), h);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate().take(t.mr) {
+        // Written through the pointer, never through a reference: C may be uninitialized.
+        let dst = t.c.wrapping_add(r * t.ldc);
+        if t.nr == NR {
+            // SAFETY: r < mr: NR floats of row r of C are writable, by this tile only (contract).
+            unsafe { _mm256_storeu_ps(dst, row[0]) };
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(dst.wrapping_add(8), row[1]) };
+        } else {
+            let mut buf = [0f32; NR];
+            st8(&mut buf, 0, row[0]);
+            st8(&mut buf, 8, row[1]);
+            // SAFETY: r < mr: nr floats of row r of C are writable, by this tile only (contract).
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, t.nr) };
+        }
+    }
+}
+
+/// The packed GEMM on its own, for `cpu/benches/gemm.rs` only (not a stable API).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct PackedGemm {
+    n: usize,
+    k: usize,
+    packed: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl PackedGemm {
+    /// The weights `w[n][k]` packed once, with a zero bias and no activation.
+    pub fn new(n: usize, k: usize, w: &[f32]) -> Option<PackedGemm> {
+        Some(PackedGemm {
+            n,
+            k,
+            packed: pack(n, k, w)?,
+            bias: vec![0.0; n],
+        })
+    }
+
+    /// `c[m×n] = a[m×k] · wᵀ` on up to `threads` threads with this CPU's kernels.
+    pub fn run(&self, m: usize, a: &[f32], c: &mut [f32], threads: usize) -> Result<(), String> {
+        let ep = Epilogue {
+            bias: &self.bias,
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+        };
+        let p = Product {
+            m,
+            k: self.k,
+            n: self.n,
+            a,
+            packed: &self.packed,
+            ep,
+        };
+        // SAFETY: MaybeUninit<f32> has the layout of f32, and `run` writes only initialized
+        // f32 values, so `c` stays initialized.
+        let c = unsafe { &mut *(std::ptr::from_mut::<[f32]>(c) as *mut [MaybeUninit<f32>]) };
+        p.run(c, threads, Isa::detect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Xorshift floats in [-1, 1), reproducible from `seed`.
+    fn floats(seed: &mut u32, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 17;
+                *seed ^= *seed << 5;
+                (*seed >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// The definition, summed in f64 over the unpacked weights `w[n][k]`.
+    fn naive(m: usize, k: usize, n: usize, a: &[f32], w: &[f32], ep: &Epilogue<'_>) -> Vec<f32> {
+        let mut c = Vec::with_capacity(m * n);
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..k)
+                    .map(|kk| f64::from(a[i * k + kk]) * f64::from(w[j * k + kk]))
+                    .sum();
+                let v = (s + f64::from(ep.bias[j])) as f32;
+                c.push(if bounds(ep).is_some() {
+                    v.max(ep.lo).min(ep.hi)
+                } else {
+                    v
+                });
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn packing_puts_column_j_of_panel_p_at_lane_j_and_zero_fills_past_n() {
+        // w[3][2] = [[1,2],[3,4],[5,6]]: one panel [2][16].
+        let p = pack(3, 2, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        assert_eq!(p.len(), 2 * NR);
+        assert_eq!(&p[..4], &[1.0, 3.0, 5.0, 0.0]);
+        assert_eq!(&p[NR..NR + 4], &[2.0, 4.0, 6.0, 0.0]);
+        assert!(p[3..NR].iter().chain(&p[NR + 3..]).all(|&v| v == 0.0));
+        assert!(pack(3, 2, &[1.0; 5]).is_none());
+        assert!(pack(3, 0, &[]).is_none());
+    }
+
+    #[test]
+    fn every_kernel_set_and_thread_split_matches_the_definition_on_random_shapes() {
+        let mut seed = 0x2545_F491u32;
+        // Row counts around the 6-row tile, columns around the 16-wide panel, reductions past
+        // the 512-long block (k = 1100: three blocks).
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (5, 3, 17),
+            (6, 16, 16),
+            (7, 33, 15),
+            (13, 1, 40),
+            (64, 27, 32),
+            (100, 1100, 20),
+            (3, 600, 70),
+            (250, 64, 33),
+        ] {
+            let a = floats(&mut seed, m * k);
+            let w = floats(&mut seed, n * k);
+            let bias = floats(&mut seed, n);
+            let packed = pack(n, k, &w).unwrap();
+            for (lo, hi) in [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)] {
+                let ep = Epilogue {
+                    bias: &bias,
+                    lo,
+                    hi,
+                };
+                let want = naive(m, k, n, &a, &w, &ep);
+                for isa in Isa::all() {
+                    for threads in 1..=3 {
+                        let p = Product {
+                            m,
+                            k,
+                            n,
+                            a: &a,
+                            packed: &packed,
+                            ep,
+                        };
+                        let c = p.into_vec(threads, isa).unwrap();
+                        for (i, (x, y)) in c.iter().zip(&want).enumerate() {
+                            assert!(
+                                (x - y).abs() <= 1e-4 * (1.0 + y.abs() + k as f32 / 64.0),
+                                "{m}x{k}x{n} {isa:?} t{threads} [{i}] {x} vs {y}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_reduction_gives_the_clamped_bias() {
+        let ep = Epilogue {
+            bias: &[-1.0, 7.0],
+            lo: 0.0,
+            hi: 6.0,
+        };
+        let p = Product {
+            m: 2,
+            k: 0,
+            n: 2,
+            a: &[],
+            packed: &[],
+            ep,
+        };
+        assert_eq!(p.into_vec(1, Isa::detect()).unwrap(), [0.0, 6.0, 0.0, 6.0]);
+    }
+
+    #[test]
+    fn undersized_operands_are_errors() {
+        let ep = Epilogue {
+            bias: &[0.0; 2],
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+        };
+        let packed = pack(2, 2, &[1.0; 4]).unwrap();
+        let isa = Isa::detect();
+        let p = Product {
+            m: 2,
+            k: 2,
+            n: 2,
+            a: &[1.0; 4],
+            packed: &packed,
+            ep,
+        };
+        assert!(Product { a: &[1.0; 3], ..p }.into_vec(1, isa).is_err());
+        assert!(
+            Product {
+                packed: &packed[..20],
+                ..p
+            }
+            .into_vec(1, isa)
+            .is_err()
+        );
+        let mut short_c = [MaybeUninit::uninit(); 3];
+        assert!(p.run(&mut short_c, 1, isa).is_err());
+        let short = Epilogue { bias: &[0.0], ..ep };
+        assert!(Product { ep: short, ..p }.into_vec(1, isa).is_err());
+        assert_eq!(p.into_vec(1, isa).unwrap(), [2.0; 4]);
+    }
+}

@@ -9,6 +9,7 @@ use crate::control_flow::{
 use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
+use crate::packed::{self, Packed, PackedWeights};
 use crate::tensor::{Data, Tensor, kind_of, num_elements};
 use crate::validate;
 
@@ -45,33 +46,22 @@ struct Plan {
     consts: Vec<Option<Tensor>>,
     /// For each operand, the position in `order` of its last reader (usize::MAX if none).
     last_use: Vec<usize>,
-    /// For each operand, its constant value packed for the GEMM ([`ops::pack_weights`] for
-    /// float, [`ops::pack_q8_weights`] for 8-bit) when a FULLY_CONNECTED or CONV_2D reads it as
-    /// weights: one copy per constant, shared by every operation reading it, made once here
-    /// instead of on every execution.
+    /// For each operand, its constant value packed for the GEMM (`crate::packed`) when a
+    /// FULLY_CONNECTED or CONV_2D reads it as weights: one copy per constant, shared by every
+    /// operation reading it, made once (or taken from an earlier preparation) instead of on
+    /// every execution.
     packed: Vec<Option<Packed>>,
 }
 
-/// Constant GEMM weights in a kernel's layout.
-#[derive(Debug)]
-enum Packed {
-    F32(Box<[f32]>),
-    Q8(ops::QWeights),
-}
-
-impl Packed {
-    #[cfg(test)]
-    fn bytes(&self) -> usize {
-        match self {
-            Packed::F32(w) => std::mem::size_of_val::<[f32]>(w),
-            Packed::Q8(w) => w.bytes(),
-        }
-    }
-}
-
 impl Plan {
-    /// The plan of `graph` (of the model `root`): every operation supported, constants decoded.
-    fn new(root: &Graph, graph: &Graph, order: Vec<usize>) -> Result<Self, GraphError> {
+    /// The plan of `graph` (of the model `root`): every operation supported, constants decoded,
+    /// weights packed unless `given` (checked by `packed::adopt`) holds them.
+    fn new(
+        root: &Graph,
+        graph: &Graph,
+        order: Vec<usize>,
+        given: Vec<Option<Packed>>,
+    ) -> Result<Self, GraphError> {
         for i in 0..graph.operations.len() {
             if let Err(validate::Issue::Invalid(reason) | validate::Issue::Unsupported(reason)) =
                 validate::check_operation_in(root, graph, i)
@@ -106,22 +96,7 @@ impl Plan {
                 last_use[inp as usize] = pos;
             }
         }
-        let mut packed: Vec<Option<Packed>> = std::iter::repeat_with(|| None)
-            .take(graph.operands.len())
-            .collect();
-        for op in &graph.operations {
-            let Some(w) = ops::gemm_weights_operand(graph, op) else {
-                continue;
-            };
-            if let (Some(slot @ None), Some(Some(t)), Some(decl)) =
-                (packed.get_mut(w), consts.get(w), graph.operands.get(w))
-            {
-                *slot = match ops::pack_weights(t) {
-                    Some(v) => Some(Packed::F32(v.into_boxed_slice())),
-                    None => ops::pack_q8_weights(decl, t).map(Packed::Q8),
-                };
-            }
-        }
+        let packed = packed::pack_graph(graph, &consts, given);
         Ok(Plan {
             order,
             consts,
@@ -133,17 +108,32 @@ impl Plan {
 
 impl PreparedGraph {
     /// Validates `graph` and its referenced graphs, checks that every operation is supported,
-    /// decodes constants.
+    /// decodes constants and packs constant GEMM weights.
     pub fn new(graph: Graph) -> Result<Self, GraphError> {
+        Self::with_packed(graph, PackedWeights::default())
+    }
+
+    /// As [`PreparedGraph::new`], but takes the weights `packed` holds (from
+    /// [`PreparedGraph::packed_weights`] of an earlier preparation, e.g. out of a compilation
+    /// cache) instead of packing them. An entry is used only when everything checks out: its
+    /// operand exists and is a constant that some operation reads as GEMM weights, its kind and
+    /// layout version are this build's, its shape facts are the operand's and its byte length
+    /// is what packing the operand gives (8-bit values within the kernel's bound). Every other
+    /// weight is packed afresh; a bad entry never fails the preparation.
+    pub fn with_packed(graph: Graph, mut packed: PackedWeights) -> Result<Self, GraphError> {
         let orders = validate::validate_model(&graph)?;
-        let main = Plan::new(&graph, &graph, orders.root)?;
+        let given = packed::adopt(&graph, 0, &mut packed);
+        let main = Plan::new(&graph, &graph, orders.root, given)?;
         let referenced = graph
             .referenced
             .iter()
             .zip(orders.referenced)
             .enumerate()
             .map(|(k, (sub, order))| {
-                Plan::new(&graph, sub, order).map_err(|e| GraphError::InReferenced {
+                let given = u32::try_from(k + 1)
+                    .map(|s| packed::adopt(sub, s, &mut packed))
+                    .unwrap_or_default();
+                Plan::new(&graph, sub, order, given).map_err(|e| GraphError::InReferenced {
                     graph: k,
                     error: Box::new(e),
                 })
@@ -164,6 +154,28 @@ impl PreparedGraph {
             .flat_map(|p| p.packed.iter().flatten())
             .map(Packed::bytes)
             .sum()
+    }
+
+    /// The packed weights of every graph of the model in portable form (for a compilation
+    /// cache): those packed at preparation, and those read from constant pools
+    /// (CONSTANT_REFERENCE, which preparation does not see) packed now from `pools`, the
+    /// model's constant pools as [`PreparedGraph::execute`] takes them. Weights no kernel takes
+    /// packed, and pool weights outside `pools`, are left out.
+    pub fn packed_weights(&self, pools: &[&[u8]]) -> PackedWeights {
+        let mut entries = Vec::new();
+        packed::export_graph(&self.graph, 0, &self.main.packed, pools, &mut entries);
+        for (k, (g, plan)) in self
+            .graph
+            .referenced
+            .iter()
+            .zip(&self.referenced)
+            .enumerate()
+        {
+            if let Ok(s) = u32::try_from(k + 1) {
+                packed::export_graph(g, s, &plan.packed, pools, &mut entries);
+            }
+        }
+        PackedWeights { entries }
     }
 
     /// The graph this was prepared from.
@@ -361,14 +373,8 @@ impl Run<'_> {
                     op,
                     index: opi,
                     values: &values,
-                    weights_t: match packed {
-                        Some(Packed::F32(w)) => Some(w),
-                        _ => None,
-                    },
-                    qweights: match packed {
-                        Some(Packed::Q8(w)) => Some(w),
-                        _ => None,
-                    },
+                    weights_t: packed.and_then(Packed::f32),
+                    qweights: packed.and_then(Packed::q8),
                 };
                 ops::run(&ctx)?
             };

@@ -41,6 +41,7 @@ mod exec;
 mod model;
 mod ops;
 mod order;
+mod packed;
 mod par;
 mod tensor;
 mod validate;
@@ -50,6 +51,7 @@ pub use error::{ExecError, GraphError, OutputShape};
 pub use exec::{InputArg, PreparedGraph};
 pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 pub use order::execution_order;
+pub use packed::{KIND_F32, KIND_Q8, PackedWeight, PackedWeights, packings_on_this_thread};
 /// The worker pool's split, for `cpu/benches/pool.rs` only (not a stable API).
 #[doc(hidden)]
 pub use par::for_each_part;
@@ -59,6 +61,8 @@ pub use validate::supported_operation_types;
 
 #[cfg(test)]
 mod control_flow_tests;
+#[cfg(test)]
+mod packed_tests;
 #[cfg(test)]
 mod test_support;
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Tests of `packed`: weights taken from an earlier preparation (`PreparedGraph::with_packed`,
-//! `PreparedGraph::packed_weights`), and the entries that do not check out.
+//! `PreparedGraph::packed_weights`), the entries that do not check out, and one packed copy per
+//! constant however many operations read it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +9,7 @@ use crate::PreparedGraph;
 use crate::model::Lifetime;
 use crate::model::{OperandType as T, OperationType as O};
 use crate::packed::{KIND_F32, KIND_Q8, PackedWeight, PackedWeights, packings_on_this_thread};
-use crate::test_support::{B, fb};
+use crate::test_support::{B, bf, close, fb};
 
 /// FULLY_CONNECTED `[5, 3] x [2, 3]ᵀ` (5 rows: the GEMM path, which reads packed weights)
 /// with float weights, and operand 1 the weights.
@@ -23,18 +24,24 @@ fn float_fc() -> crate::Graph {
     b.g
 }
 
-/// 8-bit FULLY_CONNECTED `[1, 3] x [2, 3]ᵀ`, weights zero point 128.
-fn q8_fc() -> crate::Graph {
-    let mut b = B::new();
-    let x = b.input(T::TensorQuant8Asymm, &[1, 3]);
-    b.q(x, 1.0, 0);
+/// Constant 8-bit weights `[2][3]` (zero point 128: centered (1, 2, 3) and (-1, -2, -3)) and
+/// bias (0, 20) of a FULLY_CONNECTED.
+fn q8_weights(b: &mut B) -> (u32, u32) {
     let w = b.konst(
         T::TensorQuant8Asymm,
         &[2, 3],
         vec![129, 130, 131, 127, 126, 125],
     );
     b.q(w, 1.0, 128);
-    let bias = b.i32c(&[2], &[0, 20]);
+    (w, b.i32c(&[2], &[0, 20]))
+}
+
+/// 8-bit FULLY_CONNECTED `[1, 3] x [2, 3]ᵀ` with [`q8_weights`].
+fn q8_fc() -> crate::Graph {
+    let mut b = B::new();
+    let x = b.input(T::TensorQuant8Asymm, &[1, 3]);
+    b.q(x, 1.0, 0);
+    let (w, bias) = q8_weights(&mut b);
     let act = b.int(0);
     let o = b.output(T::TensorQuant8Asymm, &[1, 2]);
     b.q(o, 1.0, 100);
@@ -173,7 +180,100 @@ fn weights_in_a_constant_pool_are_exported_packed_and_taken_back() {
     let out = run(&again, &[&pool], &x, 40);
     assert_eq!(out, run(&fresh, &[&pool], &x, 40));
     assert_eq!(
-        crate::test_support::bf(&out),
+        bf(&out),
         [1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0]
     );
+}
+
+/// `data` as an input of the model's dimensions.
+fn arg(data: &[u8]) -> InputArg<'_> {
+    InputArg::Value {
+        data,
+        dimensions: vec![],
+    }
+}
+
+/// Two FULLY_CONNECTED (5 rows each, past the dot-product path, so both run the GEMM on the
+/// packed weights) reading one constant `[2][3]` weights operand.
+#[test]
+fn shared_constant_weights_are_packed_once_and_serve_both_operations() {
+    let mut b = B::new();
+    let x1 = b.input(T::TensorFloat32, &[5, 3]);
+    let x2 = b.input(T::TensorFloat32, &[5, 3]);
+    let w = b.f32c(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let bias = b.f32c(&[2], &[0.5, -1.0]);
+    let act = b.int(0);
+    let o1 = b.output(T::TensorFloat32, &[5, 2]);
+    let o2 = b.output(T::TensorFloat32, &[5, 2]);
+    b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
+    b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
+    let p = PreparedGraph::new(b.g).unwrap();
+    // One [3][2] copy of six floats, not one per operation.
+    assert_eq!(p.packed_weight_bytes(), 6 * 4);
+
+    let in1 = fb(&[
+        1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
+    ]);
+    let in2 = fb(&[
+        1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, -1.0, 0.0, 1.0, 3.0, 1.0, 2.0,
+    ]);
+    let args = [arg(&in1), arg(&in2)];
+    let (mut out1, mut out2) = (vec![0u8; 40], vec![0u8; 40]);
+    p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
+        .unwrap();
+    // Row r: [x·(1,2,3) + 0.5, x·(4,5,6) - 1], worked by hand.
+    close(
+        &bf(&out1),
+        &[1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0],
+    );
+    close(
+        &bf(&out2),
+        &[-0.5, -2.0, 0.5, -1.0, 4.5, 9.0, 2.5, 1.0, 11.5, 28.0],
+    );
+}
+
+/// Two 8-bit FULLY_CONNECTED reading one constant `[2][3]` weights operand: one packed copy
+/// (one panel of 16 columns, K padded to 4: 2 pairs × 16 × 2 i16), results worked by hand.
+#[test]
+fn shared_constant_8bit_weights_are_packed_once_and_serve_both_operations() {
+    let mut b = B::new();
+    let x1 = b.input(T::TensorQuant8Asymm, &[1, 3]);
+    let x2 = b.input(T::TensorQuant8Asymm, &[1, 3]);
+    b.q(x1, 1.0, 0);
+    b.q(x2, 1.0, 0);
+    let (w, bias) = q8_weights(&mut b);
+    let act = b.int(0);
+    let o1 = b.output(T::TensorQuant8Asymm, &[1, 2]);
+    let o2 = b.output(T::TensorQuant8Asymm, &[1, 2]);
+    b.q(o1, 1.0, 100);
+    b.q(o2, 1.0, 100);
+    b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
+    b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
+    let p = PreparedGraph::new(b.g).unwrap();
+    assert_eq!(p.packed_weight_bytes(), 2 * 16 * 2 * 2);
+    let (in1, in2) = ([1u8, 2, 3], [0u8, 1, 2]);
+    let args = [arg(&in1), arg(&in2)];
+    let (mut out1, mut out2) = ([0u8; 2], [0u8; 2]);
+    p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
+        .unwrap();
+    // Weights centered: (1, 2, 3) and (-1, -2, -3); output = 100 + dot + bias.
+    assert_eq!(out1, [100 + 14, 100 - 14 + 20]);
+    assert_eq!(out2, [100 + 8, 100 - 8 + 20]);
+}
+
+#[test]
+fn distinct_constant_weights_are_packed_each() {
+    let mut b = B::new();
+    let x = b.input(T::TensorFloat32, &[5, 3]);
+    let w1 = b.f32c(&[2, 3], &[1.0; 6]);
+    let w2 = b.f32c(&[1, 3], &[2.0; 3]);
+    let b1 = b.f32c(&[2], &[0.0; 2]);
+    let b2 = b.f32c(&[1], &[0.0]);
+    let act = b.int(0);
+    let t = b.temp(T::TensorFloat32, &[5, 2]);
+    let o = b.output(T::TensorFloat32, &[5, 1]);
+    b.op(O::FullyConnected, &[x, w1, b1, act], &[t]);
+    b.op(O::FullyConnected, &[t, w2, b2, act], &[o]);
+    let p = PreparedGraph::new(b.g).unwrap();
+    assert_eq!(p.packed_weight_bytes(), (6 + 3) * 4);
 }

@@ -160,6 +160,7 @@ mod models {
     use std::os::fd::AsFd;
     use std::time::{Duration, Instant};
 
+    use nnaccel_cpu::PackedWeights;
     use nnaccel_hal::cache::CacheFiles;
     use nnaccel_hal::cache::blob;
     use nnaccel_hal::cache::files::MemfdBuffer;
@@ -171,6 +172,7 @@ mod models {
     use nnaccel_protocol::pools::{self, MappedClientPool};
     use nnaccel_tests::bench::{median, ms};
     use nnaccel_tests::service::{arg, execute, request};
+    use sha2::{Digest, Sha256};
 
     pub const DEFAULT: &[&str] = &[
         "mobilenet_v1_float32",
@@ -332,6 +334,52 @@ mod models {
             ms(taking),
             100.0 * (packing.saturating_sub(taking)).as_secs_f64() / packing.as_secs_f64()
         );
+        // A load's steps (read, SHA-256, decode, prepare) on the files as saved, and on the same
+        // model's files without packed weights (what format 3 held), in this one run.
+        let plain = blob::encode(&model, false).unwrap();
+        let (with_model, with_data) = (read("model"), read("data"));
+        let steps = |model_bytes: &[u8], data_bytes: &[u8], packed: bool| {
+            let mut h = Sha256::new();
+            h.update(model_bytes);
+            h.update(data_bytes);
+            std::hint::black_box(h.finalize());
+            let mut data = MemfdBuffer::new();
+            data.append(data_bytes).unwrap();
+            let d = blob::decode_packed(model_bytes, data).unwrap();
+            let weights = if packed {
+                d.packed
+            } else {
+                PackedWeights::default()
+            };
+            let before = nnaccel_cpu::packings_on_this_thread();
+            let pm = driver
+                .prepare_from_parts_packed(&d.model, d.on_device, pref, weights)
+                .unwrap();
+            (pm, nnaccel_cpu::packings_on_this_thread() - before)
+        };
+        for (label, model_bytes, data_bytes, packed) in [
+            (
+                "with packed weights (format 4)",
+                &with_model[..],
+                &with_data[..],
+                true,
+            ),
+            (
+                "without (as format 3)         ",
+                &plain.model[..],
+                &plain.data[..],
+                false,
+            ),
+        ] {
+            let (load, (pm, n)) = timed(iters, || steps(model_bytes, data_bytes, packed));
+            let (first, steady) = executions(&pm, &req, iters);
+            println!(
+                "  load steps {label} {} ({n} packed), then executions: first {}, median {}",
+                ms(load),
+                ms(first),
+                ms(steady)
+            );
+        }
     }
 }
 

@@ -61,14 +61,21 @@ pub(crate) fn lay_out(
 }
 
 /// The entries of `dir` read out of `data`: each within `data` and with the recorded checksum;
-/// others are left out (logged).
+/// others are left out (logged). Entries of a well-formed cache do not overlap, so once the
+/// lengths read add up to more than `data` holds the rest are left out too (a directory that
+/// names the same bytes many times cannot make the load allocate without bound).
 pub(crate) fn read_back(dir: Vec<CachedPacked>, data: &MemfdBuffer) -> PackedWeights {
-    let mut entries = Vec::with_capacity(dir.len());
+    let mut entries = Vec::with_capacity(dir.len().min(1024));
+    let mut budget = data.len();
     for (i, d) in dir.into_iter().enumerate() {
         let inside = d
             .offset
             .checked_add(d.length)
-            .is_some_and(|end| end <= data.len());
+            .is_some_and(|end| end <= data.len())
+            && d.length <= budget;
+        if inside {
+            budget -= d.length;
+        }
         let bytes = inside
             .then(|| usize::try_from(d.length).ok())
             .flatten()
@@ -204,5 +211,18 @@ mod tests {
             let back = read_back(d, &buf);
             assert_eq!(back.entries, vec![second()], "{what}");
         }
+    }
+
+    #[test]
+    fn a_directory_naming_the_same_bytes_again_and_again_reads_no_more_than_the_data() {
+        let mut data = Vec::new();
+        let dir = lay_out(&mut data, &weights()).unwrap();
+        let mut buf = MemfdBuffer::new();
+        buf.append(&data).unwrap();
+        // The 40-byte entry (at 64) 100 times over 104 bytes of data: two fit the budget.
+        assert_eq!(data.len(), 104);
+        let back = read_back(vec![dir[1].clone(); 100], &buf);
+        assert_eq!(back.entries.len(), 2);
+        assert!(back.entries.iter().all(|e| e.bytes == vec![2; 40]));
     }
 }

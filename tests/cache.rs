@@ -946,15 +946,21 @@ fn a_cache_hit_packs_no_weights_and_computes_what_a_fresh_preparation_does() {
         let driver = Driver::new(Backend::CpuOnly);
         let model = gemm_model(quant);
         let (fresh, packed) = counting_packings(|| prepare(&driver, &model).unwrap());
-        // The filters (CONSTANT_COPY); the pool weights are not seen at preparation.
-        assert_eq!(packed, 1, "quant {quant}");
-        let want = run_gemm_model(&*fresh, quant);
+        // The filters (CONSTANT_COPY) and the FULLY_CONNECTED weights (CONSTANT_REFERENCE).
+        assert_eq!(packed, 2, "quant {quant}");
+        let (want, packed) = counting_packings(|| run_gemm_model(&*fresh, quant));
+        assert_eq!(packed, 0, "quant {quant}: an execution packed weights");
         let files = CacheFiles::new();
         let token = Rng::new(11).token();
         save_files(&driver, &model, &files, &token);
         let (pm, packed) = counting_packings(|| load_files(&driver, &files, &token).unwrap());
         assert_eq!(packed, 0, "quant {quant}: a cache hit packed weights");
-        assert_eq!(run_gemm_model(&*pm, quant), want, "quant {quant}");
+        let (got, packed) = counting_packings(|| run_gemm_model(&*pm, quant));
+        assert_eq!(
+            packed, 0,
+            "quant {quant}: an execution after a hit packed weights"
+        );
+        assert_eq!(got, want, "quant {quant}");
         // The data cache holds the packed filters, then the packed FULLY_CONNECTED weights,
         // after the constants (each at a multiple of 64): float [27][16] and [16][10] f32
         // (1728 bytes, a multiple of 64, and 640); 8-bit one panel of 16 columns each, K padded

@@ -55,11 +55,13 @@ struct Plan {
 
 impl Plan {
     /// The plan of `graph` (of the model `root`): every operation supported, constants decoded,
-    /// weights packed unless `given` (checked by `packed::adopt`) holds them.
+    /// weights (pool ones read from `pools`) packed unless `given` (checked by
+    /// `packed::adopt`) holds them.
     fn new(
         root: &Graph,
         graph: &Graph,
         order: Vec<usize>,
+        pools: &[&[u8]],
         given: Vec<Option<Packed>>,
     ) -> Result<Self, GraphError> {
         for i in 0..graph.operations.len() {
@@ -96,7 +98,7 @@ impl Plan {
                 last_use[inp as usize] = pos;
             }
         }
-        let packed = packed::pack_graph(graph, &consts, given);
+        let packed = packed::pack_graph(graph, &consts, pools, given);
         Ok(Plan {
             order,
             consts,
@@ -108,9 +110,19 @@ impl Plan {
 
 impl PreparedGraph {
     /// Validates `graph` and its referenced graphs, checks that every operation is supported,
-    /// decodes constants and packs constant GEMM weights.
+    /// decodes constants and packs the constant GEMM weights among them (CONSTANT_COPY; see
+    /// [`PreparedGraph::with_pools`] for those in constant pools).
     pub fn new(graph: Graph) -> Result<Self, GraphError> {
-        Self::with_packed(graph, PackedWeights::default())
+        Self::with_pools(graph, &[])
+    }
+
+    /// As [`PreparedGraph::new`], and packs the GEMM weights read from constant pools
+    /// (CONSTANT_REFERENCE) too, from `pools`: they are packed once here instead of on every
+    /// execution. `pools` must be the bytes every execution passes (NNAPI forbids changing a
+    /// model's constants while it is prepared; the HAL passes its snapshot of them). A weight
+    /// whose pool or range `pools` does not hold is left unpacked.
+    pub fn with_pools(graph: Graph, pools: &[&[u8]]) -> Result<Self, GraphError> {
+        Self::with_packed(graph, PackedWeights::default(), pools)
     }
 
     /// As [`PreparedGraph::new`], but takes the weights `packed` holds (from
@@ -119,11 +131,16 @@ impl PreparedGraph {
     /// operand exists and is a constant that some operation reads as GEMM weights, its kind and
     /// layout version are this build's, its shape facts are the operand's and its byte length
     /// is what packing the operand gives (8-bit values within the kernel's bound). Every other
-    /// weight is packed afresh; a bad entry never fails the preparation.
-    pub fn with_packed(graph: Graph, mut packed: PackedWeights) -> Result<Self, GraphError> {
+    /// weight is packed afresh (pool ones from `pools`, as [`PreparedGraph::with_pools`]); a
+    /// bad entry never fails the preparation.
+    pub fn with_packed(
+        graph: Graph,
+        mut packed: PackedWeights,
+        pools: &[&[u8]],
+    ) -> Result<Self, GraphError> {
         let orders = validate::validate_model(&graph)?;
         let given = packed::adopt(&graph, 0, &mut packed);
-        let main = Plan::new(&graph, &graph, orders.root, given)?;
+        let main = Plan::new(&graph, &graph, orders.root, pools, given)?;
         let referenced = graph
             .referenced
             .iter()
@@ -133,7 +150,7 @@ impl PreparedGraph {
                 let given = u32::try_from(k + 1)
                     .map(|s| packed::adopt(sub, s, &mut packed))
                     .unwrap_or_default();
-                Plan::new(&graph, sub, order, given).map_err(|e| GraphError::InReferenced {
+                Plan::new(&graph, sub, order, pools, given).map_err(|e| GraphError::InReferenced {
                     graph: k,
                     error: Box::new(e),
                 })

@@ -8,8 +8,6 @@
 //! reduction length) and the bytes. `PreparedGraph::with_packed` takes an entry only
 //! when everything checks out against the graph and this build; anything else is packed afresh.
 
-use std::cell::Cell;
-
 use crate::model::{Graph, Lifetime, Operand};
 use crate::ops::{self, QWeights};
 use crate::tensor::{Data, Kind, Tensor, kind_of};
@@ -81,21 +79,12 @@ pub struct PackedWeights {
     pub entries: Vec<PackedWeight>,
 }
 
-thread_local! {
-    static PACKINGS: Cell<u64> = const { Cell::new(0) };
-}
-
-/// How many weight operands this thread has packed (at preparation, or for
-/// `PreparedGraph::packed_weights`): a diagnostic for tests and benchmarks, which
-/// check that a cache hit packs nothing.
-pub fn packings_on_this_thread() -> u64 {
-    PACKINGS.with(Cell::get)
-}
+pub use crate::ops::packings_on_this_thread;
 
 /// Packs constant weights of declaration `decl` and value `t` for the kernel that reads them
 /// (float or 8-bit); None when no kernel takes them packed.
 fn pack(decl: &Operand, t: &Tensor) -> Option<Packed> {
-    PACKINGS.with(|c| c.set(c.get() + 1));
+    ops::count_packing();
     match ops::pack_weights(t) {
         Some(v) => Some(Packed::F32(v.into_boxed_slice())),
         None => ops::pack_q8_weights(decl, t).map(Packed::Q8),
@@ -110,12 +99,34 @@ fn is_gemm_weights(graph: &Graph, w: usize) -> bool {
         .any(|op| ops::gemm_weights_operand(graph, op) == Some(w))
 }
 
+/// The value of CONSTANT_REFERENCE operand `decl` read from `pools`; None for another lifetime
+/// or a pool or range that `pools` does not hold (the execution reports those).
+fn pool_value(decl: &Operand, pools: &[&[u8]]) -> Option<Tensor> {
+    let Lifetime::ConstantReference {
+        pool,
+        offset,
+        length,
+    } = decl.lifetime
+    else {
+        return None;
+    };
+    let bytes = pools
+        .get(pool as usize)
+        .and_then(|p| p.get(offset..offset.checked_add(length)?))?;
+    Some(Tensor::new(
+        decl.dimensions.clone(),
+        Data::decode(decl.ty, bytes),
+    ))
+}
+
 /// The packed weights of one graph: `given[w]` where set (already checked by [`adopt`]), else
 /// each constant that some FULLY_CONNECTED or CONV_2D reads as weights packed now (once, however
-/// many operations read it). `consts` holds the decoded CONSTANT_COPY values.
+/// many operations read it). `consts` holds the decoded CONSTANT_COPY values; weights read from
+/// constant pools (CONSTANT_REFERENCE) are read from `pools`, those every execution will pass.
 pub(crate) fn pack_graph(
     graph: &Graph,
     consts: &[Option<Tensor>],
+    pools: &[&[u8]],
     mut given: Vec<Option<Packed>>,
 ) -> Vec<Option<Packed>> {
     given.resize_with(graph.operands.len(), || None);
@@ -123,11 +134,13 @@ pub(crate) fn pack_graph(
         let Some(w) = ops::gemm_weights_operand(graph, op) else {
             continue;
         };
-        if let (Some(slot @ None), Some(Some(t)), Some(decl)) =
-            (given.get_mut(w), consts.get(w), graph.operands.get(w))
-        {
-            *slot = pack(decl, t);
-        }
+        let (Some(slot @ None), Some(decl)) = (given.get_mut(w), graph.operands.get(w)) else {
+            continue;
+        };
+        *slot = match consts.get(w) {
+            Some(Some(t)) => pack(decl, t),
+            _ => pool_value(decl, pools).and_then(|t| pack(decl, &t)),
+        };
     }
     given
 }
@@ -258,28 +271,10 @@ pub(crate) fn export_graph(
         };
         let entry = match packed.get(w).and_then(Option::as_ref) {
             Some(p) => export(subgraph, w, p, k),
-            None => {
-                let Lifetime::ConstantReference {
-                    pool,
-                    offset,
-                    length,
-                } = decl.lifetime
-                else {
-                    continue;
-                };
-                if !is_gemm_weights(graph, w) {
-                    continue;
-                }
-                let Some(bytes) = pools.get(pool as usize).and_then(|p| {
-                    offset
-                        .checked_add(length)
-                        .and_then(|end| p.get(offset..end))
-                }) else {
-                    continue;
-                };
-                let t = Tensor::new(decl.dimensions.clone(), Data::decode(decl.ty, bytes));
-                pack(decl, &t).and_then(|p| export(subgraph, w, &p, k))
-            }
+            None if is_gemm_weights(graph, w) => pool_value(decl, pools)
+                .and_then(|t| pack(decl, &t))
+                .and_then(|p| export(subgraph, w, &p, k)),
+            None => continue,
         };
         out.extend(entry);
     }

@@ -62,7 +62,7 @@ fn run(p: &PreparedGraph, pools: &[&[u8]], input: &[u8], out_len: usize) -> Vec<
 /// Prepares `g` with `packed`; how many weights that packed.
 fn prepare_counting(g: crate::Graph, packed: PackedWeights) -> (PreparedGraph, u64) {
     let before = packings_on_this_thread();
-    let p = PreparedGraph::with_packed(g, packed).unwrap();
+    let p = PreparedGraph::with_packed(g, packed, &[]).unwrap();
     (p, packings_on_this_thread() - before)
 }
 
@@ -276,4 +276,75 @@ fn distinct_constant_weights_are_packed_each() {
     b.op(O::FullyConnected, &[t, w2, b2, act], &[o]);
     let p = PreparedGraph::new(b.g).unwrap();
     assert_eq!(p.packed_weight_bytes(), (6 + 3) * 4);
+}
+
+/// `g` with operand 1 (the weights) moved out of its values into pool 0 at offset 8 (as
+/// CONSTANT_REFERENCE), and that pool.
+fn weights_in_pool(mut g: crate::Graph) -> (crate::Graph, Vec<u8>) {
+    let Lifetime::ConstantCopy { offset, length } = g.operands[1].lifetime else {
+        panic!("operand 1 is not a CONSTANT_COPY");
+    };
+    let pool = [&[0xAAu8; 8][..], &g.operand_values[offset..offset + length]].concat();
+    g.operands[1].lifetime = Lifetime::ConstantReference {
+        pool: 0,
+        offset: 8,
+        length,
+    };
+    (g, pool)
+}
+
+/// Weights passed by memory (CONSTANT_REFERENCE), as NNAPI apps pass large weights and as a
+/// compilation-cache hit holds every large constant: packed once at preparation from the
+/// pools, never by an execution, with the outputs of the same model holding them as values.
+#[test]
+fn weights_in_a_constant_pool_are_packed_at_preparation_and_never_by_executions() {
+    let x = fb(&[
+        1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
+    ]);
+    // Worked by hand: float rows [x·(1,2,3) + 0.5, x·(4,5,6) - 1]; 8-bit 100 + centered dot
+    // + bias with centered weights (1, 2, 3) and (-1, -2, -3), bias (0, 20).
+    let float_want = fb(&[1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0]);
+    for (g, input, want, packed_bytes) in [
+        (float_fc(), x, float_want, 6 * 4),
+        (
+            q8_fc(),
+            vec![1u8, 2, 3],
+            vec![100 + 14, 100 - 14 + 20],
+            2 * 16 * 2 * 2,
+        ),
+    ] {
+        let (g, pool) = weights_in_pool(g);
+        let pools: [&[u8]; 1] = [&pool];
+        let before = packings_on_this_thread();
+        let p = PreparedGraph::with_pools(g, &pools).unwrap();
+        assert_eq!(
+            packings_on_this_thread() - before,
+            1,
+            "packed at preparation"
+        );
+        assert_eq!(p.packed_weight_bytes(), packed_bytes);
+        let before = packings_on_this_thread();
+        for _ in 0..3 {
+            assert_eq!(run(&p, &pools, &input, want.len()), want);
+        }
+        assert_eq!(
+            packings_on_this_thread() - before,
+            0,
+            "packed by an execution"
+        );
+    }
+}
+
+/// The counter above can fail: an 8-bit model prepared without its pools (as before packing
+/// at preparation) packs its pool weights on every execution.
+#[test]
+fn pool_weights_not_packed_at_preparation_are_packed_by_every_8bit_execution() {
+    let (g, pool) = weights_in_pool(q8_fc());
+    let p = PreparedGraph::new(g).unwrap();
+    assert_eq!(p.packed_weight_bytes(), 0);
+    let before = packings_on_this_thread();
+    for _ in 0..3 {
+        assert_eq!(run(&p, &[&pool], &[1, 2, 3], 2), [100 + 14, 100 - 14 + 20]);
+    }
+    assert_eq!(packings_on_this_thread() - before, 3);
 }

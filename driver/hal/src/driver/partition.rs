@@ -477,21 +477,11 @@ impl PartitionPlan {
             let plan = match run.placement {
                 Placement::Device => PartPlan::Device(DevicePlan::compile(d, &sub, &sub_graph)?),
                 Placement::Cpu => {
-                    let Ok(pools) = sub
-                        .pools
-                        .iter()
-                        .map(MappedPool::map_constants)
-                        .collect::<Result<Vec<_>, _>>()
-                    else {
-                        return Ok(None);
-                    };
-                    let Ok(prepared) = PreparedGraph::new(sub_graph) else {
-                        return Ok(None);
-                    };
-                    PartPlan::Cpu(CpuPlan {
-                        graph: prepared,
-                        pools,
-                    })
+                    let packed = PackedWeights::default();
+                    match CpuPlan::prepare(sub_graph, &sub.pools, true, packed) {
+                        Ok(plan) => PartPlan::Cpu(plan),
+                        Err(_) => return Ok(None),
+                    }
                 }
                 Placement::Unsupported => return Ok(None),
             };

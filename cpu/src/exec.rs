@@ -9,7 +9,7 @@ use crate::control_flow::{
 use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
-use crate::packed::{self, Packed, PackedWeights};
+use crate::packed::{self, Packed};
 use crate::tensor::{Data, Tensor, kind_of, num_elements};
 use crate::validate;
 
@@ -48,21 +48,18 @@ struct Plan {
     last_use: Vec<usize>,
     /// For each operand, its constant value packed for the GEMM (`crate::packed`) when a
     /// FULLY_CONNECTED or CONV_2D reads it as weights: one copy per constant, shared by every
-    /// operation reading it, made once (or taken from an earlier preparation) instead of on
-    /// every execution.
+    /// operation reading it, made once instead of on every execution.
     packed: Vec<Option<Packed>>,
 }
 
 impl Plan {
     /// The plan of `graph` (of the model `root`): every operation supported, constants decoded,
-    /// weights (pool ones read from `pools`) packed unless `given` (checked by
-    /// `packed::adopt`) holds them.
+    /// weights packed (those in constant pools read from `pools`).
     fn new(
         root: &Graph,
         graph: &Graph,
         order: Vec<usize>,
         pools: &[&[u8]],
-        given: Vec<Option<Packed>>,
     ) -> Result<Self, GraphError> {
         for i in 0..graph.operations.len() {
             if let Err(validate::Issue::Invalid(reason) | validate::Issue::Unsupported(reason)) =
@@ -98,7 +95,7 @@ impl Plan {
                 last_use[inp as usize] = pos;
             }
         }
-        let packed = packed::pack_graph(graph, &consts, pools, given);
+        let packed = packed::pack_graph(graph, &consts, pools);
         Ok(Plan {
             order,
             consts,
@@ -122,35 +119,15 @@ impl PreparedGraph {
     /// model's constants while it is prepared; the HAL passes its snapshot of them). A weight
     /// whose pool or range `pools` does not hold is left unpacked.
     pub fn with_pools(graph: Graph, pools: &[&[u8]]) -> Result<Self, GraphError> {
-        Self::with_packed(graph, PackedWeights::default(), pools)
-    }
-
-    /// As [`PreparedGraph::new`], but takes the weights `packed` holds (from
-    /// [`PreparedGraph::packed_weights`] of an earlier preparation, e.g. out of a compilation
-    /// cache) instead of packing them. An entry is used only when everything checks out: its
-    /// operand exists and is a constant that some operation reads as GEMM weights, its kind and
-    /// layout version are this build's, its shape facts are the operand's and its byte length
-    /// is what packing the operand gives (8-bit values within the kernel's bound). Every other
-    /// weight is packed afresh (pool ones from `pools`, as [`PreparedGraph::with_pools`]); a
-    /// bad entry never fails the preparation.
-    pub fn with_packed(
-        graph: Graph,
-        mut packed: PackedWeights,
-        pools: &[&[u8]],
-    ) -> Result<Self, GraphError> {
         let orders = validate::validate_model(&graph)?;
-        let given = packed::adopt(&graph, 0, &mut packed);
-        let main = Plan::new(&graph, &graph, orders.root, pools, given)?;
+        let main = Plan::new(&graph, &graph, orders.root, pools)?;
         let referenced = graph
             .referenced
             .iter()
             .zip(orders.referenced)
             .enumerate()
             .map(|(k, (sub, order))| {
-                let given = u32::try_from(k + 1)
-                    .map(|s| packed::adopt(sub, s, &mut packed))
-                    .unwrap_or_default();
-                Plan::new(&graph, sub, order, pools, given).map_err(|e| GraphError::InReferenced {
+                Plan::new(&graph, sub, order, pools).map_err(|e| GraphError::InReferenced {
                     graph: k,
                     error: Box::new(e),
                 })
@@ -171,28 +148,6 @@ impl PreparedGraph {
             .flat_map(|p| p.packed.iter().flatten())
             .map(Packed::bytes)
             .sum()
-    }
-
-    /// The packed weights of every graph of the model in portable form (for a compilation
-    /// cache): those packed at preparation, and those read from constant pools
-    /// (CONSTANT_REFERENCE, which preparation does not see) packed now from `pools`, the
-    /// model's constant pools as [`PreparedGraph::execute`] takes them. Weights no kernel takes
-    /// packed, and pool weights outside `pools`, are left out.
-    pub fn packed_weights(&self, pools: &[&[u8]]) -> PackedWeights {
-        let mut entries = Vec::new();
-        packed::export_graph(&self.graph, 0, &self.main.packed, pools, &mut entries);
-        for (k, (g, plan)) in self
-            .graph
-            .referenced
-            .iter()
-            .zip(&self.referenced)
-            .enumerate()
-        {
-            if let Ok(s) = u32::try_from(k + 1) {
-                packed::export_graph(g, s, &plan.packed, pools, &mut entries);
-            }
-        }
-        PackedWeights { entries }
     }
 
     /// The graph this was prepared from.

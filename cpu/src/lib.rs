@@ -51,7 +51,7 @@ pub use error::{ExecError, GraphError, OutputShape};
 pub use exec::{InputArg, PreparedGraph};
 pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, OperationType};
 pub use order::execution_order;
-pub use packed::{KIND_F32, KIND_Q8, PackedWeight, PackedWeights, packings_on_this_thread};
+pub use packed::packings_on_this_thread;
 /// The worker pool's split, for `cpu/benches/pool.rs` only (not a stable API).
 #[doc(hidden)]
 pub use par::for_each_part;

@@ -1,6 +1,5 @@
-//! Tests of `packed`: weights taken from an earlier preparation (`PreparedGraph::with_packed`,
-//! `PreparedGraph::packed_weights`), the entries that do not check out, and one packed copy per
-//! constant however many operations read it.
+//! Tests of `packed`: one packed copy per constant however many operations read it, and
+//! weights in constant pools packed at preparation so that executions never pack.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +7,7 @@ use crate::InputArg;
 use crate::PreparedGraph;
 use crate::model::Lifetime;
 use crate::model::{OperandType as T, OperationType as O};
-use crate::packed::{KIND_F32, KIND_Q8, PackedWeight, PackedWeights, packings_on_this_thread};
+use crate::packed::packings_on_this_thread;
 use crate::test_support::{B, bf, close, fb};
 
 /// FULLY_CONNECTED `[5, 3] x [2, 3]ᵀ` (5 rows: the GEMM path, which reads packed weights)
@@ -57,132 +56,6 @@ fn run(p: &PreparedGraph, pools: &[&[u8]], input: &[u8], out_len: usize) -> Vec<
     }];
     p.execute(pools, &args, &mut [&mut out[..]]).unwrap();
     out
-}
-
-/// Prepares `g` with `packed`; how many weights that packed.
-fn prepare_counting(g: crate::Graph, packed: PackedWeights) -> (PreparedGraph, u64) {
-    let before = packings_on_this_thread();
-    let p = PreparedGraph::with_packed(g, packed, &[]).unwrap();
-    (p, packings_on_this_thread() - before)
-}
-
-#[test]
-fn weights_from_an_earlier_preparation_are_not_packed_again_and_give_the_same_outputs() {
-    let x = fb(&[
-        1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
-    ]);
-    for (g, input, out_len, kind) in [
-        (float_fc(), x, 40, KIND_F32),
-        (q8_fc(), vec![1u8, 2, 3], 2, KIND_Q8),
-    ] {
-        let (fresh, n) = prepare_counting(g.clone(), PackedWeights::default());
-        assert_eq!(n, 1);
-        let packed = fresh.packed_weights(&[]);
-        assert_eq!(packed.entries.len(), 1);
-        let e = &packed.entries[0];
-        assert_eq!(
-            (e.subgraph, e.operand, e.kind, e.n, e.k),
-            (0, 1, kind, 2, 3)
-        );
-        let (again, n) = prepare_counting(g, packed);
-        assert_eq!(n, 0, "kind {kind}: packed again");
-        assert_eq!(again.packed_weight_bytes(), fresh.packed_weight_bytes());
-        assert_eq!(
-            run(&again, &[], &input, out_len),
-            run(&fresh, &[], &input, out_len)
-        );
-    }
-    // Worked by hand for the 8-bit model: 100 + (1, 2, 3)·(1, 2, 3) and
-    // 100 - 14 + 20 (see exec.rs's test of shared 8-bit weights).
-    let (p, _) = prepare_counting(q8_fc(), PackedWeights::default());
-    assert_eq!(run(&p, &[], &[1, 2, 3], 2), [114, 106]);
-}
-
-/// Every way an entry can fail its checks, each on its own: the operand is packed afresh,
-/// the preparation succeeds, the outputs are those of a fresh preparation.
-#[test]
-fn entries_that_do_not_check_out_are_packed_afresh() {
-    for (g, input, out_len) in [
-        (
-            float_fc(),
-            fb(&[
-                1.0, 2.0, 3.0, -1.0, 0.5, 2.0, 0.0, 0.0, 1.0, 3.0, 3.0, 3.0, 1.0, 1.0, 1.0,
-            ]),
-            40,
-        ),
-        (q8_fc(), vec![1u8, 2, 3], 2),
-    ] {
-        let fresh = PreparedGraph::new(g.clone()).unwrap();
-        let want = run(&fresh, &[], &input, out_len);
-        let good = fresh.packed_weights(&[]).entries.remove(0);
-        let q8 = good.kind == KIND_Q8;
-        let mut bad: Vec<(&str, PackedWeight)> = Vec::new();
-        let mut with = |what, f: &dyn Fn(&mut PackedWeight)| {
-            let mut e = good.clone();
-            f(&mut e);
-            bad.push((what, e));
-        };
-        with("another layout version", &|e| e.layout += 1);
-        with("another kind", &|e| {
-            e.kind = if q8 { KIND_F32 } else { KIND_Q8 }
-        });
-        with("an unknown kind", &|e| e.kind = 99);
-        with("other shape facts", &|e| (e.n, e.k) = (3, 2));
-        with("a byte short", &|e| {
-            e.bytes.pop();
-        });
-        with("a byte long", &|e| e.bytes.push(0));
-        with("no bytes", &|e| e.bytes.clear());
-        with("an operand out of range", &|e| e.operand = 1000);
-        with("the bias operand", &|e| e.operand = 2);
-        with("the input operand", &|e| e.operand = 0);
-        with("a referenced graph that does not exist", &|e| {
-            e.subgraph = 1
-        });
-        if q8 {
-            with("a value past the kernel's bound", &|e| {
-                e.bytes[..2].copy_from_slice(&300i16.to_le_bytes())
-            });
-        }
-        for (what, e) in bad {
-            let packed = PackedWeights { entries: vec![e] };
-            let (p, n) = prepare_counting(g.clone(), packed);
-            assert_eq!(n, 1, "{what}: not packed afresh");
-            assert_eq!(run(&p, &[], &input, out_len), want, "{what}");
-        }
-    }
-}
-
-#[test]
-fn weights_in_a_constant_pool_are_exported_packed_and_taken_back() {
-    // float_fc with its weights as CONSTANT_REFERENCE at offset 8 of pool 0.
-    let mut g = float_fc();
-    let pool: Vec<u8> = [vec![0u8; 8], fb(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])].concat();
-    g.operands[1].lifetime = Lifetime::ConstantReference {
-        pool: 0,
-        offset: 8,
-        length: 24,
-    };
-    let x = fb(&[
-        1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
-    ]);
-    let (fresh, n) = prepare_counting(g.clone(), PackedWeights::default());
-    assert_eq!(n, 0, "preparation does not see pool constants");
-    let packed = fresh.packed_weights(&[&pool]);
-    assert_eq!(packed.entries.len(), 1);
-    // [k][n]: the weights transposed, worked by hand.
-    let want_bytes = fb(&[1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-    assert_eq!(packed.entries[0].bytes, want_bytes);
-    assert!(fresh.packed_weights(&[]).entries.is_empty());
-    let (again, n) = prepare_counting(g, packed);
-    assert_eq!(n, 0);
-    assert_eq!(again.packed_weight_bytes(), 6 * 4);
-    let out = run(&again, &[&pool], &x, 40);
-    assert_eq!(out, run(&fresh, &[&pool], &x, 40));
-    assert_eq!(
-        bf(&out),
-        [1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0]
-    );
 }
 
 /// `data` as an input of the model's dimensions.

@@ -13,9 +13,9 @@
 //!
 //! `cargo bench -p nnaccel-tests --bench cache -- models` measures instead, in process on the
 //! CPU executor (no privileges), the MobileNets of `target/models/` (`scripts/models/gen.py`):
-//! prepareModel, prepareModelFromCache, and the first and later executions after each, since
-//! weights that are not packed at preparation are packed (8-bit) or read strided (float) by
-//! every execution. `NNACCEL_BENCH_MODELS` (comma-separated names) picks other models.
+//! prepareModel, prepareModelFromCache (and how many weights it packs), and the first and later
+//! executions after each: a hit packs its weights at preparation, as a fresh preparation does,
+//! so executions after either should take the same time. `NNACCEL_BENCH_MODELS` (comma-separated names) picks other models.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::ffi::OsStr;
@@ -160,10 +160,7 @@ mod models {
     use std::os::fd::AsFd;
     use std::time::{Duration, Instant};
 
-    use nnaccel_cpu::PackedWeights;
     use nnaccel_hal::cache::CacheFiles;
-    use nnaccel_hal::cache::blob;
-    use nnaccel_hal::cache::files::MemfdBuffer;
     use nnaccel_hal::{
         Backend, Driver, ErrorStatus, ExecutionPreference, HalPreparedModel, Memory, Model,
         Priority, Request,
@@ -172,7 +169,6 @@ mod models {
     use nnaccel_protocol::pools::{self, MappedClientPool};
     use nnaccel_tests::bench::{median, ms};
     use nnaccel_tests::service::{arg, execute, request};
-    use sha2::{Digest, Sha256};
 
     pub const DEFAULT: &[&str] = &[
         "mobilenet_v1_float32",
@@ -271,34 +267,16 @@ mod models {
                 .unwrap()
         });
         drop(pm);
-        let (loading, pm) = timed(iters, || {
-            driver
+        let (loading, (pm, packed_on_load)) = timed(iters, || {
+            let before = nnaccel_cpu::packings_on_this_thread();
+            let pm = driver
                 .prepare_model_from_cache(pref, Priority::Medium, None, cache)
-                .unwrap()
+                .unwrap();
+            (pm, nnaccel_cpu::packings_on_this_thread() - before)
         });
         let (cached_first, cached_steady) = executions(&pm, &req, iters);
         drop(pm);
 
-        // The packing alone: the model's own form (every constant CONSTANT_COPY, no probing)
-        // prepared packing every weight, and taking the packed weights out of the cache.
-        let read = |n: &str| std::fs::read(dir.path().join(n)).unwrap();
-        let mut data = MemfdBuffer::new();
-        data.append(&read("data")).unwrap();
-        let packed = blob::decode_packed(&read("model"), data).unwrap().packed;
-        let entries = packed.entries.len();
-        let packed_bytes: usize = packed.entries.iter().map(|e| e.bytes.len()).sum();
-        let (packing, _) = timed(iters, || {
-            let before = nnaccel_cpu::packings_on_this_thread();
-            let pm = driver.prepare_from_parts(&model, false, pref).unwrap();
-            (pm, nnaccel_cpu::packings_on_this_thread() - before)
-        });
-        let (taking, (_, packed_on_load)) = timed(iters, || {
-            let before = nnaccel_cpu::packings_on_this_thread();
-            let pm = driver
-                .prepare_from_parts_packed(&model, false, pref, packed.clone())
-                .unwrap();
-            (pm, nnaccel_cpu::packings_on_this_thread() - before)
-        });
         let size = |n: &str| std::fs::metadata(dir.path().join(n)).map_or(0, |m| m.len());
         println!(
             "\n{name}: cache files model {} bytes, data {:.2} MiB",
@@ -312,7 +290,10 @@ mod models {
             ms(fresh_steady)
         );
         println!("  prepareModel saving the cache        {}", ms(saving));
-        println!("  prepareModelFromCache                {}", ms(loading));
+        println!(
+            "  prepareModelFromCache                {} ({packed_on_load} weights packed)",
+            ms(loading)
+        );
         println!(
             "    then first execution               {}",
             ms(cached_first)
@@ -322,64 +303,13 @@ mod models {
             ms(cached_steady)
         );
         println!(
+            "  prepareModelFromCache + first execution {}",
+            ms(loading + cached_first)
+        );
+        println!(
             "  ratio prepareModel / prepareModelFromCache: {:.2}x",
             fresh.as_secs_f64() / loading.as_secs_f64()
         );
-        println!(
-            "  {entries} packed weights in the cache ({:.2} MiB); the model's own form prepared \
-             packing them {}, taking them {} ({packed_on_load} packed): packing is {:.0}% of \
-             that preparation",
-            packed_bytes as f64 / f64::from(1u32 << 20),
-            ms(packing),
-            ms(taking),
-            100.0 * (packing.saturating_sub(taking)).as_secs_f64() / packing.as_secs_f64()
-        );
-        // A load's steps (read, SHA-256, decode, prepare) on the files as saved, and on the same
-        // model's files without packed weights (what format 3 held), in this one run.
-        let plain = blob::encode(&model, false).unwrap();
-        let (with_model, with_data) = (read("model"), read("data"));
-        let steps = |model_bytes: &[u8], data_bytes: &[u8], packed: bool| {
-            let mut h = Sha256::new();
-            h.update(model_bytes);
-            h.update(data_bytes);
-            std::hint::black_box(h.finalize());
-            let mut data = MemfdBuffer::new();
-            data.append(data_bytes).unwrap();
-            let d = blob::decode_packed(model_bytes, data).unwrap();
-            let weights = if packed {
-                d.packed
-            } else {
-                PackedWeights::default()
-            };
-            let before = nnaccel_cpu::packings_on_this_thread();
-            let pm = driver
-                .prepare_from_parts_packed(&d.model, d.on_device, pref, weights)
-                .unwrap();
-            (pm, nnaccel_cpu::packings_on_this_thread() - before)
-        };
-        for (label, model_bytes, data_bytes, packed) in [
-            (
-                "with packed weights (format 4)",
-                &with_model[..],
-                &with_data[..],
-                true,
-            ),
-            (
-                "without (as format 3)         ",
-                &plain.model[..],
-                &plain.data[..],
-                false,
-            ),
-        ] {
-            let (load, (pm, n)) = timed(iters, || steps(model_bytes, data_bytes, packed));
-            let (first, steady) = executions(&pm, &req, iters);
-            println!(
-                "  load steps {label} {} ({n} packed), then executions: first {}, median {}",
-                ms(load),
-                ms(first),
-                ms(steady)
-            );
-        }
     }
 }
 

@@ -4,10 +4,6 @@
 
 use crate::par;
 
-/// Version of the packed float weights' layout (`conv::pack_weights`: `[k][n]` f32); bump it
-/// when that layout changes, so packed weights stored by another build are packed afresh.
-pub(crate) const PACKED_LAYOUT_VERSION: u32 = 1;
-
 /// `c[m×n] = a[m×k] · B` where `B[kk][j] = b[kk*rsb + j*csb]`; `a` and `c` are row-major.
 /// Large products are split across threads (rows of `c` when `m >= n`, else column blocks).
 #[allow(clippy::too_many_arguments)]

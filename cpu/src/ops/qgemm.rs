@@ -16,12 +16,6 @@
 use super::quant::{Requant, rdbpot, srdhm};
 use crate::par;
 
-mod stored;
-
-/// Version of the [`QWeights`] layout; bump it when the packing changes, so packed weights
-/// stored by another build are packed afresh.
-pub(crate) const LAYOUT_VERSION: u32 = 1;
-
 /// Columns per B panel (two AVX2 registers of i32).
 pub(crate) const NR: usize = 16;
 /// Rows per micro-tile.

@@ -7,34 +7,29 @@
 //! of the service's wire protocol; a file of another version is refused with
 //! [`CacheError::Format`] (the caller then compiles afresh). Version 1 (until the crate split)
 //! was the wire protocol's model message; version 2 named only what a cached model holds;
-//! version 3 adds the referenced subgraphs (IF and WHILE bodies); version 4 the CPU
-//! executor's packed weights. Data cache: the constants, concatenated (each at an 8-byte
-//! aligned offset; CONSTANT_REFERENCE operands are rewritten to CONSTANT_COPY into these bytes,
-//! so a cached model needs no client pool), then the packed weights (`super::packed`), whose
-//! directory is in the model cache. Decoding trusts nothing: codes, lengths and indexes are
-//! checked here and by the model validator before anything is compiled; a packed-weight entry
-//! that does not check out is left out (packed afresh), never an error.
+//! version 3 adds the referenced subgraphs (IF and WHILE bodies). Data cache: the constants,
+//! concatenated (each at an 8-byte aligned offset); CONSTANT_REFERENCE operands are rewritten to CONSTANT_COPY into these bytes, so a
+//! cached model needs no client pool. Decoding trusts nothing: codes, lengths and indexes are
+//! checked here and by the model validator before anything is compiled.
 
 use serde::{Deserialize, Serialize};
 
 use super::CacheError;
 use super::files::MemfdBuffer;
-use super::packed::{self, CachedPacked};
 use crate::memory::MappedPool;
 use crate::types::*;
-use nnaccel_cpu::PackedWeights;
 
 /// Model-cache magic.
 const MAGIC: [u8; 4] = *b"NNCM";
 /// Bumped whenever the encoding changes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Bytes before the postcard body: magic, version, placement.
 const HEADER: usize = 9;
 
-/// What the model cache holds after the header (schema version 4). A model in the cache has
+/// What the model cache holds after the header (schema version 3). A model in the cache has
 /// no pools and no inline values: every constant, in the main subgraph or a referenced one,
-/// is CONSTANT_COPY at an offset of the data cache, within its first `constants_len` bytes.
+/// is CONSTANT_COPY at an offset of the data cache.
 #[derive(Debug, Serialize, Deserialize)]
 struct CachedModel {
     main: CachedSubgraph,
@@ -43,10 +38,6 @@ struct CachedModel {
     relax_computation_float32_to_float16: bool,
     /// Length of the data cache.
     data_len: u64,
-    /// Length of its constants part (the packed weights follow).
-    constants_len: u64,
-    /// The packed weights' directory.
-    packed: Vec<CachedPacked>,
 }
 
 /// One subgraph: the main one or a referenced one.
@@ -185,12 +176,7 @@ impl CachedSubgraph {
 
 impl CachedModel {
     /// The schema form of `model`, whose constants are all CONSTANT_COPY into the data cache.
-    fn from_model(
-        model: &Model,
-        data_len: u64,
-        constants_len: u64,
-        packed: Vec<CachedPacked>,
-    ) -> Self {
+    fn from_model(model: &Model, data_len: u64) -> Self {
         Self {
             main: CachedSubgraph::from_parts(
                 &model.operands,
@@ -212,8 +198,6 @@ impl CachedModel {
                 .collect(),
             relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
             data_len,
-            constants_len,
-            packed,
         }
     }
 
@@ -263,35 +247,19 @@ pub struct Encoded {
     pub data: Vec<u8>,
 }
 
-/// Encodes `model` (its pool constants read now) with its placement and no packed weights.
+/// Encodes `model` (its pool constants read now) with its placement.
 pub fn encode(model: &Model, on_device: bool) -> Result<Encoded, CacheError> {
-    encode_with(model, on_device, Some(&PackedWeights::default()))
-}
-
-/// Encodes `model` (its pool constants read now) with its placement and the CPU executor's
-/// packed weights of it.
-pub fn encode_packed(
-    model: &Model,
-    on_device: bool,
-    packed: &PackedWeights,
-) -> Result<Encoded, CacheError> {
-    encode_with(model, on_device, Some(packed))
+    encode_with(model, on_device, true)
 }
 
 /// The model-cache bytes of `model` alone, without reading any constant (`data` stays
 /// empty): what [`encode`] would give as `model`.
 pub(crate) fn encode_structure(model: &Model) -> Result<Encoded, CacheError> {
-    encode_with(model, false, None)
+    encode_with(model, false, false)
 }
 
-/// `with_data`: the packed weights to store after the constants, or None for the structure
-/// alone (no constant read, `data` empty).
-fn encode_with(
-    model: &Model,
-    on_device: bool,
-    with_data: Option<&PackedWeights>,
-) -> Result<Encoded, CacheError> {
-    let mut data = if with_data.is_some() {
+fn encode_with(model: &Model, on_device: bool, with_data: bool) -> Result<Encoded, CacheError> {
+    let mut data = if with_data {
         model.operand_values.clone()
     } else {
         Vec::new()
@@ -319,7 +287,7 @@ fn encode_with(
             length: original.length,
             padding: 0,
         };
-        if with_data.is_none() {
+        if !with_data {
             continue;
         }
         let slot = mapped
@@ -341,18 +309,8 @@ fn encode_with(
         data.extend_from_slice(&bytes);
     }
     u32::try_from(data_len).map_err(|_| CacheError::Encode("constants exceed 4 GiB".into()))?;
-    let constants_len = data_len;
-    let dir = match with_data {
-        Some(p) if !p.entries.is_empty() => {
-            data.resize(constants_len as usize, 0);
-            let dir = packed::lay_out(&mut data, p)?;
-            data_len = data.len() as u64;
-            dir
-        }
-        _ => Vec::new(),
-    };
-    let cached = CachedModel::from_model(&skeleton, data_len, constants_len, dir);
-    let body = postcard::to_stdvec(&cached).map_err(|e| CacheError::Encode(e.to_string()))?;
+    let body = postcard::to_stdvec(&CachedModel::from_model(&skeleton, data_len))
+        .map_err(|e| CacheError::Encode(e.to_string()))?;
     let mut bytes = Vec::with_capacity(HEADER + body.len());
     bytes.extend_from_slice(&MAGIC);
     bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -365,30 +323,10 @@ fn encode_with(
 /// (no copy); smaller ones, and scalars, are copied into `operand_values`.
 const REFERENCE_AT: u32 = 1024;
 
-/// A model decoded from the cache.
-#[derive(Debug)]
-pub struct Decoded {
-    /// The model (not validated yet).
-    pub model: Model,
-    /// Whether the device ran the whole model when it was cached.
-    pub on_device: bool,
-    /// The packed weights whose place and checksum checked out (the CPU executor checks them
-    /// again against the model).
-    pub packed: PackedWeights,
-}
-
-/// Decodes a model and its placement from cache bytes, leaving its packed weights out (see
-/// [`decode_packed`]).
+/// Decodes a model and its placement from cache bytes (untrusted: every field checked; the
+/// caller still validates the model). `data` holds the data cache; large constants become
+/// CONSTANT_REFERENCE into it (an ashmem pool), small ones CONSTANT_COPY.
 pub fn decode(model_bytes: &[u8], data: MemfdBuffer) -> Result<(Model, bool), CacheError> {
-    decode_packed(model_bytes, data).map(|d| (d.model, d.on_device))
-}
-
-/// Decodes a model, its placement and its packed weights from cache bytes (untrusted: every
-/// field checked; the caller still validates the model). `data` holds the data cache; large
-/// constants become CONSTANT_REFERENCE into it (an ashmem pool cut to the constants), small
-/// ones CONSTANT_COPY. Packed-weight entries outside the data or with another checksum are
-/// left out, never an error.
-pub fn decode_packed(model_bytes: &[u8], mut data: MemfdBuffer) -> Result<Decoded, CacheError> {
     let corrupt = |m: String| CacheError::Corrupt(m);
     if model_bytes.len() < HEADER || model_bytes[..4] != MAGIC {
         return Err(corrupt("bad model-cache magic".into()));
@@ -410,7 +348,7 @@ pub fn decode_packed(model_bytes: &[u8], mut data: MemfdBuffer) -> Result<Decode
         1 => true,
         b => return Err(corrupt(format!("placement byte {b}"))),
     };
-    let (mut cached, rest) = postcard::take_from_bytes::<CachedModel>(&model_bytes[HEADER..])
+    let (cached, rest) = postcard::take_from_bytes::<CachedModel>(&model_bytes[HEADER..])
         .map_err(|e| corrupt(e.to_string()))?;
     if !rest.is_empty() {
         return Err(corrupt(format!("{} trailing bytes", rest.len())));
@@ -422,22 +360,9 @@ pub fn decode_packed(model_bytes: &[u8], mut data: MemfdBuffer) -> Result<Decode
             cached.data_len
         )));
     }
-    if cached.constants_len > cached.data_len {
-        return Err(corrupt(format!(
-            "constants of {} bytes in a data cache of {}",
-            cached.constants_len, cached.data_len
-        )));
-    }
-    let packed = packed::read_back(std::mem::take(&mut cached.packed), &data);
-    data.truncate(cached.constants_len)
-        .map_err(|e| corrupt(e.to_string()))?;
     let mut model = cached.into_model()?;
     split_constants(&mut model, data)?;
-    Ok(Decoded {
-        model,
-        on_device,
-        packed,
-    })
+    Ok((model, on_device))
 }
 
 /// Lays out the CONSTANT_COPY constants of `model`, whose locations are offsets into `data`:
@@ -655,16 +580,10 @@ mod tests {
     /// The model cache of format 2 (no referenced subgraphs), made the same way by the driver
     /// of that format; its data cache was byte for byte `V1_DATA`.
     const V2_MODEL: &[u8] = include_bytes!("testdata/v2-model.cache");
-    /// The model cache of format 3 (no packed weights), made the same way; data `V1_DATA`.
-    const V3_MODEL: &[u8] = include_bytes!("testdata/v3-model.cache");
-    /// The model cache of format 4 made by `encode_packed(&model(), true, &two_entries())`
-    /// (kept for the refusal test of the next format, and to catch an encoding that changes
-    /// without a version bump).
-    const V4_MODEL: &[u8] = include_bytes!("testdata/v4-model.cache");
 
     #[test]
     fn model_caches_of_previous_formats_are_refused_by_their_version() {
-        for (found, bytes) in [(1, V1_MODEL), (2, V2_MODEL), (3, V3_MODEL)] {
+        for (found, bytes) in [(1, V1_MODEL), (2, V2_MODEL)] {
             assert_eq!(&bytes[..4], b"NNCM");
             let err = decode(bytes, buffer(V1_DATA)).unwrap_err();
             assert!(
@@ -792,95 +711,5 @@ mod tests {
         assert!(!placement(&enc.model));
         // The same data bytes as the previous format: only the model-cache schema changed.
         assert_eq!(encode(&model(), true).unwrap().data, V1_DATA);
-    }
-
-    /// Two packed-weight entries (their content does not matter to the cache).
-    fn two_entries() -> PackedWeights {
-        let entry = |operand, kind, bytes: Vec<u8>| nnaccel_cpu::PackedWeight {
-            subgraph: 0,
-            operand,
-            kind,
-            layout: 1,
-            n: 2,
-            k: 3,
-            bytes,
-        };
-        PackedWeights {
-            entries: vec![
-                entry(1, nnaccel_cpu::KIND_F32, (0..24).collect()),
-                entry(3, nnaccel_cpu::KIND_Q8, vec![0xA5; 128]),
-            ],
-        }
-    }
-
-    #[test]
-    fn packed_weights_follow_the_constants_aligned_and_round_trip() {
-        let enc = encode_packed(&model(), true, &two_entries()).unwrap();
-        // Constants: 8192 + 4 bytes (V1_DATA); entries at the next multiples of 64: 8256 and
-        // 8256 + 64 = 8320 (24 bytes rounded up), ending at 8320 + 128.
-        assert_eq!(&enc.data[..8196], V1_DATA);
-        assert_eq!(&enc.data[8256..8280], &(0..24).collect::<Vec<u8>>()[..]);
-        assert_eq!(&enc.data[8320..], &[0xA5; 128][..]);
-        assert_eq!(enc.data.len(), 8320 + 128);
-        assert!(enc.data[8196..8256].iter().all(|&b| b == 0));
-        assert_eq!(&enc.model[..9], b"NNCM\x04\0\0\0\x01");
-        assert_eq!(
-            enc.model, V4_MODEL,
-            "format 4 changed without a version bump"
-        );
-        let d = decode_packed(&enc.model, buffer(&enc.data)).unwrap();
-        assert!(d.on_device);
-        assert_eq!(d.packed, two_entries());
-        // The pool the model gets holds the constants only.
-        assert_eq!(d.model.pools.len(), 1);
-        assert_eq!(d.model.pools[0].size, 8196);
-        crate::validate::validate_model(&d.model).unwrap();
-        // Without packed weights the data cache is the constants alone, as in format 3.
-        let plain = encode(&model(), true).unwrap();
-        assert_eq!(plain.data, V1_DATA);
-        assert!(
-            decode_packed(&plain.model, buffer(&plain.data))
-                .unwrap()
-                .packed
-                .entries
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn damaged_packed_bytes_leave_their_entry_out_and_the_model_loads() {
-        let enc = encode_packed(&model(), false, &two_entries()).unwrap();
-        let mut data = enc.data.clone();
-        data[8256 + 5] ^= 0x10;
-        let d = decode_packed(&enc.model, buffer(&data)).unwrap();
-        assert_eq!(d.packed.entries, vec![two_entries().entries.remove(1)]);
-        // A data cache cut into the packed part is another length: corrupt, as before.
-        let err = decode_packed(&enc.model, buffer(&enc.data[..8300])).unwrap_err();
-        assert!(matches!(err, CacheError::Corrupt(_)), "{err}");
-    }
-
-    /// `enc`'s model cache with its schema body changed by `f`.
-    fn with_body(model_bytes: &[u8], f: impl FnOnce(&mut CachedModel)) -> Vec<u8> {
-        let mut cached: CachedModel = postcard::from_bytes(&model_bytes[HEADER..]).unwrap();
-        f(&mut cached);
-        [
-            &model_bytes[..HEADER],
-            &postcard::to_stdvec(&cached).unwrap()[..],
-        ]
-        .concat()
-    }
-
-    #[test]
-    fn constants_reaching_into_the_packed_part_or_past_the_data_are_corrupt() {
-        let enc = encode_packed(&model(), false, &two_entries()).unwrap();
-        // The small constant ends at 8196: constants cut at 8195 leave it outside.
-        let short = with_body(&enc.model, |c| c.constants_len = 8195);
-        let err = decode_packed(&short, buffer(&enc.data)).unwrap_err();
-        assert!(err.to_string().contains("outside the data cache"), "{err}");
-        let long = with_body(&enc.model, |c| c.constants_len = c.data_len + 1);
-        let err = decode_packed(&long, buffer(&enc.data)).unwrap_err();
-        assert!(matches!(err, CacheError::Corrupt(_)), "{err}");
-        // The unchanged body decodes (with_body itself changes nothing else).
-        assert!(decode_packed(&with_body(&enc.model, |_| ()), buffer(&enc.data)).is_ok());
     }
 }

@@ -168,18 +168,6 @@ impl MemfdBuffer {
         nnaccel_uapi::sys::pread_exact(fd.as_fd(), offset, buf)
     }
 
-    /// Cuts the buffer to its first `len` bytes (no-op when it is not longer).
-    pub fn truncate(&mut self, len: u64) -> io::Result<()> {
-        if len >= self.len {
-            return Ok(());
-        }
-        if let Some(fd) = &self.fd {
-            rustix::fs::ftruncate(fd, len)?;
-        }
-        self.len = len;
-        Ok(())
-    }
-
     /// Seals the size and hands the memfd over (None when empty).
     pub fn into_fd(self) -> io::Result<Option<std::os::fd::OwnedFd>> {
         if let Some(fd) = &self.fd {

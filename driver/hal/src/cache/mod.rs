@@ -10,12 +10,10 @@
 //!   when the driver build changes.
 //! - [`files`]: whole-file `pread`/`pwrite` on client fds under `flock`.
 //! - [`managed`]: the driver-managed cache (bounded, least recently used evicted).
-//! - `packed`: the CPU executor's packed weights in the caches (format 4).
 
 pub mod blob;
 pub mod files;
 pub mod managed;
-mod packed;
 pub mod records;
 
 use std::io;

@@ -11,9 +11,7 @@ use crate::cache::{
     CacheError, CacheFiles, CacheHandle, CacheHasher, DATA_CACHE_FILES, Hash, MODEL_CACHE_FILES,
     ManagedCache, blob, hash_buffers, hex,
 };
-use crate::memory::MappedPool;
 use crate::types::{Deadline, ErrorStatus, ExecutionPreference, MemoryKind, Model, Priority};
-use nnaccel_cpu::PackedWeights;
 
 impl Driver {
     /// `prepareModel`: validates, compiles for the device when it runs the whole model, and
@@ -62,7 +60,7 @@ impl Driver {
         }
         let pm = self.prepare_model_uncached(model, preference, priority, deadline)?;
         let state = self.cache_state();
-        match save(model, &pm, &cache) {
+        match save(model, pm.runs_on_device(), &cache) {
             Ok(hash) => {
                 if let Err(e) = state.records().insert(*cache.token, hash) {
                     tracing::warn!("cache saved but its record was not: {e}");
@@ -126,19 +124,13 @@ impl Driver {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(ErrorStatus::MissedDeadlineTransient);
         }
-        let blob::Decoded {
-            model,
-            on_device,
-            packed,
-        } = blob::decode_packed(&model_bytes, data).map_err(failed)?;
+        let (model, on_device) = blob::decode(&model_bytes, data).map_err(failed)?;
         let decoded = start.elapsed();
-        let entries = packed.entries.len();
         let pm = self
-            .prepare_from_parts_packed(&model, on_device, preference, packed)
+            .prepare_from_parts(&model, on_device, preference)
             .map_err(|_| ErrorStatus::GeneralFailure)?;
         tracing::debug!(
-            "prepared from the cache in {:?} (read and hashed {read:?}, decoded {decoded:?}, \
-             {entries} packed weights)",
+            "prepared from the cache in {:?} (read and hashed {read:?}, decoded {decoded:?})",
             start.elapsed()
         );
         Ok(pm)
@@ -173,33 +165,10 @@ fn single_fds<'a>(
     Ok((one(model_cache)?, one(data_cache)?))
 }
 
-/// The CPU plan's packed weights of `pm` (prepared from `model`), in portable form; weights
-/// read from constant pools are packed now, from a temporary mapping of the pools (the plan's
-/// own snapshot is left to its first execution). None without a CPU plan.
-fn packed_weights(model: &Model, pm: &PreparedModel) -> Result<PackedWeights, CacheError> {
-    let Some(cpu) = &pm.inner.cpu else {
-        return Ok(PackedWeights::default());
-    };
-    let pools = model
-        .pools
-        .iter()
-        .map(MappedPool::map_constants)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|s| CacheError::Encode(format!("cannot read the constant pools: {s:?}")))?;
-    let bytes = pools
-        .iter()
-        .map(MappedPool::constants)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|s| CacheError::Encode(format!("cannot read the constant pools: {s:?}")))?;
-    Ok(cpu.graph.packed_weights(&bytes))
-}
-
-/// Writes the caches of `model`, prepared as `pm` (its placement and its packed weights); the
-/// hash of what was written.
-fn save(model: &Model, pm: &PreparedModel, cache: &CacheFiles<'_>) -> Result<Hash, CacheError> {
+/// Writes the caches of `model`; the hash of what was written.
+fn save(model: &Model, on_device: bool, cache: &CacheFiles<'_>) -> Result<Hash, CacheError> {
     let (model_fds, data_fds) = single_fds(cache)?;
-    let packed = packed_weights(model, pm)?;
-    let enc = blob::encode_packed(model, pm.runs_on_device(), &packed)?;
+    let enc = blob::encode(model, on_device)?;
     let (model_bufs, data_bufs) = (vec![enc.model], vec![enc.data]);
     for (fd, bytes) in model_fds
         .iter()

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use nnaccel_cpu::{ExecError, Graph, InputArg, Lifetime, PackedWeights, PreparedGraph};
+use nnaccel_cpu::{ExecError, Graph, InputArg, Lifetime, PreparedGraph};
 use nnaccel_uapi::abi::{BO_ACCESS_READ, BO_ACCESS_WRITE, Binding, Job, MAX_BINDINGS};
 use nnaccel_uapi::program::{self, Location, Program};
 use nnaccel_uapi::ring::RingError;
@@ -559,26 +559,23 @@ impl Driver {
             return Err(ErrorStatus::GeneralFailure);
         }
         if placement.iter().all(|p| *p == Placement::Device) {
-            self.build_plans(model, true, None, preference, PackedWeights::default())
+            self.build_plans(model, true, None, preference)
         } else if placement.contains(&Placement::Device) {
-            let packed = PackedWeights::default();
-            self.build_plans(model, false, Some(&placement), preference, packed)
+            self.build_plans(model, false, Some(&placement), preference)
         } else {
-            self.build_plans(model, false, None, preference, PackedWeights::default())
+            self.build_plans(model, false, None, preference)
         }
     }
 
     /// The CPU plan and, when `on_device`, the device plan of a validated model; with
-    /// `partitioned`, a per-operation placement, the partitioned plan. The CPU plan takes the
-    /// weights `packed` holds that check out (`PreparedGraph::with_packed`) and packs the rest,
-    /// those in constant pools too when it is the plan that runs (`CpuPlan::prepare`).
+    /// `partitioned`, a per-operation placement, the partitioned plan. The CPU plan packs the
+    /// GEMM weights in constant pools too when it is the plan that runs (`CpuPlan::prepare`).
     fn build_plans(
         &self,
         model: &Model,
         on_device: bool,
         partitioned: Option<&[Placement]>,
         preference: ExecutionPreference,
-        packed: PackedWeights,
     ) -> Result<PreparedModel, ErrorStatus> {
         let graph = model_to_graph(model);
         let cpu_runs = (0..graph.operations.len()).all(|i| graph.is_operation_supported(i));
@@ -618,7 +615,7 @@ impl Driver {
         };
         let cpu = if cpu_runs {
             let runs_here = device.is_none() && partition.is_none();
-            Some(CpuPlan::prepare(graph, &model.pools, runs_here, packed)?)
+            Some(CpuPlan::prepare(graph, &model.pools, runs_here)?)
         } else {
             None
         };
@@ -709,24 +706,11 @@ impl Driver {
         on_device: bool,
         preference: ExecutionPreference,
     ) -> Result<PreparedModel, ErrorStatus> {
-        self.prepare_from_parts_packed(model, on_device, preference, PackedWeights::default())
-    }
-
-    /// [`Driver::prepare_from_parts`] with the CPU executor's packed weights from the cache
-    /// (those that check out are taken, the rest packed afresh).
-    #[doc(hidden)]
-    pub fn prepare_from_parts_packed(
-        &self,
-        model: &Model,
-        on_device: bool,
-        preference: ExecutionPreference,
-        packed: PackedWeights,
-    ) -> Result<PreparedModel, ErrorStatus> {
         validate_model(model).map_err(|e| {
             tracing::info!("cached model is not valid: {e}");
             ErrorStatus::GeneralFailure
         })?;
-        let pm = self.build_plans(model, on_device, None, preference, packed)?;
+        let pm = self.build_plans(model, on_device, None, preference)?;
         if !on_device || pm.runs_on_device() {
             return Ok(pm);
         }
@@ -734,8 +718,7 @@ impl Driver {
         // operation again.
         let placement = self.operation_placement(model)?;
         if placement.contains(&Placement::Device) && placement.contains(&Placement::Cpu) {
-            let packed = PackedWeights::default();
-            return self.build_plans(model, false, Some(&placement), preference, packed);
+            return self.build_plans(model, false, Some(&placement), preference);
         }
         Ok(pm)
     }

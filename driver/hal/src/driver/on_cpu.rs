@@ -11,8 +11,7 @@ pub(super) struct CpuPlan {
 }
 
 impl CpuPlan {
-    /// The plan of `graph`, converted from a model whose constant pools are `pools`; it takes
-    /// the weights `packed` holds that check out (`PreparedGraph::with_packed`). With
+    /// The plan of `graph`, converted from a model whose constant pools are `pools`. With
     /// `runs_here` (no device plan will run the model instead), the GEMM weights in constant
     /// pools are packed now, from the pools' snapshots taken now rather than at the first
     /// execution: every execution reads that snapshot, so packing it once is exact. Without,
@@ -22,7 +21,6 @@ impl CpuPlan {
         graph: Graph,
         pools: &[Memory],
         runs_here: bool,
-        packed: PackedWeights,
     ) -> Result<Self, ErrorStatus> {
         let pools = pools
             .iter()
@@ -36,7 +34,7 @@ impl CpuPlan {
         } else {
             Vec::new()
         };
-        let graph = PreparedGraph::with_packed(graph, packed, &snapshots).map_err(|e| {
+        let graph = PreparedGraph::with_pools(graph, &snapshots).map_err(|e| {
             tracing::debug!("prepare: {e}");
             ErrorStatus::GeneralFailure
         })?;

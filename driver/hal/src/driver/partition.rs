@@ -476,13 +476,10 @@ impl PartitionPlan {
             let sub_graph = model_to_graph(&sub);
             let plan = match run.placement {
                 Placement::Device => PartPlan::Device(DevicePlan::compile(d, &sub, &sub_graph)?),
-                Placement::Cpu => {
-                    let packed = PackedWeights::default();
-                    match CpuPlan::prepare(sub_graph, &sub.pools, true, packed) {
-                        Ok(plan) => PartPlan::Cpu(plan),
-                        Err(_) => return Ok(None),
-                    }
-                }
+                Placement::Cpu => match CpuPlan::prepare(sub_graph, &sub.pools, true) {
+                    Ok(plan) => PartPlan::Cpu(plan),
+                    Err(_) => return Ok(None),
+                },
                 Placement::Unsupported => return Ok(None),
             };
             parts.push(Part {

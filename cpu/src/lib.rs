@@ -18,8 +18,9 @@
 //!   computed in float and quantized with round-half-away-from-zero (may differ from the
 //!   reference fixed-point kernels by one step).
 //! - FULLY_CONNECTED and CONV_2D run on a packed SIMD GEMM (1×1 stride-1 unpadded convolutions
-//!   directly, others through im2col in cache-sized blocks; constant float weights are
-//!   transposed once when the graph is prepared; batches of at most 4 rows use dot products);
+//!   directly, others through im2col in cache-sized blocks; constant weights are packed once
+//!   when the graph is prepared, those in constant pools when the pools are given to
+//!   [`PreparedGraph::with_pools`]; batches of at most 4 rows use dot products);
 //!   DEPTHWISE_CONV_2D vectorizes over channels. Large layers use up to [`max_threads`]
 //!   threads (at most [`MAX_THREADS`]); small ones stay on the calling thread. The count comes
 //!   from, first to last: [`set_max_threads`] (which `nnaccelctl --threads` and the service's

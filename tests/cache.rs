@@ -794,3 +794,182 @@ fn a_client_holding_the_files_lock_keeps_the_driver_from_reading_or_writing_them
     save_files(&driver, &model, &files, &token);
     assert!(load_files(&driver, &files, &token).is_ok());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Packed weights: at every preparation, a cache hit included; never by an execution
+
+/// CONV_2D (SAME, 16 filters 3×3 over 3 channels) → RESHAPE to `[50, 16]` → FULLY_CONNECTED
+/// (10 outputs), batch 2 of 5×5 images: float32, or 8-bit (QUANT8_ASYMM, the convolution's
+/// filters per channel). The filters (1728 bytes float) are CONSTANT_COPY, so a cache load
+/// moves them into the data pool; the FULLY_CONNECTED weights are CONSTANT_REFERENCE in a
+/// pool. Both are GEMM weights the CPU executor packs.
+fn gemm_model(quant: bool) -> Model {
+    let mut rng = Rng::new(if quant { 77 } else { 78 });
+    let mut vals = |n: usize, lo: i64, hi: i64, scale: f64| -> Vec<serde_json::Value> {
+        (0..n)
+            .map(|_| {
+                let v = lo + rng.below((hi - lo + 1) as u64) as i64;
+                if scale == 0.0 {
+                    serde_json::json!(v)
+                } else {
+                    serde_json::json!(v as f64 * scale)
+                }
+            })
+            .collect()
+    };
+    let (ty, int_scale) = if quant {
+        ("TENSOR_QUANT8_ASYMM", 0.0)
+    } else {
+        ("TENSOR_FLOAT32", 1.0 / 64.0)
+    };
+    let filter = if quant {
+        serde_json::json!({"type": "TENSOR_QUANT8_SYMM_PER_CHANNEL", "dimensions": [16, 3, 3, 3],
+            "lifetime": "CONSTANT_COPY", "value": vals(432, -127, 127, 0.0),
+            "channelQuant": {"channelDim": 0,
+                "scales": (0..16).map(|i| 0.01 + 0.001 * f64::from(i)).collect::<Vec<_>>()}})
+    } else {
+        serde_json::json!({"type": ty, "dimensions": [16, 3, 3, 3], "lifetime": "CONSTANT_COPY",
+            "value": vals(432, -64, 64, int_scale)})
+    };
+    let q = |scale: f64, zp: i64| {
+        if quant {
+            serde_json::json!({"scale": scale, "zeroPoint": zp})
+        } else {
+            serde_json::json!({})
+        }
+    };
+    let with = |mut base: serde_json::Value, extra: serde_json::Value| {
+        if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        base
+    };
+    let bias_ty = if quant { "TENSOR_INT32" } else { ty };
+    let scalar = |v: i64| serde_json::json!({"type": "INT32", "dimensions": [], "lifetime": "CONSTANT_COPY", "value": [v]});
+    let operands = vec![
+        with(
+            serde_json::json!({"type": ty, "dimensions": [2, 5, 5, 3], "lifetime": "MODEL_INPUT"}),
+            q(0.5, 10),
+        ),
+        filter,
+        // Per-channel bias: scale 0 (the input scale times each filter scale is implied).
+        serde_json::json!({"type": bias_ty, "dimensions": [16], "lifetime": "CONSTANT_COPY",
+            "value": vals(16, -50, 50, int_scale)}),
+        scalar(1),
+        scalar(1),
+        scalar(1),
+        scalar(0),
+        with(
+            serde_json::json!({"type": ty, "dimensions": [2, 5, 5, 16], "lifetime": "TEMPORARY_VARIABLE"}),
+            q(0.25, 128),
+        ),
+        serde_json::json!({"type": "TENSOR_INT32", "dimensions": [2], "lifetime": "CONSTANT_COPY", "value": [50, 16]}),
+        with(
+            serde_json::json!({"type": ty, "dimensions": [50, 16], "lifetime": "TEMPORARY_VARIABLE"}),
+            q(0.25, 128),
+        ),
+        with(
+            serde_json::json!({"type": ty, "dimensions": [10, 16], "lifetime": "CONSTANT_REFERENCE",
+            "value": if quant { vals(160, 0, 255, 0.0) } else { vals(160, -64, 64, int_scale) }}),
+            q(0.02, 120),
+        ),
+        with(
+            serde_json::json!({"type": bias_ty, "dimensions": [10], "lifetime": "CONSTANT_COPY",
+            "value": vals(10, -100, 100, int_scale)}),
+            if quant {
+                serde_json::json!({"scale": 0.005, "zeroPoint": 0})
+            } else {
+                serde_json::json!({})
+            },
+        ),
+        with(
+            serde_json::json!({"type": ty, "dimensions": [50, 10], "lifetime": "MODEL_OUTPUT"}),
+            q(0.5, 100),
+        ),
+    ];
+    let doc = serde_json::json!({
+        "version": 1,
+        "operands": operands,
+        "operations": [
+            {"type": "CONV_2D", "inputs": [0, 1, 2, 3, 4, 5, 6], "outputs": [7]},
+            {"type": "RESHAPE", "inputs": [7, 8], "outputs": [9]},
+            {"type": "FULLY_CONNECTED", "inputs": [9, 10, 11, 6], "outputs": [12]},
+        ],
+        "inputIndexes": [0],
+        "outputIndexes": [12],
+    });
+    nnaccel_protocol::modelfile::parse_model(&doc.to_string())
+        .unwrap()
+        .model
+}
+
+/// The output bytes of `pm` (a [`gemm_model`]) on a fixed input.
+fn run_gemm_model(pm: &dyn HalPreparedModel, quant: bool) -> Vec<u8> {
+    let elem = if quant { 1 } else { 4 };
+    let (in_len, out_len) = (2 * 5 * 5 * 3 * elem, 50 * 10 * elem);
+    let input: Vec<u8> = if quant {
+        (0..in_len).map(|i| (i * 37 % 256) as u8).collect()
+    } else {
+        f32_le(
+            &(0..in_len / 4)
+                .map(|i| (i % 11) as f32 * 0.25 - 1.0)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let io: Memory = pools::ashmem((in_len + out_len) as u64).unwrap();
+    let m = MappedClientPool::new(&io).unwrap();
+    m.write(0, &input).unwrap();
+    let r = execute(
+        pm,
+        &request(
+            vec![arg(0, 0, in_len as u32)],
+            vec![arg(0, in_len as u32, out_len as u32)],
+            &[&io],
+        ),
+    );
+    assert_eq!(r.status, ErrorStatus::None, "{r:?}");
+    m.read(in_len, out_len).unwrap()
+}
+
+/// `f()` and how many weights it packed on this thread.
+fn counting_packings<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = nnaccel_cpu::packings_on_this_thread();
+    let r = f();
+    (r, nnaccel_cpu::packings_on_this_thread() - before)
+}
+
+/// The cache stores constants, not packed weights (docs/caching.md, "Packed weights are not
+/// stored"): a hit packs the model's two GEMM weights at preparation, from the data pool, as a
+/// fresh preparation does from the client's pool, and no execution after either packs.
+#[test]
+fn a_cache_hit_packs_its_weights_at_preparation_and_no_execution_packs() {
+    for quant in [false, true] {
+        let driver = Driver::new(Backend::CpuOnly);
+        let model = gemm_model(quant);
+        let (fresh, packed) = counting_packings(|| prepare(&driver, &model).unwrap());
+        // The filters (CONSTANT_COPY) and the FULLY_CONNECTED weights (CONSTANT_REFERENCE).
+        assert_eq!(packed, 2, "quant {quant}");
+        let (want, packed) = counting_packings(|| run_gemm_model(&*fresh, quant));
+        assert_eq!(packed, 0, "quant {quant}: an execution packed weights");
+        let files = CacheFiles::new();
+        let token = Rng::new(11).token();
+        save_files(&driver, &model, &files, &token);
+        let (pm, packed) = counting_packings(|| load_files(&driver, &files, &token).unwrap());
+        // Loaded, constants of 1024 bytes or more are CONSTANT_REFERENCE into the data pool
+        // (the float filters), smaller ones values of the model: packed at preparation both.
+        assert_eq!(
+            packed, 2,
+            "quant {quant}: a cache hit did not pack at preparation"
+        );
+        for _ in 0..2 {
+            let (got, packed) = counting_packings(|| run_gemm_model(&*pm, quant));
+            assert_eq!(
+                packed, 0,
+                "quant {quant}: an execution after a hit packed weights"
+            );
+            assert_eq!(got, want, "quant {quant}");
+        }
+    }
+}

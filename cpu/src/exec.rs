@@ -10,6 +10,7 @@ use crate::control_flow::{
 use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
+use crate::packed::{self, Packed};
 use crate::tensor::{self, Arena, Data, Tensor, kind_of, num_elements};
 use crate::validate;
 
@@ -49,33 +50,21 @@ struct Plan {
     consts: Vec<Option<Tensor>>,
     /// For each operand, the position in `order` of its last reader (usize::MAX if none).
     last_use: Vec<usize>,
-    /// For each operand, its constant value packed for the GEMM ([`ops::pack_weights`] for
-    /// float, [`ops::pack_q8_weights`] for 8-bit) when a FULLY_CONNECTED or CONV_2D reads it as
-    /// weights: one copy per constant, shared by every operation reading it, made once here
-    /// instead of on every execution.
+    /// For each operand, its constant value packed for the GEMM (`crate::packed`) when a
+    /// FULLY_CONNECTED or CONV_2D reads it as weights: one copy per constant, shared by every
+    /// operation reading it, made once instead of on every execution.
     packed: Vec<Option<Packed>>,
 }
 
-/// Constant GEMM weights in a kernel's layout.
-#[derive(Debug)]
-enum Packed {
-    F32(Box<[f32]>),
-    Q8(ops::QWeights),
-}
-
-impl Packed {
-    #[cfg(test)]
-    fn bytes(&self) -> usize {
-        match self {
-            Packed::F32(w) => std::mem::size_of_val::<[f32]>(w),
-            Packed::Q8(w) => w.bytes(),
-        }
-    }
-}
-
 impl Plan {
-    /// The plan of `graph` (of the model `root`): every operation supported, constants decoded.
-    fn new(root: &Graph, graph: &Graph, order: Vec<usize>) -> Result<Self, GraphError> {
+    /// The plan of `graph` (of the model `root`): every operation supported, constants decoded,
+    /// weights packed (those in constant pools read from `pools`).
+    fn new(
+        root: &Graph,
+        graph: &Graph,
+        order: Vec<usize>,
+        pools: &[&[u8]],
+    ) -> Result<Self, GraphError> {
         for i in 0..graph.operations.len() {
             if let Err(validate::Issue::Invalid(reason) | validate::Issue::Unsupported(reason)) =
                 validate::check_operation_in(root, graph, i)
@@ -110,22 +99,7 @@ impl Plan {
                 last_use[inp as usize] = pos;
             }
         }
-        let mut packed: Vec<Option<Packed>> = std::iter::repeat_with(|| None)
-            .take(graph.operands.len())
-            .collect();
-        for op in &graph.operations {
-            let Some(w) = ops::gemm_weights_operand(graph, op) else {
-                continue;
-            };
-            if let (Some(slot @ None), Some(Some(t)), Some(decl)) =
-                (packed.get_mut(w), consts.get(w), graph.operands.get(w))
-            {
-                *slot = match ops::pack_weights(t) {
-                    Some(v) => Some(Packed::F32(v.into_boxed_slice())),
-                    None => ops::pack_q8_weights(decl, t).map(Packed::Q8),
-                };
-            }
-        }
+        let packed = packed::pack_graph(graph, &consts, pools);
         Ok(Plan {
             order,
             consts,
@@ -137,17 +111,27 @@ impl Plan {
 
 impl PreparedGraph {
     /// Validates `graph` and its referenced graphs, checks that every operation is supported,
-    /// decodes constants.
+    /// decodes constants and packs the constant GEMM weights among them (CONSTANT_COPY; see
+    /// [`PreparedGraph::with_pools`] for those in constant pools).
     pub fn new(graph: Graph) -> Result<Self, GraphError> {
+        Self::with_pools(graph, &[])
+    }
+
+    /// As [`PreparedGraph::new`], and packs the GEMM weights read from constant pools
+    /// (CONSTANT_REFERENCE) too, from `pools`: they are packed once here instead of on every
+    /// execution. `pools` must be the bytes every execution passes (NNAPI forbids changing a
+    /// model's constants while it is prepared; the HAL passes its snapshot of them). A weight
+    /// whose pool or range `pools` does not hold is left unpacked.
+    pub fn with_pools(graph: Graph, pools: &[&[u8]]) -> Result<Self, GraphError> {
         let orders = validate::validate_model(&graph)?;
-        let main = Plan::new(&graph, &graph, orders.root)?;
+        let main = Plan::new(&graph, &graph, orders.root, pools)?;
         let referenced = graph
             .referenced
             .iter()
             .zip(orders.referenced)
             .enumerate()
             .map(|(k, (sub, order))| {
-                Plan::new(&graph, sub, order).map_err(|e| GraphError::InReferenced {
+                Plan::new(&graph, sub, order, pools).map_err(|e| GraphError::InReferenced {
                     graph: k,
                     error: Box::new(e),
                 })
@@ -380,14 +364,8 @@ impl Run<'_> {
                     op,
                     index: opi,
                     values: &values,
-                    weights_t: match packed {
-                        Some(Packed::F32(w)) => Some(w),
-                        _ => None,
-                    },
-                    qweights: match packed {
-                        Some(Packed::Q8(w)) => Some(w),
-                        _ => None,
-                    },
+                    weights_t: packed.and_then(Packed::f32),
+                    qweights: packed.and_then(Packed::q8),
                 };
                 ops::run(&ctx)?
             };
@@ -572,7 +550,7 @@ fn resolve_input_dims(
 #[cfg(test)]
 mod tests {
     use crate::model::{OperandType as T, OperationType as O};
-    use crate::test_support::{B, bf, close, fb};
+    use crate::test_support::{B, bf, fb};
     use crate::{InputArg, PreparedGraph};
 
     /// `data` as an input of the model's dimensions.
@@ -581,81 +559,6 @@ mod tests {
             data,
             dimensions: vec![],
         }
-    }
-
-    /// Two FULLY_CONNECTED (5 rows each, past the dot-product path, so both run the GEMM on the
-    /// packed weights) reading one constant `[2][3]` weights operand.
-    #[test]
-    fn shared_constant_weights_are_packed_once_and_serve_both_operations() {
-        let mut b = B::new();
-        let x1 = b.input(T::TensorFloat32, &[5, 3]);
-        let x2 = b.input(T::TensorFloat32, &[5, 3]);
-        let w = b.f32c(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-        let bias = b.f32c(&[2], &[0.5, -1.0]);
-        let act = b.int(0);
-        let o1 = b.output(T::TensorFloat32, &[5, 2]);
-        let o2 = b.output(T::TensorFloat32, &[5, 2]);
-        b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
-        b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
-        let p = PreparedGraph::new(b.g).unwrap();
-        // One packed copy (one panel of 16 columns × k = 3), not one per operation.
-        assert_eq!(p.packed_weight_bytes(), 16 * 3 * 4);
-
-        let in1 = fb(&[
-            1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
-        ]);
-        let in2 = fb(&[
-            1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, -1.0, 0.0, 1.0, 3.0, 1.0, 2.0,
-        ]);
-        let args = [arg(&in1), arg(&in2)];
-        let (mut out1, mut out2) = (vec![0u8; 40], vec![0u8; 40]);
-        p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
-            .unwrap();
-        // Row r: [x·(1,2,3) + 0.5, x·(4,5,6) - 1], worked by hand.
-        close(
-            &bf(&out1),
-            &[1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0],
-        );
-        close(
-            &bf(&out2),
-            &[-0.5, -2.0, 0.5, -1.0, 4.5, 9.0, 2.5, 1.0, 11.5, 28.0],
-        );
-    }
-
-    /// Two 8-bit FULLY_CONNECTED reading one constant `[2][3]` weights operand: one packed copy
-    /// (one panel of 16 columns, K padded to 4: 2 pairs × 16 × 2 values, i8 since the centered
-    /// weights fit), results worked by hand.
-    #[test]
-    fn shared_constant_8bit_weights_are_packed_once_and_serve_both_operations() {
-        let mut b = B::new();
-        let x1 = b.input(T::TensorQuant8Asymm, &[1, 3]);
-        let x2 = b.input(T::TensorQuant8Asymm, &[1, 3]);
-        b.q(x1, 1.0, 0);
-        b.q(x2, 1.0, 0);
-        let w = b.konst(
-            T::TensorQuant8Asymm,
-            &[2, 3],
-            vec![129, 130, 131, 127, 126, 125],
-        );
-        b.q(w, 1.0, 128);
-        let bias = b.i32c(&[2], &[0, 20]);
-        let act = b.int(0);
-        let o1 = b.output(T::TensorQuant8Asymm, &[1, 2]);
-        let o2 = b.output(T::TensorQuant8Asymm, &[1, 2]);
-        b.q(o1, 1.0, 100);
-        b.q(o2, 1.0, 100);
-        b.op(O::FullyConnected, &[x1, w, bias, act], &[o1]);
-        b.op(O::FullyConnected, &[x2, w, bias, act], &[o2]);
-        let p = PreparedGraph::new(b.g).unwrap();
-        assert_eq!(p.packed_weight_bytes(), 2 * 16 * 2);
-        let (in1, in2) = ([1u8, 2, 3], [0u8, 1, 2]);
-        let args = [arg(&in1), arg(&in2)];
-        let (mut out1, mut out2) = ([0u8; 2], [0u8; 2]);
-        p.execute(&[], &args, &mut [&mut out1[..], &mut out2[..]])
-            .unwrap();
-        // Weights centered: (1, 2, 3) and (-1, -2, -3); output = 100 + dot + bias.
-        assert_eq!(out1, [100 + 14, 100 - 14 + 20]);
-        assert_eq!(out2, [100 + 8, 100 - 8 + 20]);
     }
 
     /// `out = ((x + y) + x) · y + (x + y)` on `[n]` floats, through three temporaries.
@@ -742,23 +645,5 @@ mod tests {
         // At most one arena per execution that ran at once.
         let arenas = held(&p).len();
         assert!((1..=4).contains(&arenas), "{arenas}");
-    }
-
-    #[test]
-    fn distinct_constant_weights_are_packed_each() {
-        let mut b = B::new();
-        let x = b.input(T::TensorFloat32, &[5, 3]);
-        let w1 = b.f32c(&[2, 3], &[1.0; 6]);
-        let w2 = b.f32c(&[1, 3], &[2.0; 3]);
-        let b1 = b.f32c(&[2], &[0.0; 2]);
-        let b2 = b.f32c(&[1], &[0.0]);
-        let act = b.int(0);
-        let t = b.temp(T::TensorFloat32, &[5, 2]);
-        let o = b.output(T::TensorFloat32, &[5, 1]);
-        b.op(O::FullyConnected, &[x, w1, b1, act], &[t]);
-        b.op(O::FullyConnected, &[t, w2, b2, act], &[o]);
-        let p = PreparedGraph::new(b.g).unwrap();
-        // One panel of 16 columns × k = 3 each.
-        assert_eq!(p.packed_weight_bytes(), (16 * 3 + 16 * 3) * 4);
     }
 }

@@ -18,8 +18,9 @@
 //!   computed in float and quantized with round-half-away-from-zero (may differ from the
 //!   reference fixed-point kernels by one step).
 //! - FULLY_CONNECTED and CONV_2D run on a packed SIMD GEMM (1×1 stride-1 unpadded convolutions
-//!   directly, others through im2col in cache-sized blocks; constant float weights are
-//!   transposed once when the graph is prepared; batches of at most 4 rows use dot products);
+//!   directly, others through im2col in cache-sized blocks; constant weights are packed once
+//!   when the graph is prepared, those in constant pools when the pools are given to
+//!   [`PreparedGraph::with_pools`]; batches of at most 4 rows use dot products);
 //!   DEPTHWISE_CONV_2D vectorizes over channels. Large layers use up to [`max_threads`]
 //!   threads (at most [`MAX_THREADS`]); small ones stay on the calling thread. The count comes
 //!   from, first to last: [`set_max_threads`] (which `nnaccelctl --threads` and the service's
@@ -41,6 +42,7 @@ mod exec;
 mod model;
 mod ops;
 mod order;
+mod packed;
 mod par;
 mod tensor;
 mod validate;
@@ -53,6 +55,7 @@ pub use model::{ChannelQuant, Graph, Lifetime, Operand, OperandType, Operation, 
 #[doc(hidden)]
 pub use ops::PackedGemm;
 pub use order::execution_order;
+pub use packed::packings_on_this_thread;
 /// The worker pool's split, for `cpu/benches/pool.rs` only (not a stable API).
 #[doc(hidden)]
 pub use par::for_each_part;
@@ -62,6 +65,8 @@ pub use validate::supported_operation_types;
 
 #[cfg(test)]
 mod control_flow_tests;
+#[cfg(test)]
+mod packed_tests;
 #[cfg(test)]
 mod test_support;
 #[cfg(test)]

@@ -10,6 +10,12 @@
 //! ```
 //!
 //! `NNACCEL_BENCH_ITERS` sets the number of timed runs (default 10).
+//!
+//! `cargo bench -p nnaccel-tests --bench cache -- models` measures instead, in process on the
+//! CPU executor (no privileges), the MobileNets of `target/models/` (`scripts/models/gen.py`):
+//! prepareModel, prepareModelFromCache (and how many weights it packs), and the first and later
+//! executions after each: a hit packs its weights at preparation, as a fresh preparation does,
+//! so executions after either should take the same time. `NNACCEL_BENCH_MODELS` (comma-separated names) picks other models.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::ffi::OsStr;
@@ -149,7 +155,177 @@ fn measure(sim: &Sim, model: &Model, iters: usize) -> Figures {
     }
 }
 
+/// The in-process, CPU-only figures of one generated model.
+mod models {
+    use std::os::fd::AsFd;
+    use std::time::{Duration, Instant};
+
+    use nnaccel_hal::cache::CacheFiles;
+    use nnaccel_hal::{
+        Backend, Driver, ErrorStatus, ExecutionPreference, HalPreparedModel, Memory, Model,
+        Priority, Request,
+    };
+    use nnaccel_protocol::modelfile;
+    use nnaccel_protocol::pools::{self, MappedClientPool};
+    use nnaccel_tests::bench::{median, ms};
+    use nnaccel_tests::service::{arg, execute, request};
+
+    pub const DEFAULT: &[&str] = &[
+        "mobilenet_v1_float32",
+        "mobilenet_v2_float32",
+        "mobilenet_v1_int8",
+        "mobilenet_v2_int8",
+    ];
+
+    /// A request for `model`: the inputs of its inputs file, then room for every output, in
+    /// one ashmem pool.
+    fn make_request(model: &Model, inputs: &[modelfile::InputValue]) -> (Request, Memory) {
+        let mut at = 0u32;
+        let mut place = |len: usize| {
+            let offset = at.next_multiple_of(64);
+            at = offset + u32::try_from(len).unwrap();
+            arg(0, offset, u32::try_from(len).unwrap())
+        };
+        let in_args: Vec<_> = inputs.iter().map(|i| place(i.bytes.len())).collect();
+        let out_args: Vec<_> = model
+            .output_indexes
+            .iter()
+            .map(|&o| {
+                let o = &model.operands[o as usize];
+                let n: usize = o.dimensions.iter().map(|&d| d as usize).product();
+                place(n * o.operand_type.element_size())
+            })
+            .collect();
+        let pool = pools::ashmem(u64::from(at)).unwrap();
+        let map = MappedClientPool::new(&pool).unwrap();
+        for (a, i) in in_args.iter().zip(inputs) {
+            map.write(a.location.offset as usize, &i.bytes).unwrap();
+        }
+        (request(in_args, out_args, &[&pool]), pool)
+    }
+
+    /// Runs `f` `iters` times; the median and the last result.
+    fn timed<T>(iters: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
+        let mut last = f();
+        let mut times = Vec::new();
+        for _ in 0..iters {
+            drop(last);
+            let start = Instant::now();
+            last = f();
+            times.push(start.elapsed());
+        }
+        (median(times), last)
+    }
+
+    /// The first execution of `pm` and the median of `iters` more.
+    fn executions(pm: &dyn HalPreparedModel, req: &Request, iters: usize) -> (Duration, Duration) {
+        let start = Instant::now();
+        assert_eq!(execute(pm, req).status, ErrorStatus::None);
+        let first = start.elapsed();
+        let (steady, r) = timed(iters, || execute(pm, req));
+        assert_eq!(r.status, ErrorStatus::None);
+        (first, steady)
+    }
+
+    /// Prints prepareModel, prepareModelFromCache and executions of model `name`.
+    pub fn measure(name: &str, iters: usize) {
+        let files = nnaccel_tests::models::Files::new(&nnaccel_tests::models::models_dir(), name);
+        let Ok(loaded) = modelfile::load_model(&files.json) else {
+            println!(
+                "{name}: {} not found or not readable, skipped (scripts/models/gen.py makes it)",
+                files.json.display()
+            );
+            return;
+        };
+        let model = loaded.model;
+        let inputs = modelfile::load_inputs(&files.inputs, &model).unwrap();
+        let (req, _pool) = make_request(&model, &inputs);
+        let driver = Driver::new(Backend::CpuOnly);
+        let pref = ExecutionPreference::FastSingleAnswer;
+        let (fresh, pm) = timed(iters, || {
+            driver
+                .prepare_model(&model, pref, Priority::Medium, None)
+                .unwrap()
+        });
+        let (fresh_first, fresh_steady) = executions(&pm, &req, iters);
+        drop(pm);
+
+        let dir = tempfile::tempdir().unwrap();
+        let open =
+            |n: &str| nnaccel_protocol::cache_dir::open_cache_file(&dir.path().join(n)).unwrap();
+        let (mf, df) = (open("model"), open("data"));
+        let token = [9u8; 32];
+        let (model_cache, data_cache) = ([vec![mf.as_fd()]], [vec![df.as_fd()]]);
+        let cache = CacheFiles {
+            model: &model_cache,
+            data: &data_cache,
+            token: &token,
+        };
+        let (saving, pm) = timed(1, || {
+            driver
+                .prepare_model_with_cache(&model, pref, Priority::Medium, None, cache)
+                .unwrap()
+        });
+        drop(pm);
+        let (loading, (pm, packed_on_load)) = timed(iters, || {
+            let before = nnaccel_cpu::packings_on_this_thread();
+            let pm = driver
+                .prepare_model_from_cache(pref, Priority::Medium, None, cache)
+                .unwrap();
+            (pm, nnaccel_cpu::packings_on_this_thread() - before)
+        });
+        let (cached_first, cached_steady) = executions(&pm, &req, iters);
+        drop(pm);
+
+        let size = |n: &str| std::fs::metadata(dir.path().join(n)).map_or(0, |m| m.len());
+        println!(
+            "\n{name}: cache files model {} bytes, data {:.2} MiB",
+            size("model"),
+            size("data") as f64 / f64::from(1u32 << 20)
+        );
+        println!("  prepareModel                         {}", ms(fresh));
+        println!("    then first execution               {}", ms(fresh_first));
+        println!(
+            "    then execution (median)            {}",
+            ms(fresh_steady)
+        );
+        println!("  prepareModel saving the cache        {}", ms(saving));
+        println!(
+            "  prepareModelFromCache                {} ({packed_on_load} weights packed)",
+            ms(loading)
+        );
+        println!(
+            "    then first execution               {}",
+            ms(cached_first)
+        );
+        println!(
+            "    then execution (median)            {}",
+            ms(cached_steady)
+        );
+        println!(
+            "  prepareModelFromCache + first execution {}",
+            ms(loading + cached_first)
+        );
+        println!(
+            "  ratio prepareModel / prepareModelFromCache: {:.2}x",
+            fresh.as_secs_f64() / loading.as_secs_f64()
+        );
+    }
+}
+
 fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "models") {
+        let iters = iterations(5);
+        let names: Vec<String> = match std::env::var("NNACCEL_BENCH_MODELS") {
+            Ok(v) => v.split(',').map(str::to_string).collect(),
+            Err(_) => models::DEFAULT.iter().map(|s| s.to_string()).collect(),
+        };
+        println!("in process, CPU executor; median of {iters} runs");
+        for name in &names {
+            models::measure(name, iters);
+        }
+        return ExitCode::SUCCESS;
+    }
     if !nnaccel_tests::require_privileges() {
         eprintln!("cache bench: needs root and /dev/fuse");
         return ExitCode::FAILURE;

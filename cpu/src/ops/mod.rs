@@ -34,6 +34,22 @@ mod rnn;
 mod shape;
 mod softmax;
 
+thread_local! {
+    static PACKINGS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one packing of constant weights on this thread (see [`packings_on_this_thread`]).
+pub(crate) fn count_packing() {
+    PACKINGS.with(|c| c.set(c.get() + 1));
+}
+
+/// How many weight operands this thread has packed: at preparation, for the compilation
+/// cache, or by an 8-bit execution that found none prepared (it packs them for itself). A
+/// diagnostic for tests and benchmarks, which check that executions pack nothing.
+pub fn packings_on_this_thread() -> u64 {
+    PACKINGS.with(std::cell::Cell::get)
+}
+
 /// What a kernel sees: the operation, the graph's operand declarations and the current values.
 pub(crate) struct OpCtx<'a> {
     pub(crate) graph: &'a Graph,

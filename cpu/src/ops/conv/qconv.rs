@@ -103,6 +103,7 @@ fn weights<'a>(
     if let Some(w) = ctx.qweights.filter(|w| w.n == n && w.k == k) {
         return Ok(Some(w));
     }
+    crate::ops::count_packing();
     *owned = pack_q8_weights(ctx.operand(1)?, ctx.t(1)?);
     Ok(owned.as_ref().filter(|w| w.n == n && w.k == k))
 }

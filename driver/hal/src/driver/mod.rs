@@ -568,7 +568,8 @@ impl Driver {
     }
 
     /// The CPU plan and, when `on_device`, the device plan of a validated model; with
-    /// `partitioned`, a per-operation placement, the partitioned plan.
+    /// `partitioned`, a per-operation placement, the partitioned plan. The CPU plan packs the
+    /// GEMM weights in constant pools too when it is the plan that runs (`CpuPlan::prepare`).
     fn build_plans(
         &self,
         model: &Model,
@@ -577,23 +578,7 @@ impl Driver {
         preference: ExecutionPreference,
     ) -> Result<PreparedModel, ErrorStatus> {
         let graph = model_to_graph(model);
-        let cpu = if (0..graph.operations.len()).all(|i| graph.is_operation_supported(i)) {
-            let pools = model
-                .pools
-                .iter()
-                .map(MappedPool::map_constants)
-                .collect::<Result<Vec<_>, _>>()?;
-            let prepared = PreparedGraph::new(graph.clone()).map_err(|e| {
-                tracing::debug!("prepare: {e}");
-                ErrorStatus::GeneralFailure
-            })?;
-            Some(CpuPlan {
-                graph: prepared,
-                pools,
-            })
-        } else {
-            None
-        };
+        let cpu_runs = (0..graph.operations.len()).all(|i| graph.is_operation_supported(i));
         let device = match self.live_device() {
             Some(d) if on_device && has_fixed_io_shapes(&graph) => {
                 match DevicePlan::compile(&d, model, &graph) {
@@ -610,7 +595,7 @@ impl Driver {
             _ => None,
         };
         let partition = match (self.live_device(), partitioned) {
-            (Some(d), Some(placement)) if cpu.is_some() => {
+            (Some(d), Some(placement)) if cpu_runs => {
                 match PartitionPlan::build(&d, model, &graph, placement) {
                     Ok(Some(plan)) => Some(plan),
                     Ok(None) => {
@@ -627,6 +612,12 @@ impl Driver {
                 }
             }
             _ => None,
+        };
+        let cpu = if cpu_runs {
+            let runs_here = device.is_none() && partition.is_none();
+            Some(CpuPlan::prepare(graph, &model.pools, runs_here)?)
+        } else {
+            None
         };
         if device.is_none() && cpu.is_none() {
             return Err(ErrorStatus::GeneralFailure);

@@ -10,6 +10,38 @@ pub(super) struct CpuPlan {
     pub(super) pools: Vec<MappedPool>,
 }
 
+impl CpuPlan {
+    /// The plan of `graph`, converted from a model whose constant pools are `pools`. With
+    /// `runs_here` (no device plan will run the model instead), the GEMM weights in constant
+    /// pools are packed now, from the pools' snapshots taken now rather than at the first
+    /// execution: every execution reads that snapshot, so packing it once is exact. Without,
+    /// the snapshot and the packing are left to the executions (a fallback from the device),
+    /// so that a model the device runs costs no second copy of its weights.
+    pub(super) fn prepare(
+        graph: Graph,
+        pools: &[Memory],
+        runs_here: bool,
+    ) -> Result<Self, ErrorStatus> {
+        let pools = pools
+            .iter()
+            .map(MappedPool::map_constants)
+            .collect::<Result<Vec<_>, _>>()?;
+        let snapshots = if runs_here {
+            pools
+                .iter()
+                .map(MappedPool::constants)
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
+        let graph = PreparedGraph::with_pools(graph, &snapshots).map_err(|e| {
+            tracing::debug!("prepare: {e}");
+            ErrorStatus::GeneralFailure
+        })?;
+        Ok(Self { graph, pools })
+    }
+}
+
 /// How long a WHILE loop of this execution may run: NNAPI's default loop timeout, cut short by
 /// the execution's deadline when that comes first (a loop that outlives either fails with
 /// MISSED_DEADLINE_TRANSIENT rather than holding the caller).

@@ -476,23 +476,10 @@ impl PartitionPlan {
             let sub_graph = model_to_graph(&sub);
             let plan = match run.placement {
                 Placement::Device => PartPlan::Device(DevicePlan::compile(d, &sub, &sub_graph)?),
-                Placement::Cpu => {
-                    let Ok(pools) = sub
-                        .pools
-                        .iter()
-                        .map(MappedPool::map_constants)
-                        .collect::<Result<Vec<_>, _>>()
-                    else {
-                        return Ok(None);
-                    };
-                    let Ok(prepared) = PreparedGraph::new(sub_graph) else {
-                        return Ok(None);
-                    };
-                    PartPlan::Cpu(CpuPlan {
-                        graph: prepared,
-                        pools,
-                    })
-                }
+                Placement::Cpu => match CpuPlan::prepare(sub_graph, &sub.pools, true) {
+                    Ok(plan) => PartPlan::Cpu(plan),
+                    Err(_) => return Ok(None),
+                },
                 Placement::Unsupported => return Ok(None),
             };
             parts.push(Part {

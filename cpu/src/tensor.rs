@@ -252,16 +252,20 @@ impl Byte for u8 {}
 impl Byte for i8 {}
 
 impl Arena {
-    /// A buffer of `n` elements: the smallest kept one that holds `n` (its contents left from
-    /// the tensor it held), else a new one, which replaces the largest kept buffer (too small
-    /// for this step, it would stay too small in the next execution).
+    /// A buffer of `n` elements: the smallest kept one already `n` long or longer (truncated:
+    /// its contents left from the tensor it held), else the smallest that can hold `n` (the
+    /// elements past its length are cleared, a memset), else a new one, which replaces the
+    /// largest kept buffer (too small for this step, it would stay too small in the next
+    /// execution).
     fn take<T: Copy + Default>(list: &mut Vec<Vec<T>>, n: usize) -> Vec<T> {
-        let fit = list
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.capacity() >= n)
-            .min_by_key(|(_, v)| v.capacity())
-            .map(|(i, _)| i);
+        let smallest = |min: fn(&Vec<T>) -> usize| {
+            list.iter()
+                .enumerate()
+                .filter(|(_, v)| min(v) >= n)
+                .min_by_key(|(_, v)| v.capacity())
+                .map(|(i, _)| i)
+        };
+        let fit = smallest(Vec::len).or_else(|| smallest(Vec::capacity));
         match fit {
             Some(i) => {
                 let mut v = list.swap_remove(i);

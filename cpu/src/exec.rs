@@ -46,7 +46,8 @@ pub struct PreparedGraph {
 struct Plan {
     /// Operation indexes in execution order.
     order: Vec<usize>,
-    /// Decoded CONSTANT_COPY operands.
+    /// Decoded constants: every CONSTANT_COPY operand, and the CONSTANT_REFERENCE ones whose
+    /// pool was given at preparation ([`PreparedGraph::with_pools`]).
     consts: Vec<Option<Tensor>>,
     /// For each operand, the position in `order` of its last reader (usize::MAX if none).
     last_use: Vec<usize>,
@@ -78,6 +79,11 @@ impl Plan {
         }
         let mut consts = vec![None; graph.operands.len()];
         for (i, operand) in graph.operands.iter().enumerate() {
+            if let Lifetime::ConstantReference { .. } = operand.lifetime {
+                // Decoded once here rather than copied out of the pool by every execution (an
+                // execution still checks that it passes the pool and the range).
+                consts[i] = packed::pool_value(operand, pools);
+            }
             if let Lifetime::ConstantCopy { offset, length } = operand.lifetime {
                 // validate_graph checked the range and the length.
                 let bytes = offset
@@ -99,7 +105,7 @@ impl Plan {
                 last_use[inp as usize] = pos;
             }
         }
-        let packed = packed::pack_graph(graph, &consts, pools);
+        let packed = packed::pack_graph(graph, &consts);
         Ok(Plan {
             order,
             consts,
@@ -327,10 +333,14 @@ impl Run<'_> {
                                 "operand {i}: constant reference outside pool {pool}"
                             ))
                         })?;
-                    Some(Cow::Owned(Tensor::new(
-                        operand.dimensions.clone(),
-                        Data::decode(operand.ty, bytes),
-                    )))
+                    // Decoded at preparation from the same bytes (`with_pools`), else here.
+                    Some(match plan.consts[i].as_ref() {
+                        Some(t) => Cow::Borrowed(t),
+                        None => Cow::Owned(Tensor::new(
+                            operand.dimensions.clone(),
+                            Data::decode(operand.ty, bytes),
+                        )),
+                    })
                 }
                 _ => None,
             };

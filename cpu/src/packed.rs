@@ -56,7 +56,7 @@ fn pack(decl: &Operand, t: &Tensor) -> Option<Packed> {
 
 /// The value of CONSTANT_REFERENCE operand `decl` read from `pools`; None for another lifetime
 /// or a pool or range that `pools` does not hold (the execution reports those).
-fn pool_value(decl: &Operand, pools: &[&[u8]]) -> Option<Tensor> {
+pub(crate) fn pool_value(decl: &Operand, pools: &[&[u8]]) -> Option<Tensor> {
     let Lifetime::ConstantReference {
         pool,
         offset,
@@ -75,14 +75,10 @@ fn pool_value(decl: &Operand, pools: &[&[u8]]) -> Option<Tensor> {
 }
 
 /// The packed weights of one graph: each constant that some FULLY_CONNECTED or CONV_2D reads as
-/// weights, packed (once, however many operations read it). `consts` holds the decoded
-/// CONSTANT_COPY values; weights in constant pools (CONSTANT_REFERENCE) are read from `pools`,
-/// those every execution will pass.
-pub(crate) fn pack_graph(
-    graph: &Graph,
-    consts: &[Option<Tensor>],
-    pools: &[&[u8]],
-) -> Vec<Option<Packed>> {
+/// weights, packed (once, however many operations read it), from `consts`, the graph's decoded
+/// constants (CONSTANT_COPY ones, and CONSTANT_REFERENCE ones read from the pools given at
+/// preparation, those every execution will pass).
+pub(crate) fn pack_graph(graph: &Graph, consts: &[Option<Tensor>]) -> Vec<Option<Packed>> {
     let mut packed: Vec<Option<Packed>> = std::iter::repeat_with(|| None)
         .take(graph.operands.len())
         .collect();
@@ -93,10 +89,9 @@ pub(crate) fn pack_graph(
         let (Some(slot @ None), Some(decl)) = (packed.get_mut(w), graph.operands.get(w)) else {
             continue;
         };
-        *slot = match consts.get(w) {
-            Some(Some(t)) => pack(decl, t),
-            _ => pool_value(decl, pools).and_then(|t| pack(decl, &t)),
-        };
+        if let Some(Some(t)) = consts.get(w) {
+            *slot = pack(decl, t);
+        }
     }
     packed
 }

@@ -223,3 +223,32 @@ fn pool_weights_not_packed_at_preparation_are_packed_by_every_8bit_execution() {
     }
     assert_eq!(packings_on_this_thread() - before, 3);
 }
+
+/// A constant in a pool given at preparation is decoded there, once: executions check that
+/// they pass the pool and the range, but read the value decoded at preparation (NNAPI forbids
+/// changing it while the model is prepared), instead of copying it out of the pool each time.
+/// Shown by passing, at execution, a pool whose weights were changed afterwards: the outputs
+/// are still those of the weights given at preparation.
+#[test]
+fn pool_constants_given_at_preparation_are_decoded_there_and_not_read_again() {
+    let x = fb(&[
+        1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
+    ]);
+    // Worked by hand from the weights at preparation: rows [x·(1,2,3) + 0.5, x·(4,5,6) - 1].
+    let want = fb(&[1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0]);
+    let (g, pool) = weights_in_pool(float_fc());
+    let p = PreparedGraph::with_pools(g, &[&pool]).unwrap();
+    let mut changed = pool.clone();
+    changed[8..].fill(0);
+    assert_eq!(run(&p, &[&changed], &x, want.len()), want);
+    // The execution still checks what it is given: no pool, or a pool too short for the range.
+    for pools in [&[][..], &[&pool[..8]][..]] {
+        let mut out = vec![0u8; want.len()];
+        let xs = [arg(&x)];
+        let err = p.execute(pools, &xs, &mut [&mut out[..]]).unwrap_err();
+        assert!(
+            matches!(err, crate::ExecError::InvalidArgument(_)),
+            "{err:?}"
+        );
+    }
+}

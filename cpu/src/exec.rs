@@ -79,25 +79,26 @@ impl Plan {
         }
         let mut consts = vec![None; graph.operands.len()];
         for (i, operand) in graph.operands.iter().enumerate() {
-            if let Lifetime::ConstantReference { .. } = operand.lifetime {
+            consts[i] = match operand.lifetime {
+                Lifetime::ConstantCopy { offset, length } => {
+                    // validate_graph checked the range and the length.
+                    let bytes = offset
+                        .checked_add(length)
+                        .and_then(|end| graph.operand_values.get(offset..end))
+                        .ok_or_else(|| GraphError::InvalidOperand {
+                            index: i,
+                            reason: "CONSTANT_COPY location outside operand_values".into(),
+                        })?;
+                    Some(Tensor::new(
+                        operand.dimensions.clone(),
+                        Data::decode(operand.ty, bytes),
+                    ))
+                }
                 // Decoded once here rather than copied out of the pool by every execution (an
                 // execution still checks that it passes the pool and the range).
-                consts[i] = packed::pool_value(operand, pools);
-            }
-            if let Lifetime::ConstantCopy { offset, length } = operand.lifetime {
-                // validate_graph checked the range and the length.
-                let bytes = offset
-                    .checked_add(length)
-                    .and_then(|end| graph.operand_values.get(offset..end))
-                    .ok_or_else(|| GraphError::InvalidOperand {
-                        index: i,
-                        reason: "CONSTANT_COPY location outside operand_values".into(),
-                    })?;
-                consts[i] = Some(Tensor::new(
-                    operand.dimensions.clone(),
-                    Data::decode(operand.ty, bytes),
-                ));
-            }
+                Lifetime::ConstantReference { .. } => packed::pool_value(operand, pools),
+                _ => None,
+            };
         }
         let mut last_use = vec![usize::MAX; graph.operands.len()];
         for (pos, &opi) in order.iter().enumerate() {

@@ -12,11 +12,12 @@ pub(super) struct CpuPlan {
 
 impl CpuPlan {
     /// The plan of `graph`, converted from a model whose constant pools are `pools`. With
-    /// `runs_here` (no device plan will run the model instead), the GEMM weights in constant
-    /// pools are packed now, from the pools' snapshots taken now rather than at the first
-    /// execution: every execution reads that snapshot, so packing it once is exact. Without,
-    /// the snapshot and the packing are left to the executions (a fallback from the device),
-    /// so that a model the device runs costs no second copy of its weights.
+    /// `runs_here` (no device plan will run the model instead), the constants in constant
+    /// pools are decoded and their GEMM weights packed now, from the pools' snapshots taken now
+    /// rather than at the first execution: every execution passes that snapshot, so decoding
+    /// and packing it once is exact. Without, the snapshot, the decoding and the packing are
+    /// left to the executions (a fallback from the device), so that a model the device runs
+    /// costs no second copy of its weights.
     pub(super) fn prepare(
         graph: Graph,
         pools: &[Memory],

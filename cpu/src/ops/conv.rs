@@ -928,7 +928,9 @@ struct Dw3Row<'a> {
     c: usize,
     stride: usize,
     pad_l: usize,
-    clamp: Option<(f32, f32)>,
+    /// The activation bounds (±infinity without one).
+    lo: f32,
+    hi: f32,
 }
 
 /// The interior pixels `tile` of one output row of a 3×3 depthwise convolution, for the
@@ -942,8 +944,7 @@ fn dw3_interior_avx2_fma(d: &Dw3Row<'_>, tile: std::ops::Range<usize>, out: &mut
     use super::fgemm::{ld8, st8};
     use std::arch::x86_64::*;
     let c = d.c;
-    let (lo, hi) = d.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-    let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    let (lov, hiv) = (_mm256_set1_ps(d.lo), _mm256_set1_ps(d.hi));
     let [r0, r1, r2] = d.rows;
     let row_len = r0.len().min(r1.len()).min(r2.len());
     // Every load below reads 8 floats at base + j·c (j <= 2) with base = (ox·s − pad_l)·c + c0
@@ -1113,8 +1114,6 @@ impl DepthwiseF32<'_> {
                 let mut c0 = 0;
                 #[cfg(target_arch = "x86_64")]
                 if AVX {
-                    let clamp =
-                        (lo != f32::NEG_INFINITY || hi != f32::INFINITY).then_some((lo, hi));
                     let dw = Dw3Row {
                         rows,
                         f,
@@ -1122,7 +1121,8 @@ impl DepthwiseF32<'_> {
                         c,
                         stride: s,
                         pad_l: g.pad_l,
-                        clamp,
+                        lo,
+                        hi,
                     };
                     // SAFETY: AVX2 and FMA are present (AVX is only set by
                     // `rows_3x3_avx2_fma`, whose caller checked them).

@@ -507,10 +507,8 @@ impl PackedGemm {
             packed: &self.packed,
             ep,
         };
-        // SAFETY: MaybeUninit<f32> has the layout of f32, and `run` writes only initialized
-        // f32 values, so `c` stays initialized.
-        let c = unsafe { &mut *(std::ptr::from_mut::<[f32]>(c) as *mut [MaybeUninit<f32>]) };
-        p.run(c, threads, Isa::detect())
+        // SAFETY: `run` writes only initialized floats.
+        p.run(unsafe { as_uninit(c) }, threads, Isa::detect())
     }
 }
 

@@ -102,25 +102,18 @@ fn dots_generic<const FMA: bool>(x: &[f32], w: &[f32], out: &mut [f32]) {
 mod tests {
     use super::*;
 
-    fn naive(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: &[f32],
-        b: &[f32],
-        rsb: usize,
-        csb: usize,
-    ) -> Vec<f32> {
+    /// `c[i][j] = Σ_kk a[i][kk] · w[j][kk]`, the weights `w[n][k]` as declared.
+    fn naive(m: usize, k: usize, n: usize, a: &[f32], w: &[f32]) -> Vec<f32> {
         let mut c = vec![0f32; m * n];
         for i in 0..m {
             for j in 0..n {
-                c[i * n + j] = (0..k).map(|kk| a[i * k + kk] * b[kk * rsb + j * csb]).sum();
+                c[i * n + j] = (0..k).map(|kk| a[i * k + kk] * w[j * k + kk]).sum();
             }
         }
         c
     }
 
-    /// An `m×k` A and a `k×n` B of values in [-0.5, 0.5) drawn from an LCG at `seed`, so
+    /// An `m×k` A and `n×k` weights of values in [-0.5, 0.5) drawn from an LCG at `seed`, so
     /// failures reproduce.
     fn operands(seed: &mut u32, m: usize, k: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
         let mut rnd = || {
@@ -150,7 +143,7 @@ mod tests {
             (1, 1024, 4096),
         ] {
             let (a, w) = operands(&mut seed, m, k, n);
-            let want = naive(m, k, n, &a, &w, 1, k);
+            let want = naive(m, k, n, &a, &w);
             let mut c = vec![f32::NAN; m * n];
             gemv_rows(m, k, n, &a, &w, &mut c).unwrap();
             assert_close(&c, &want, &format!("{m}x{k}x{n}"));

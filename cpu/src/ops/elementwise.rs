@@ -184,11 +184,17 @@ fn binary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
 const FLOAT_ELEMENT_COST: usize = 16;
 const Q8_ELEMENT_COST: usize = 128;
 
-/// `out[i] = f(a[i], b[i])` over equal-length slices, split across threads when large.
-fn zip_map<A, B, R>(a: &[A], b: &[B], out: &mut [R], cost: usize, f: impl Fn(A, B) -> R + Sync)
-where
-    A: Copy + Sync,
-    B: Copy + Sync,
+/// `chunk(a_part, b_part, out_part)` over matching parts of equal-length slices, split across
+/// threads when large (`cost`: flop-equivalents per element).
+fn split_zip<A, B, R>(
+    a: &[A],
+    b: &[B],
+    out: &mut [R],
+    cost: usize,
+    chunk: impl Fn(&[A], &[B], &mut [R]) + Sync,
+) where
+    A: Sync,
+    B: Sync,
     R: Send,
 {
     let n = out.len();
@@ -197,11 +203,23 @@ where
         let range = i0..i0 + part.len();
         // (Callers pass slices of one length: the ranges are always there.)
         if let (Some(a), Some(b)) = (a.get(range.clone()), b.get(range)) {
-            for ((o, &x), &y) in part.iter_mut().zip(a).zip(b) {
-                *o = f(x, y);
-            }
+            chunk(a, b, part);
         }
         Ok::<(), ()>(())
+    });
+}
+
+/// `out[i] = f(a[i], b[i])` over equal-length slices, split across threads when large.
+fn zip_map<A, B, R>(a: &[A], b: &[B], out: &mut [R], cost: usize, f: impl Fn(A, B) -> R + Sync)
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    R: Send,
+{
+    split_zip(a, b, out, cost, |a, b, part| {
+        for ((o, &x), &y) in part.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
     });
 }
 
@@ -283,15 +301,8 @@ impl Byte8 for i8 {
 impl AddQ8 {
     /// `out = a ⊕ b` elementwise, split across threads when large.
     fn run<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
-        let n = out.len();
-        let threads = par::threads_for(n.saturating_mul(Q8_ELEMENT_COST), n / 4096);
-        let _ = par::for_row_ranges(out, 1, threads, |i0, part| {
-            let range = i0..i0 + part.len();
-            // (Callers pass slices of one length: the ranges are always there.)
-            if let (Some(a), Some(b)) = (a.get(range.clone()), b.get(range)) {
-                self.rows(a, b, part);
-            }
-            Ok::<(), ()>(())
+        split_zip(a, b, out, Q8_ELEMENT_COST, |a, b, part| {
+            self.rows(a, b, part)
         });
     }
 

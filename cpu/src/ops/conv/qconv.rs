@@ -370,6 +370,10 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
             if x.len() != pixels * c || c * mult != oc {
                 return Err(ctx.err("input does not match its dimensions"));
             }
+            // The filter first: when it leaves the fast kernels, the input is not copied.
+            let Some(f) = depthwise_filter(ctx, fzp, taps, oc, isa)? else {
+                return depthwise_reference(ctx, s);
+            };
             // Grown a pixel at a time (zeroed while in cache, then written), not zeroed whole.
             let mut xb = Vec::with_capacity((pixels + 1) * blocks);
             let mut px = vec![0i16; c];
@@ -388,9 +392,6 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
             }
             // The zero pixel that taps outside the input read.
             xb.resize((pixels + 1) * blocks, [0i16; DW]);
-            let Some(f) = depthwise_filter(ctx, fzp, taps, oc, isa)? else {
-                return depthwise_reference(ctx, s);
-            };
             let d = Depthwise {
                 win,
                 oc,

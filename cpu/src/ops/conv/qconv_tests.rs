@@ -308,39 +308,46 @@ fn fast_kernels_equal_the_reference_on_layers_large_enough_to_split_over_threads
     let mut rng = Rng(0x5eed_0004);
     crate::par::set_max_threads(2);
     // A 3×3 convolution 56×56×24 → 32 (2·56·56·216·32 flops, past the threading threshold).
-    let mut b = B::new();
-    let mut inputs = Vec::new();
-    let ty = T::TensorQuant8AsymmSigned;
-    let x = data_input(&mut b, &mut rng, ty, &[1, 56, 56, 24], &mut inputs);
-    let f = filter(&mut b, &mut rng, ty, &[32, 3, 3, 24], Some(0), &mut inputs);
-    let bi = bias(&mut b, &mut rng, 32);
-    let args: Vec<u32> = [1, 1, 1, 1, 1, 1, 0].iter().map(|&v| b.int(v)).collect();
-    let o = output(&mut b, &mut rng, ty);
-    b.op(O::Conv2d, &[&[x, f, bi][..], &args[..]].concat(), &[o]);
-    check(&Case {
-        g: b.g,
-        inputs,
-        what: "CONV_2D 56x56x24 -> 32".into(),
-    });
+    check(&layer_case(
+        &mut rng,
+        (O::Conv2d, T::TensorQuant8AsymmSigned),
+        (&[1, 56, 56, 24], &[32, 3, 3, 24], Some(0), 32),
+        &[1, 1, 1, 1, 1, 1, 0],
+        "CONV_2D 56x56x24 -> 32",
+    ));
     // A depthwise 5×5 over 56×56×64 (2·25 flops an output).
+    check(&layer_case(
+        &mut rng,
+        (O::DepthwiseConv2d, T::TensorQuant8Asymm),
+        (&[1, 56, 56, 64], &[1, 5, 5, 64], Some(3), 64),
+        &[2, 2, 2, 2, 1, 1, 1, 3],
+        "DEPTHWISE_CONV_2D 5x5 56x56x64",
+    ));
+}
+
+/// `op` on a random input of `ty` and dimensions `x_dims`, a random filter of `f_dims`
+/// (per-channel along `channel_dim` sometimes), a random bias of `oc` channels and the integer
+/// arguments `args`.
+fn layer_case(
+    rng: &mut Rng,
+    (op, ty): (O, T),
+    (x_dims, f_dims, channel_dim, oc): (&[u32], &[u32], Option<u32>, u32),
+    args: &[i32],
+    what: &str,
+) -> Case {
     let mut b = B::new();
     let mut inputs = Vec::new();
-    let ty = T::TensorQuant8Asymm;
-    let x = data_input(&mut b, &mut rng, ty, &[1, 56, 56, 64], &mut inputs);
-    let f = filter(&mut b, &mut rng, ty, &[1, 5, 5, 64], Some(3), &mut inputs);
-    let bi = bias(&mut b, &mut rng, 64);
-    let args: Vec<u32> = [2, 2, 2, 2, 1, 1, 1, 3].iter().map(|&v| b.int(v)).collect();
-    let o = output(&mut b, &mut rng, ty);
-    b.op(
-        O::DepthwiseConv2d,
-        &[&[x, f, bi][..], &args[..]].concat(),
-        &[o],
-    );
-    check(&Case {
+    let x = data_input(&mut b, rng, ty, x_dims, &mut inputs);
+    let f = filter(&mut b, rng, ty, f_dims, channel_dim, &mut inputs);
+    let bi = bias(&mut b, rng, oc);
+    let args: Vec<u32> = args.iter().map(|&v| b.int(v)).collect();
+    let o = output(&mut b, rng, ty);
+    b.op(op, &[&[x, f, bi][..], &args[..]].concat(), &[o]);
+    Case {
         g: b.g,
         inputs,
-        what: "DEPTHWISE_CONV_2D 5x5 56x56x64".into(),
-    });
+        what: what.into(),
+    }
 }
 
 /// Runs `case` on every kernel set: the reference kernels must have run it, with `want`.

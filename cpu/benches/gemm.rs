@@ -16,9 +16,12 @@ use std::process::Command;
 use std::time::Instant;
 
 use nnaccel_cpu::{
-    Graph, InputArg, Lifetime, Operand, OperandType as T, Operation, OperationType as O,
-    PreparedGraph,
+    Graph, InputArg, Lifetime, OperandType as T, Operation, OperationType as O, PreparedGraph,
 };
+
+#[path = "common/builder.rs"]
+mod builder;
+use builder::Builder;
 
 /// One benchmarked layer.
 struct Case {
@@ -35,30 +38,6 @@ struct Case {
 enum Numpy {
     Gemm(usize, usize, usize),
     Depthwise(usize, usize, usize),
-}
-
-struct Builder(Graph);
-
-impl Builder {
-    fn add(&mut self, ty: T, dims: &[u32], lifetime: Lifetime) -> u32 {
-        self.0
-            .operands
-            .push(Operand::new(ty, dims.to_vec(), lifetime));
-        (self.0.operands.len() - 1) as u32
-    }
-    fn konst(&mut self, ty: T, dims: &[u32], bytes: Vec<u8>) -> u32 {
-        let offset = self.0.operand_values.len();
-        let length = bytes.len();
-        self.0.operand_values.extend(bytes);
-        self.add(ty, dims, Lifetime::ConstantCopy { offset, length })
-    }
-    fn floats(&mut self, dims: &[u32], seed: u32) -> u32 {
-        let n: u32 = dims.iter().product();
-        self.konst(T::TensorFloat32, dims, f32_bytes(n as usize, seed))
-    }
-    fn int(&mut self, v: i32) -> u32 {
-        self.konst(T::Int32, &[], v.to_le_bytes().to_vec())
-    }
 }
 
 fn f32_bytes(n: usize, seed: u32) -> Vec<u8> {
@@ -79,7 +58,11 @@ fn one_op(op: O, in_dims: &[u32], consts: &[&[u32]], ints: &[i32], out_dims: &[u
     let x = b.add(T::TensorFloat32, in_dims, Lifetime::SubgraphInput);
     let mut ins = vec![x];
     for (i, d) in consts.iter().enumerate() {
-        ins.push(b.floats(d, 7 + i as u32));
+        ins.push(b.konst(
+            T::TensorFloat32,
+            d,
+            f32_bytes(d.iter().product::<u32>() as usize, 7 + i as u32),
+        ));
     }
     for &v in ints {
         ins.push(b.int(v));

@@ -13,9 +13,13 @@
 use std::time::{Duration, Instant};
 
 use nnaccel_cpu::{
-    ChannelQuant, Graph, InputArg, Lifetime, Operand, OperandType as T, OperationType as O,
-    PreparedGraph, set_max_threads,
+    ChannelQuant, Graph, InputArg, Lifetime, OperandType as T, OperationType as O, PreparedGraph,
+    set_max_threads,
 };
+
+#[path = "common/builder.rs"]
+mod builder;
+use builder::Builder;
 
 /// One layer: an operation on an NHWC input.
 #[derive(Clone, Copy)]
@@ -118,31 +122,6 @@ fn floats(n: usize, seed: u32) -> Vec<u8> {
         .into_iter()
         .flat_map(|b| ((f32::from(b) - 128.0) / 256.0).to_le_bytes())
         .collect()
-}
-
-struct Builder(Graph);
-
-impl Builder {
-    fn add(&mut self, ty: T, dims: &[u32], lifetime: Lifetime) -> u32 {
-        self.0
-            .operands
-            .push(Operand::new(ty, dims.to_vec(), lifetime));
-        (self.0.operands.len() - 1) as u32
-    }
-    fn konst(&mut self, ty: T, dims: &[u32], bytes: Vec<u8>) -> u32 {
-        let offset = self.0.operand_values.len();
-        let length = bytes.len();
-        self.0.operand_values.extend(bytes);
-        self.add(ty, dims, Lifetime::ConstantCopy { offset, length })
-    }
-    fn int(&mut self, v: i32) -> u32 {
-        self.konst(T::Int32, &[], v.to_le_bytes().to_vec())
-    }
-    fn quant(&mut self, i: u32, scale: f32, zp: i32) {
-        let o = &mut self.0.operands[i as usize];
-        o.scale = scale;
-        o.zero_point = zp;
-    }
 }
 
 /// The layer as a one-operation graph in float32 or int8, with its input bytes and multiply-adds.

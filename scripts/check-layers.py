@@ -37,9 +37,22 @@ LAYERS = {
         "deps": {"nnaccel-hal", "nnaccel-protocol", "nnaccel-uapi", "nnaccel-cpu"},
         "dev": {"nnaccel-kmod-sim"},
     },
+    # TFLite import: the graph form, the reader and the lowering, on the client library.
+    "nnaccel-tflite": {
+        "deps": {"nnaccel-hal", "nnaccel-protocol", "nnaccel-uapi", "nnaccel-cpu"},
+        "dev": {"nnaccel-kmod-sim"},
+    },
+    # The external delegate (a cdylib LiteRT loads): the import's lowering, the client library,
+    # and the embedded default (the simulated device in the interpreter's process).
+    "nnaccel-tflite-delegate": {
+        "deps": {"nnaccel-tflite", "nnaccel-hal", "nnaccel-protocol", "nnaccel-uapi", "nnaccel-cpu",
+                 "nnaccel-kmod-sim"},
+        "dev": set(),
+    },
     # The embedded default links the simulated device into the CLI (an optional dependency).
     "nnaccelctl": {
-        "deps": {"nnaccel-hal", "nnaccel-protocol", "nnaccel-uapi", "nnaccel-cpu", "nnaccel-kmod-sim"},
+        "deps": {"nnaccel-hal", "nnaccel-protocol", "nnaccel-uapi", "nnaccel-cpu", "nnaccel-kmod-sim",
+                 "nnaccel-tflite"},
         "dev": set(),
     },
     # Cross-crate integration tests link everything.

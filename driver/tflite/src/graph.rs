@@ -1,0 +1,728 @@
+//! One form for a TFLite graph, whichever way it arrives: read from a `.tflite` flatbuffer
+//! ([`crate::read`]) or taken from the `TfLiteContext` of a running interpreter (the external
+//! delegate). [`crate::lower`] maps this form to an NN HAL model, so the import and the
+//! delegate share one mapping.
+//!
+//! The form keeps TFLite's own vocabulary: tensors with TFLite element types and quantization,
+//! nodes with a builtin operator code (the numbers of `BuiltinOperator` in `schema.fbs`, which
+//! are also `TfLiteBuiltinOperator` in `builtin_ops.h`) and their parameters as typed
+//! [`Options`] (the fields that `schema.fbs`'s `*Options` tables and `builtin_op_data.h`'s
+//! `TfLite*Params` structs have in common). Nothing here is checked against anything: that is
+//! the lowering's job, and every check there is an error, never a panic.
+
+/// A TFLite element type (`TensorType` in `schema.fbs`, `TfLiteType` in `c_api_types.h`; the
+/// two number them differently, so each reader translates).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElementType {
+    /// 32-bit float.
+    Float32,
+    /// IEEE half precision.
+    Float16,
+    /// 64-bit float.
+    Float64,
+    /// Signed 8-bit (TFLite's int8 quantization, and plain int8).
+    Int8,
+    /// Unsigned 8-bit (TFLite's uint8 quantization, and plain uint8).
+    UInt8,
+    /// Signed 16-bit (16x8 quantization).
+    Int16,
+    /// Unsigned 16-bit.
+    UInt16,
+    /// Signed 32-bit (biases, shapes, indices).
+    Int32,
+    /// Unsigned 32-bit.
+    UInt32,
+    /// Signed 64-bit.
+    Int64,
+    /// Unsigned 64-bit.
+    UInt64,
+    /// One byte per boolean.
+    Bool,
+    /// Signed 4-bit, two per byte.
+    Int4,
+    /// A string tensor.
+    String,
+    /// Complex numbers of two float32.
+    Complex64,
+    /// Complex numbers of two float64.
+    Complex128,
+    /// A resource handle (VAR_HANDLE's output).
+    Resource,
+    /// A variant (TensorList) handle.
+    Variant,
+    /// Brain float 16.
+    BFloat16,
+}
+
+impl ElementType {
+    /// TFLite's name for the type (`FLOAT32`, `INT8`, …), for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Float32 => "FLOAT32",
+            Self::Float16 => "FLOAT16",
+            Self::Float64 => "FLOAT64",
+            Self::Int8 => "INT8",
+            Self::UInt8 => "UINT8",
+            Self::Int16 => "INT16",
+            Self::UInt16 => "UINT16",
+            Self::Int32 => "INT32",
+            Self::UInt32 => "UINT32",
+            Self::Int64 => "INT64",
+            Self::UInt64 => "UINT64",
+            Self::Bool => "BOOL",
+            Self::Int4 => "INT4",
+            Self::String => "STRING",
+            Self::Complex64 => "COMPLEX64",
+            Self::Complex128 => "COMPLEX128",
+            Self::Resource => "RESOURCE",
+            Self::Variant => "VARIANT",
+            Self::BFloat16 => "BFLOAT16",
+        }
+    }
+
+    /// Bytes per element, for the fixed-size types (None for INT4, STRING, RESOURCE, VARIANT).
+    pub fn size(self) -> Option<usize> {
+        Some(match self {
+            Self::Int8 | Self::UInt8 | Self::Bool => 1,
+            Self::Float16 | Self::BFloat16 | Self::Int16 | Self::UInt16 => 2,
+            Self::Float32 | Self::Int32 | Self::UInt32 => 4,
+            Self::Float64 | Self::Int64 | Self::UInt64 | Self::Complex64 => 8,
+            Self::Complex128 => 16,
+            Self::Int4 | Self::String | Self::Resource | Self::Variant => return None,
+        })
+    }
+}
+
+/// A tensor's quantization (`QuantizationParameters`; `TfLiteAffineQuantization`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quantization {
+    /// One scale per tensor, or one per channel along `axis`.
+    pub scales: Vec<f32>,
+    /// As many zero points as scales (TFLite allows a single one for all channels in files
+    /// that predate per-channel zero points; readers expand it).
+    pub zero_points: Vec<i64>,
+    /// The channel dimension when there is more than one scale.
+    pub axis: i32,
+}
+
+impl Quantization {
+    /// Whether the tensor is quantized at all (TFLite marks "not quantized" by no scales).
+    pub fn is_quantized(&self) -> bool {
+        !self.scales.is_empty()
+    }
+
+    /// Whether it has one scale per channel.
+    pub fn is_per_channel(&self) -> bool {
+        self.scales.len() > 1
+    }
+}
+
+/// A sparse constant (`SparsityParameters`), densified at import.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sparsity {
+    /// The order in which dimensions are traversed (`traversal_order`).
+    pub traversal_order: Vec<i32>,
+    /// For block sparsity, the original dimension each block dimension maps to.
+    pub block_map: Vec<i32>,
+    /// Per traversed dimension: dense (its size) or sparse CSR (segments and indices).
+    pub dim_metadata: Vec<DimensionMetadata>,
+}
+
+/// How one traversed dimension of a sparse tensor is stored.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DimensionMetadata {
+    /// Every index is present.
+    Dense {
+        /// The dimension's size.
+        size: i32,
+    },
+    /// Compressed: `array_segments[i]..array_segments[i+1]` index `array_indices`.
+    SparseCsr {
+        /// Segment boundaries.
+        array_segments: Vec<i32>,
+        /// The present indices.
+        array_indices: Vec<i32>,
+    },
+}
+
+/// One tensor of a subgraph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Its name in the model (input and output names are what `--inputs`/`--outputs` use).
+    pub name: String,
+    /// Element type.
+    pub element_type: ElementType,
+    /// Shape as stored (`shape`); may be empty for a scalar.
+    pub shape: Vec<i32>,
+    /// Shape with -1 for dimensions unknown until execution (`shape_signature`), or empty
+    /// when the file gives none.
+    pub shape_signature: Vec<i32>,
+    /// Quantization, empty when not quantized.
+    pub quantization: Quantization,
+    /// Sparse storage of a constant, when it has one.
+    pub sparsity: Option<Sparsity>,
+    /// The constant's bytes (little-endian), when the tensor is a constant.
+    pub data: Option<Vec<u8>>,
+    /// A variable tensor (`is_variable`: state kept by the interpreter between invocations).
+    pub is_variable: bool,
+}
+
+/// TFLite's padding (`Padding`; `TfLitePadding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Padding {
+    /// Output size ceil(in / stride); the implicit padding NNAPI calls SAME.
+    Same,
+    /// No padding.
+    Valid,
+}
+
+/// A fused activation (`ActivationFunctionType`; `TfLiteFusedActivation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// None.
+    None,
+    /// max(x, 0).
+    Relu,
+    /// clamp(x, -1, 1).
+    ReluN1To1,
+    /// clamp(x, 0, 6).
+    Relu6,
+    /// tanh(x): no NNAPI fused code, lowered as its own operation.
+    Tanh,
+    /// Sign bit: no NNAPI equivalent.
+    SignBit,
+    /// sigmoid(x): no NNAPI fused code, lowered as its own operation.
+    Sigmoid,
+}
+
+/// The parameters of one node, by operator family. Operators without parameters, and those
+/// whose parameters all arrive as input tensors, carry [`Options::None`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Options {
+    /// No parameters.
+    None,
+    /// CONV_2D.
+    Conv2d {
+        /// Padding.
+        padding: Padding,
+        /// Stride along width.
+        stride_w: i32,
+        /// Stride along height.
+        stride_h: i32,
+        /// Dilation along width.
+        dilation_w: i32,
+        /// Dilation along height.
+        dilation_h: i32,
+        /// Fused activation.
+        activation: Activation,
+    },
+    /// DEPTHWISE_CONV_2D. `depth_multiplier` is as stored; the lowering derives the multiplier
+    /// from the shapes, as NNAPI's delegate does (older converters wrote it wrong).
+    DepthwiseConv2d {
+        /// Padding.
+        padding: Padding,
+        /// Stride along width.
+        stride_w: i32,
+        /// Stride along height.
+        stride_h: i32,
+        /// As stored.
+        depth_multiplier: i32,
+        /// Dilation along width.
+        dilation_w: i32,
+        /// Dilation along height.
+        dilation_h: i32,
+        /// Fused activation.
+        activation: Activation,
+    },
+    /// TRANSPOSE_CONV.
+    TransposeConv {
+        /// Padding.
+        padding: Padding,
+        /// Stride along width.
+        stride_w: i32,
+        /// Stride along height.
+        stride_h: i32,
+        /// Fused activation.
+        activation: Activation,
+    },
+    /// AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D.
+    Pool2d {
+        /// Padding.
+        padding: Padding,
+        /// Stride along width.
+        stride_w: i32,
+        /// Stride along height.
+        stride_h: i32,
+        /// Window width.
+        filter_w: i32,
+        /// Window height.
+        filter_h: i32,
+        /// Fused activation.
+        activation: Activation,
+    },
+    /// FULLY_CONNECTED.
+    FullyConnected {
+        /// Fused activation.
+        activation: Activation,
+        /// Keep the input's leading dimensions in the output.
+        keep_num_dims: bool,
+        /// The weights are shuffled (`SHUFFLED4x16INT8`): not mappable.
+        shuffled_weights: bool,
+        /// Hybrid quantization's asymmetric inputs flag.
+        asymmetric_quantize_inputs: bool,
+    },
+    /// Operators whose only parameter is a fused activation: ADD, SUB, MUL, DIV,
+    /// L2_NORMALIZATION, …
+    Activation(Activation),
+    /// CONCATENATION.
+    Concatenation {
+        /// Axis, may be negative.
+        axis: i32,
+        /// Fused activation.
+        activation: Activation,
+    },
+    /// SOFTMAX.
+    Softmax {
+        /// The exponent's factor.
+        beta: f32,
+    },
+    /// RESHAPE given its new shape as an option (when there is no shape tensor).
+    Reshape {
+        /// The new shape, may hold one -1.
+        new_shape: Vec<i32>,
+    },
+    /// SQUEEZE.
+    Squeeze {
+        /// The dimensions to remove, empty for every size-1 dimension.
+        squeeze_dims: Vec<i32>,
+    },
+    /// SPLIT and SPLIT_V.
+    Split {
+        /// How many outputs.
+        num_splits: i32,
+    },
+    /// STRIDED_SLICE.
+    StridedSlice {
+        /// Bit i: ignore begin\[i\].
+        begin_mask: i32,
+        /// Bit i: ignore end\[i\].
+        end_mask: i32,
+        /// Bit i: an ellipsis.
+        ellipsis_mask: i32,
+        /// Bit i: a new axis.
+        new_axis_mask: i32,
+        /// Bit i: drop dimension i.
+        shrink_axis_mask: i32,
+        /// `end` is an offset from `begin`.
+        offset: bool,
+    },
+    /// LEAKY_RELU.
+    LeakyRelu {
+        /// Slope for x < 0.
+        alpha: f32,
+    },
+    /// GATHER.
+    Gather {
+        /// Axis, may be negative.
+        axis: i32,
+        /// Batch dimensions.
+        batch_dims: i32,
+    },
+    /// MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY, REDUCE_ALL.
+    Reducer {
+        /// Keep reduced dimensions with size 1.
+        keep_dims: bool,
+    },
+    /// RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR.
+    Resize {
+        /// Align the corners.
+        align_corners: bool,
+        /// Sample at pixel centres.
+        half_pixel_centers: bool,
+    },
+    /// PACK.
+    Pack {
+        /// How many inputs.
+        values_count: i32,
+        /// Axis.
+        axis: i32,
+    },
+    /// UNPACK.
+    Unpack {
+        /// How many outputs.
+        num: i32,
+        /// Axis.
+        axis: i32,
+    },
+    /// SPACE_TO_DEPTH and DEPTH_TO_SPACE.
+    BlockSize(i32),
+    /// LOCAL_RESPONSE_NORMALIZATION.
+    LocalResponseNormalization {
+        /// Half-width of the window.
+        radius: i32,
+        /// Added to the sum.
+        bias: f32,
+        /// Factor of the sum.
+        alpha: f32,
+        /// Exponent.
+        beta: f32,
+    },
+    /// ARG_MAX and ARG_MIN.
+    ArgMinMax {
+        /// The index type of the output.
+        output_type: ElementType,
+    },
+    /// BATCH_MATMUL.
+    BatchMatMul {
+        /// Transpose the first operand's last two dimensions.
+        adj_x: bool,
+        /// Transpose the second's.
+        adj_y: bool,
+    },
+    /// MIRROR_PAD.
+    MirrorPad {
+        /// REFLECT (false) or SYMMETRIC (true).
+        symmetric: bool,
+    },
+    /// CAST.
+    Cast {
+        /// Input type, when stored.
+        in_type: Option<ElementType>,
+        /// Output type, when stored.
+        out_type: Option<ElementType>,
+    },
+    /// SHAPE.
+    Shape {
+        /// The output's type.
+        out_type: ElementType,
+    },
+    /// GELU.
+    Gelu {
+        /// tanh approximation.
+        approximate: bool,
+    },
+    /// IF.
+    If {
+        /// Subgraph run when the condition is true.
+        then_subgraph: i32,
+        /// Subgraph run when it is false.
+        else_subgraph: i32,
+    },
+    /// WHILE.
+    While {
+        /// The condition subgraph.
+        cond_subgraph: i32,
+        /// The body subgraph.
+        body_subgraph: i32,
+    },
+    /// CALL_ONCE.
+    CallOnce {
+        /// The subgraph that initializes the variables.
+        init_subgraph: i32,
+    },
+    /// VAR_HANDLE.
+    VarHandle {
+        /// Container.
+        container: String,
+        /// The variable's name: handles with the same name are the same variable.
+        shared_name: String,
+    },
+    /// Options this form does not carry (a builtin whose parameters the lowering never needs
+    /// or cannot map), named for messages.
+    Other(&'static str),
+}
+
+/// One node (operator) of a subgraph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The builtin operator code (`BuiltinOperator`), e.g. 3 for CONV_2D. Custom operators
+    /// carry [`CUSTOM`].
+    pub builtin_code: i32,
+    /// A custom operator's name.
+    pub custom_code: Option<String>,
+    /// The operator version from the operator code table (1 when not stored).
+    pub version: i32,
+    /// Input tensor indexes; -1 marks an omitted optional input.
+    pub inputs: Vec<i32>,
+    /// Output tensor indexes.
+    pub outputs: Vec<i32>,
+    /// Intermediate tensors (LSTM), not used by the lowering.
+    pub intermediates: Vec<i32>,
+    /// Parameters.
+    pub options: Options,
+}
+
+/// `BuiltinOperator_CUSTOM`.
+pub const CUSTOM: i32 = 32;
+
+/// One subgraph: the main one is index 0; IF, WHILE and CALL_ONCE name others.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Subgraph {
+    /// Its name, when stored.
+    pub name: String,
+    /// Tensors.
+    pub tensors: Vec<Tensor>,
+    /// Nodes, in execution order.
+    pub nodes: Vec<Node>,
+    /// Input tensor indexes.
+    pub inputs: Vec<i32>,
+    /// Output tensor indexes.
+    pub outputs: Vec<i32>,
+}
+
+/// A whole model: its subgraphs, main first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    /// Subgraphs; index 0 is the main one.
+    pub subgraphs: Vec<Subgraph>,
+    /// The schema version the file names.
+    pub version: u32,
+    /// The model's description string.
+    pub description: String,
+}
+
+/// The name TFLite gives a builtin operator code (`CONV_2D`), or `BUILTIN_<n>` for a code this
+/// table does not know. The table is `BuiltinOperator` of the vendored `schema.fbs`.
+pub fn builtin_name(code: i32) -> std::borrow::Cow<'static, str> {
+    match BUILTIN_NAMES.get(usize::try_from(code).unwrap_or(usize::MAX)) {
+        Some(name) if !name.is_empty() => std::borrow::Cow::Borrowed(name),
+        _ => std::borrow::Cow::Owned(format!("BUILTIN_{code}")),
+    }
+}
+
+/// `BuiltinOperator` names by code, 0..=209 (the vendored schema.fbs; code 0 is ADD).
+const BUILTIN_NAMES: &[&str] = &[
+    "ADD",
+    "AVERAGE_POOL_2D",
+    "CONCATENATION",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "DEPTH_TO_SPACE",
+    "DEQUANTIZE",
+    "EMBEDDING_LOOKUP",
+    "FLOOR",
+    "FULLY_CONNECTED",
+    "HASHTABLE_LOOKUP",
+    "L2_NORMALIZATION",
+    "L2_POOL_2D",
+    "LOCAL_RESPONSE_NORMALIZATION",
+    "LOGISTIC",
+    "LSH_PROJECTION",
+    "LSTM",
+    "MAX_POOL_2D",
+    "MUL",
+    "RELU",
+    "RELU_N1_TO_1",
+    "RELU6",
+    "RESHAPE",
+    "RESIZE_BILINEAR",
+    "RNN",
+    "SOFTMAX",
+    "SPACE_TO_DEPTH",
+    "SVDF",
+    "TANH",
+    "CONCAT_EMBEDDINGS",
+    "SKIP_GRAM",
+    "CALL",
+    "CUSTOM",
+    "EMBEDDING_LOOKUP_SPARSE",
+    "PAD",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "GATHER",
+    "BATCH_TO_SPACE_ND",
+    "SPACE_TO_BATCH_ND",
+    "TRANSPOSE",
+    "MEAN",
+    "SUB",
+    "DIV",
+    "SQUEEZE",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "STRIDED_SLICE",
+    "BIDIRECTIONAL_SEQUENCE_RNN",
+    "EXP",
+    "TOPK_V2",
+    "SPLIT",
+    "LOG_SOFTMAX",
+    "DELEGATE",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "CAST",
+    "PRELU",
+    "MAXIMUM",
+    "ARG_MAX",
+    "MINIMUM",
+    "LESS",
+    "NEG",
+    "PADV2",
+    "GREATER",
+    "GREATER_EQUAL",
+    "LESS_EQUAL",
+    "SELECT",
+    "SLICE",
+    "SIN",
+    "TRANSPOSE_CONV",
+    "SPARSE_TO_DENSE",
+    "TILE",
+    "EXPAND_DIMS",
+    "EQUAL",
+    "NOT_EQUAL",
+    "LOG",
+    "SUM",
+    "SQRT",
+    "RSQRT",
+    "SHAPE",
+    "POW",
+    "ARG_MIN",
+    "FAKE_QUANT",
+    "REDUCE_PROD",
+    "REDUCE_MAX",
+    "PACK",
+    "LOGICAL_OR",
+    "ONE_HOT",
+    "LOGICAL_AND",
+    "LOGICAL_NOT",
+    "UNPACK",
+    "REDUCE_MIN",
+    "FLOOR_DIV",
+    "REDUCE_ANY",
+    "SQUARE",
+    "ZEROS_LIKE",
+    "FILL",
+    "FLOOR_MOD",
+    "RANGE",
+    "RESIZE_NEAREST_NEIGHBOR",
+    "LEAKY_RELU",
+    "SQUARED_DIFFERENCE",
+    "MIRROR_PAD",
+    "ABS",
+    "SPLIT_V",
+    "UNIQUE",
+    "CEIL",
+    "REVERSE_V2",
+    "ADD_N",
+    "GATHER_ND",
+    "COS",
+    "WHERE",
+    "RANK",
+    "ELU",
+    "REVERSE_SEQUENCE",
+    "MATRIX_DIAG",
+    "QUANTIZE",
+    "MATRIX_SET_DIAG",
+    "ROUND",
+    "HARD_SWISH",
+    "IF",
+    "WHILE",
+    "NON_MAX_SUPPRESSION_V4",
+    "NON_MAX_SUPPRESSION_V5",
+    "SCATTER_ND",
+    "SELECT_V2",
+    "DENSIFY",
+    "SEGMENT_SUM",
+    "BATCH_MATMUL",
+    "PLACEHOLDER_FOR_GREATER_OP_CODES",
+    "CUMSUM",
+    "CALL_ONCE",
+    "BROADCAST_TO",
+    "RFFT2D",
+    "CONV_3D",
+    "IMAG",
+    "REAL",
+    "COMPLEX_ABS",
+    "HASHTABLE",
+    "HASHTABLE_FIND",
+    "HASHTABLE_IMPORT",
+    "HASHTABLE_SIZE",
+    "REDUCE_ALL",
+    "CONV_3D_TRANSPOSE",
+    "VAR_HANDLE",
+    "READ_VARIABLE",
+    "ASSIGN_VARIABLE",
+    "BROADCAST_ARGS",
+    "RANDOM_STANDARD_NORMAL",
+    "BUCKETIZE",
+    "RANDOM_UNIFORM",
+    "MULTINOMIAL",
+    "GELU",
+    "DYNAMIC_UPDATE_SLICE",
+    "RELU_0_TO_1",
+    "UNSORTED_SEGMENT_PROD",
+    "UNSORTED_SEGMENT_MAX",
+    "UNSORTED_SEGMENT_SUM",
+    "ATAN2",
+    "UNSORTED_SEGMENT_MIN",
+    "SIGN",
+    "BITCAST",
+    "BITWISE_XOR",
+    "RIGHT_SHIFT",
+    "STABLEHLO_LOGISTIC",
+    "STABLEHLO_ADD",
+    "STABLEHLO_DIVIDE",
+    "STABLEHLO_MULTIPLY",
+    "STABLEHLO_MAXIMUM",
+    "STABLEHLO_RESHAPE",
+    "STABLEHLO_CLAMP",
+    "STABLEHLO_CONCATENATE",
+    "STABLEHLO_BROADCAST_IN_DIM",
+    "STABLEHLO_CONVOLUTION",
+    "STABLEHLO_SLICE",
+    "STABLEHLO_CUSTOM_CALL",
+    "STABLEHLO_REDUCE",
+    "STABLEHLO_ABS",
+    "STABLEHLO_AND",
+    "STABLEHLO_COSINE",
+    "STABLEHLO_EXPONENTIAL",
+    "STABLEHLO_FLOOR",
+    "STABLEHLO_LOG",
+    "STABLEHLO_MINIMUM",
+    "STABLEHLO_NEGATE",
+    "STABLEHLO_OR",
+    "STABLEHLO_POWER",
+    "STABLEHLO_REMAINDER",
+    "STABLEHLO_RSQRT",
+    "STABLEHLO_SELECT",
+    "STABLEHLO_SUBTRACT",
+    "STABLEHLO_TANH",
+    "STABLEHLO_SCATTER",
+    "STABLEHLO_COMPARE",
+    "STABLEHLO_CONVERT",
+    "STABLEHLO_DYNAMIC_SLICE",
+    "STABLEHLO_DYNAMIC_UPDATE_SLICE",
+    "STABLEHLO_PAD",
+    "STABLEHLO_IOTA",
+    "STABLEHLO_DOT_GENERAL",
+    "STABLEHLO_REDUCE_WINDOW",
+    "STABLEHLO_SORT",
+    "STABLEHLO_WHILE",
+    "STABLEHLO_GATHER",
+    "STABLEHLO_TRANSPOSE",
+    "DILATE",
+    "STABLEHLO_RNG_BIT_GENERATOR",
+    "REDUCE_WINDOW",
+    "STABLEHLO_COMPOSITE",
+    "STABLEHLO_SHIFT_LEFT",
+    "STABLEHLO_CBRT",
+    "STABLEHLO_CASE",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_names_follow_the_schema_numbering() {
+        assert_eq!(builtin_name(0), "ADD");
+        assert_eq!(builtin_name(3), "CONV_2D");
+        assert_eq!(builtin_name(4), "DEPTHWISE_CONV_2D");
+        assert_eq!(builtin_name(9), "FULLY_CONNECTED");
+        assert_eq!(builtin_name(CUSTOM), "CUSTOM");
+        assert_eq!(builtin_name(87), "LOGICAL_NOT");
+        assert_eq!(builtin_name(114), "QUANTIZE");
+        assert_eq!(builtin_name(126), "BATCH_MATMUL");
+        assert_eq!(builtin_name(129), "CALL_ONCE");
+        assert_eq!(builtin_name(142), "VAR_HANDLE");
+        assert_eq!(builtin_name(161), "RIGHT_SHIFT");
+        assert_eq!(builtin_name(209), "STABLEHLO_CASE");
+        assert_eq!(builtin_name(210), "BUILTIN_210");
+        assert_eq!(builtin_name(-1), "BUILTIN_-1");
+    }
+}

@@ -1534,6 +1534,24 @@ mod tests {
     }
 
     #[test]
+    fn a_builtin_code_newer_than_the_schema_is_kept_by_number() {
+        // planus cannot build an out-of-range enum, so build STABLEHLO_CASE (209, the last
+        // code the vendored schema knows) and patch its one little-endian i32 to 300.
+        let mut model = sample();
+        model.operator_codes.as_mut().unwrap()[0] = code(127, Op::StablehloCase, 1);
+        let mut bytes = bytes_of(&model);
+        let at: Vec<usize> = (0..bytes.len() - 3)
+            .filter(|&i| bytes[i..i + 4] == 209i32.to_le_bytes())
+            .collect();
+        assert_eq!(at.len(), 1, "209 occurs once");
+        bytes[at[0]..at[0] + 4].copy_from_slice(&300i32.to_le_bytes());
+        let g = read_bytes(&bytes).unwrap();
+        assert_eq!(g.subgraphs[0].nodes[0].builtin_code, 300);
+        // Its Conv2DOptions table means nothing for an unknown code: no options carried.
+        assert_eq!(g.subgraphs[0].nodes[0].options, Options::None);
+    }
+
+    #[test]
     fn a_wrong_file_identifier_is_refused() {
         let mut bytes = bytes_of(&sample());
         bytes[4..8].copy_from_slice(b"TFL2");

@@ -49,26 +49,33 @@ pub fn densify(tensor: &Tensor) -> Result<Vec<u8>, String> {
                 tensor.shape
             ))
         })?;
+    // A first walk checks the metadata against the data without writing, so an inconsistent
+    // model costs no allocation of its dense size.
+    let walk = |dest: Option<&mut Vec<u8>>| -> Result<(), String> {
+        let mut walk = Walk {
+            plan: &plan,
+            src: data,
+            size,
+            next: 0,
+            dest,
+            indices: vec![0; plan.levels.len()],
+        };
+        walk.level(0, 0).map_err(&err)?;
+        let used = walk.next;
+        if used * size != data.len() {
+            return Err(err(format!(
+                "the metadata visits {used} values, the data holds {}",
+                data.len() / size
+            )));
+        }
+        Ok(())
+    };
+    walk(None)?;
     let mut out = Vec::new();
     out.try_reserve_exact(total)
         .map_err(|e| err(format!("{total} bytes: {e}")))?;
     out.resize(total, 0);
-    let mut walk = Walk {
-        plan: &plan,
-        src: data,
-        size,
-        next: 0,
-        dest: &mut out,
-        indices: vec![0; plan.levels.len()],
-    };
-    walk.level(0, 0).map_err(&err)?;
-    let used = walk.next;
-    if used * size != data.len() {
-        return Err(err(format!(
-            "the metadata visits {used} values, the data holds {}",
-            data.len() / size
-        )));
-    }
+    walk(Some(&mut out))?;
     Ok(out)
 }
 
@@ -228,7 +235,8 @@ struct Walk<'p, 'a> {
     size: usize,
     /// The next stored value.
     next: usize,
-    dest: &'p mut Vec<u8>,
+    /// Where values go; `None` for the checking walk.
+    dest: Option<&'p mut Vec<u8>>,
     /// The index chosen at each level so far.
     indices: Vec<usize>,
 }
@@ -297,8 +305,10 @@ impl Walk<'_, '_> {
                 self.src.len() / self.size
             )
         })?;
-        let to = flat * self.size;
-        self.dest[to..to + self.size].copy_from_slice(value);
+        if let Some(dest) = self.dest.as_deref_mut() {
+            let to = flat * self.size;
+            dest[to..to + self.size].copy_from_slice(value);
+        }
         self.next += 1;
         Ok(())
     }
@@ -485,5 +495,81 @@ mod tests {
             assert!(err.contains(want), "want {want:?} in {err:?}");
             assert!(err.starts_with("tensor \"w\""), "{err}");
         }
+    }
+
+    /// The hand-worked examples with their metadata, shape and data mutated (edgy numbers,
+    /// entries added and removed): densify gives the dense bytes of the shape or an error,
+    /// never a panic.
+    #[test]
+    fn mutated_sparsity_metadata_densifies_or_fails_cleanly() {
+        use nnaccel_uapi::fuzz;
+        fn edit(rng: &mut fuzz::Rng, v: &mut Vec<i32>) {
+            match rng.below(4) {
+                0 if !v.is_empty() => {
+                    let at = rng.below(v.len());
+                    v[at] = rng.edgy_u32() as i32;
+                }
+                1 if !v.is_empty() => {
+                    let at = rng.below(v.len());
+                    v[at] = v[at].wrapping_add(if rng.chance(1, 2) { 1 } else { -1 });
+                }
+                2 => v.push(rng.below(6) as i32),
+                _ => {
+                    v.pop();
+                }
+            }
+        }
+        let block = sparse(
+            ElementType::Int8,
+            &[4, 4],
+            Sparsity {
+                traversal_order: vec![0, 1, 2, 3],
+                block_map: vec![0, 1],
+                dim_metadata: vec![dense(2), csr(&[0, 1, 2], &[1, 0]), dense(2), dense(2)],
+            },
+            vec![1, 2, 3, 4, 5, 6, 0, 7],
+        );
+        let seeds = [csr_4x4(), block];
+        fuzz::run("tflite-densify", 3_000, |rng| {
+            let mut t = rng.pick(&seeds).clone();
+            for _ in 0..=rng.below(3) {
+                let s = t.sparsity.as_mut().unwrap();
+                let levels = s.dim_metadata.len();
+                match rng.below(6) {
+                    0 => edit(rng, &mut t.shape),
+                    1 => edit(rng, &mut s.traversal_order),
+                    2 => edit(rng, &mut s.block_map),
+                    3 if levels > 0 => match &mut s.dim_metadata[rng.below(levels)] {
+                        DimensionMetadata::Dense { size } => {
+                            let mut v = vec![*size];
+                            edit(rng, &mut v);
+                            *size = v.first().copied().unwrap_or(0);
+                        }
+                        DimensionMetadata::SparseCsr {
+                            array_segments,
+                            array_indices,
+                        } => {
+                            let v = if rng.chance(1, 2) {
+                                array_segments
+                            } else {
+                                array_indices
+                            };
+                            edit(rng, v);
+                        }
+                    },
+                    4 => {
+                        let data = t.data.as_mut().unwrap();
+                        fuzz::mutate(rng, data);
+                    }
+                    _ => {
+                        s.dim_metadata.swap(0, levels.saturating_sub(1));
+                    }
+                }
+            }
+            if let Ok(out) = densify(&t) {
+                let elements: usize = t.shape.iter().map(|&d| d as usize).product();
+                assert_eq!(out.len(), elements * t.element_type.size().unwrap());
+            }
+        });
     }
 }

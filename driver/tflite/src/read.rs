@@ -1078,7 +1078,8 @@ mod tests {
     /// The flatbuffer of `model` with TFLite's file identifier. planus 1.3.0's
     /// `Builder::finish` with an identifier puts the identifier at bytes 0..4 and the root
     /// offset (relative to byte 4) at 4..8, the reverse of the FlatBuffers layout every
-    /// other implementation reads (root offset at 0, identifier at 4); so the tests finish
+    /// other implementation reads (root offset at 0, identifier at 4; planus-org/planus
+    /// pull request 377, open, swaps them back); so the tests finish
     /// without one and put the root offset and the identifier in front, 8 bytes, which
     /// keeps every table's alignment.
     pub(super) fn sample_bytes() -> Vec<u8> {

@@ -170,7 +170,30 @@ trait At<T> {
 
 impl<T> At<T> for planus::Result<T> {
     fn at(self, at: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| ReadError::Malformed { at: at(), source })
+        self.map_err(|source| at_error(at(), source))
+    }
+}
+
+/// A planus error as a [`ReadError`]: an enum value or union type the vendored schema does not
+/// know is a model newer than the reader ([`ReadError::Invalid`], saying so), anything else a
+/// damaged flatbuffer.
+fn at_error(at: String, source: planus::Error) -> ReadError {
+    use planus::errors::{ErrorKind, UnknownEnumTagKind};
+    let what = |kind: &str, tag: i128| {
+        let field = source.source_location;
+        format!(
+            "{}.{} holds {kind} {tag}, unknown to the vendored TFLite schema \
+             (a newer model: see driver/tflite/schema/README.md)",
+            field.type_,
+            field.method.trim_end_matches('_')
+        )
+    };
+    match source.error_kind {
+        ErrorKind::UnknownEnumTag {
+            source: UnknownEnumTagKind { tag },
+        } => invalid(at, what("the value", tag)),
+        ErrorKind::UnknownUnionTag { tag } => invalid(at, what("the union type", tag.into())),
+        _ => ReadError::Malformed { at, source },
     }
 }
 
@@ -286,7 +309,7 @@ impl<'a> Reader<'a> {
                 }) => i32::try_from(tag).map_err(|_| {
                     invalid(at(), format!("builtin code {tag} is not a 32-bit integer"))
                 })?,
-                Err(source) => return Err(ReadError::Malformed { at: at(), source }),
+                Err(source) => return Err(at_error(at(), source)),
             };
             // TFLite's GetBuiltinCode: the larger of the two fields (old files only set the
             // byte-sized deprecated one, new ones set both for codes below 127).
@@ -1554,6 +1577,39 @@ mod tests {
         assert_eq!(g.subgraphs[0].nodes[0].builtin_code, 300);
         // Its Conv2DOptions table means nothing for an unknown code: no options carried.
         assert_eq!(g.subgraphs[0].nodes[0].options, Options::None);
+    }
+
+    #[test]
+    fn values_newer_than_the_schema_are_named_as_such() {
+        use planus::errors::{ErrorKind, ErrorLocation, UnknownEnumTagKind};
+        let location = ErrorLocation {
+            type_: "Tensor",
+            method: "type_",
+            byte_offset: 0x40,
+        };
+        let err = at_error(
+            "subgraph 0 tensor 3".into(),
+            planus::Error {
+                source_location: location,
+                error_kind: ErrorKind::UnknownEnumTag {
+                    source: UnknownEnumTagKind { tag: 19 },
+                },
+            },
+        )
+        .to_string();
+        assert_eq!(
+            err,
+            "subgraph 0 tensor 3: Tensor.type holds the value 19, unknown to the vendored \
+             TFLite schema (a newer model: see driver/tflite/schema/README.md)"
+        );
+        let damaged = at_error(
+            "x".into(),
+            planus::Error {
+                source_location: location,
+                error_kind: ErrorKind::InvalidOffset,
+            },
+        );
+        assert!(matches!(damaged, ReadError::Malformed { .. }));
     }
 
     #[test]

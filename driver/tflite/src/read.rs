@@ -1510,6 +1510,170 @@ mod tests {
                 B::LstmOptions(Box::default()),
                 Options::Other("LSTMOptions"),
             ),
+            (
+                Op::DepthwiseConv2d,
+                B::DepthwiseConv2DOptions(Box::new(fb::DepthwiseConv2DOptions {
+                    padding: fb::Padding::Valid,
+                    stride_w: 1,
+                    stride_h: 2,
+                    depth_multiplier: 4,
+                    fused_activation_function: fb::ActivationFunctionType::Relu,
+                    dilation_w_factor: 2,
+                    dilation_h_factor: 3,
+                })),
+                Options::DepthwiseConv2d {
+                    padding: Padding::Valid,
+                    stride_w: 1,
+                    stride_h: 2,
+                    depth_multiplier: 4,
+                    dilation_w: 2,
+                    dilation_h: 3,
+                    activation: Activation::Relu,
+                },
+            ),
+            (
+                Op::TransposeConv,
+                B::TransposeConvOptions(Box::new(fb::TransposeConvOptions {
+                    padding: fb::Padding::Valid,
+                    stride_w: 2,
+                    stride_h: 3,
+                    fused_activation_function: fb::ActivationFunctionType::Relu6,
+                    ..Default::default()
+                })),
+                Options::TransposeConv {
+                    padding: Padding::Valid,
+                    stride_w: 2,
+                    stride_h: 3,
+                    activation: Activation::Relu6,
+                },
+            ),
+            (
+                Op::Squeeze,
+                B::SqueezeOptions(Box::new(fb::SqueezeOptions {
+                    squeeze_dims: Some(vec![0, 2]),
+                })),
+                Options::Squeeze {
+                    squeeze_dims: vec![0, 2],
+                },
+            ),
+            (
+                Op::LeakyRelu,
+                B::LeakyReluOptions(Box::new(fb::LeakyReluOptions { alpha: 0.25 })),
+                Options::LeakyRelu { alpha: 0.25 },
+            ),
+            (
+                Op::Gather,
+                B::GatherOptions(Box::new(fb::GatherOptions {
+                    axis: -2,
+                    batch_dims: 1,
+                })),
+                Options::Gather {
+                    axis: -2,
+                    batch_dims: 1,
+                },
+            ),
+            (
+                Op::ResizeNearestNeighbor,
+                B::ResizeNearestNeighborOptions(Box::new(fb::ResizeNearestNeighborOptions {
+                    align_corners: false,
+                    half_pixel_centers: true,
+                })),
+                Options::Resize {
+                    align_corners: false,
+                    half_pixel_centers: true,
+                },
+            ),
+            (
+                Op::Pack,
+                B::PackOptions(Box::new(fb::PackOptions {
+                    values_count: 3,
+                    axis: 1,
+                })),
+                Options::Pack {
+                    values_count: 3,
+                    axis: 1,
+                },
+            ),
+            (
+                Op::Unpack,
+                B::UnpackOptions(Box::new(fb::UnpackOptions { num: 2, axis: -1 })),
+                Options::Unpack { num: 2, axis: -1 },
+            ),
+            (
+                Op::DepthToSpace,
+                B::DepthToSpaceOptions(Box::new(fb::DepthToSpaceOptions { block_size: 2 })),
+                Options::BlockSize(2),
+            ),
+            (
+                Op::LocalResponseNormalization,
+                B::LocalResponseNormalizationOptions(Box::new(
+                    fb::LocalResponseNormalizationOptions {
+                        radius: 2,
+                        bias: 1.5,
+                        alpha: 0.5,
+                        beta: 0.75,
+                    },
+                )),
+                Options::LocalResponseNormalization {
+                    radius: 2,
+                    bias: 1.5,
+                    alpha: 0.5,
+                    beta: 0.75,
+                },
+            ),
+            (
+                Op::ArgMin,
+                B::ArgMinOptions(Box::new(fb::ArgMinOptions {
+                    output_type: fb::TensorType::Int64,
+                })),
+                Options::ArgMinMax {
+                    output_type: ElementType::Int64,
+                },
+            ),
+            (
+                Op::BatchMatmul,
+                B::BatchMatMulOptions(Box::new(fb::BatchMatMulOptions {
+                    adj_x: false,
+                    adj_y: true,
+                    asymmetric_quantize_inputs: false,
+                })),
+                Options::BatchMatMul {
+                    adj_x: false,
+                    adj_y: true,
+                },
+            ),
+            (
+                Op::Gelu,
+                B::GeluOptions(Box::new(fb::GeluOptions { approximate: true })),
+                Options::Gelu { approximate: true },
+            ),
+            (
+                Op::If,
+                B::IfOptions(Box::new(fb::IfOptions {
+                    then_subgraph_index: 0,
+                    else_subgraph_index: 0,
+                })),
+                Options::If {
+                    then_subgraph: 0,
+                    else_subgraph: 0,
+                },
+            ),
+            (
+                Op::Div,
+                B::DivOptions(Box::new(fb::DivOptions {
+                    fused_activation_function: fb::ActivationFunctionType::Relu,
+                })),
+                Options::Activation(Activation::Relu),
+            ),
+            (
+                Op::Shape,
+                B::ShapeOptions(Box::new(fb::ShapeOptions {
+                    out_type: fb::TensorType::Int64,
+                })),
+                Options::Shape {
+                    out_type: ElementType::Int64,
+                },
+            ),
         ];
         for (builtin, table, expected) in cases {
             assert_eq!(options_of(builtin, Some(table)), expected, "{builtin:?}");

@@ -37,6 +37,23 @@
 //! | QUANTIZE | QUANTIZE; quantized → quantized: DEQUANTIZE then QUANTIZE |
 //! | DEQUANTIZE | folded for constants; else DEQUANTIZE (FLOAT16: CAST) |
 //! | DENSIFY | folded (sparse constants densified at import) |
+//! | SPLIT, SPLIT_V | SPLIT when the pieces are equal, else one SLICE per output |
+//! | PACK | RESHAPE of each input (a 1 at the axis), CONCATENATION |
+//! | UNPACK | SPLIT, RESHAPE of each piece |
+//! | STRIDED_SLICE | STRIDED_SLICE (no ellipsis/new-axis masks, no offset) |
+//! | SLICE, TRANSPOSE, TILE | same (constant begin/size, perm, multiples) |
+//! | SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND | same, NHWC (BATCH_TO_SPACE_ND: zero crops only) |
+//! | SPACE_TO_DEPTH, DEPTH_TO_SPACE | same, NHWC |
+//! | L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION | same |
+//! | ARG_MAX, ARG_MIN | ARGMAX, ARGMIN (constant axis, INT32 output) |
+//! | GATHER | GATHER (batch_dims 0, INT32 indices) |
+//! | SELECT, SELECT_V2 | SELECT (all three of one shape) |
+//! | TOPK_V2 | TOPK_V2 (constant k) |
+//! | CAST, FILL, EMBEDDING_LOOKUP | same |
+//! | SQUARE | MUL of the input with itself |
+//! | ADD_N | a chain of ADDs |
+//! | CEIL | NEG, FLOOR, NEG (float) |
+//! | RELU_0_TO_1 | RELU1 then RELU |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
 //!
 //! Anything else — other builtins, custom operators, a tensor type without an NNAPI operand
@@ -47,6 +64,7 @@ mod basic;
 mod build;
 mod conv;
 mod fold;
+mod movement;
 mod state;
 
 #[cfg(test)]
@@ -139,73 +157,112 @@ pub enum LowerError {
 
 type Result<T> = std::result::Result<T, LowerError>;
 
+/// Defines the `BuiltinOperator` codes the lowering handles, and (for a test) their list.
+macro_rules! codes {
+    ($($name:ident = $v:expr),* $(,)?) => {
+        $(pub const $name: i32 = $v;)*
+        /// Every code above with its name.
+        #[cfg(test)]
+        pub const ALL: &[(&str, i32)] = &[$((stringify!($name), $v)),*];
+    };
+}
+
 /// TFLite `BuiltinOperator` codes.
 mod code {
-    pub const ADD: i32 = 0;
-    pub const AVERAGE_POOL_2D: i32 = 1;
-    pub const CONCATENATION: i32 = 2;
-    pub const CONV_2D: i32 = 3;
-    pub const DEPTHWISE_CONV_2D: i32 = 4;
-    pub const DEQUANTIZE: i32 = 6;
-    pub const FLOOR: i32 = 8;
-    pub const FULLY_CONNECTED: i32 = 9;
-    pub const L2_POOL_2D: i32 = 12;
-    pub const LOGISTIC: i32 = 14;
-    pub const MAX_POOL_2D: i32 = 17;
-    pub const MUL: i32 = 18;
-    pub const RELU: i32 = 19;
-    pub const RELU_N1_TO_1: i32 = 20;
-    pub const RELU6: i32 = 21;
-    pub const RESHAPE: i32 = 22;
-    pub const RESIZE_BILINEAR: i32 = 23;
-    pub const SOFTMAX: i32 = 25;
-    pub const TANH: i32 = 28;
-    pub const PAD: i32 = 34;
-    pub const MEAN: i32 = 40;
-    pub const SUB: i32 = 41;
-    pub const DIV: i32 = 42;
-    pub const SQUEEZE: i32 = 43;
-    pub const EXP: i32 = 47;
-    pub const LOG_SOFTMAX: i32 = 50;
-    pub const PRELU: i32 = 54;
-    pub const MAXIMUM: i32 = 55;
-    pub const MINIMUM: i32 = 57;
-    pub const LESS: i32 = 58;
-    pub const NEG: i32 = 59;
-    pub const PADV2: i32 = 60;
-    pub const GREATER: i32 = 61;
-    pub const GREATER_EQUAL: i32 = 62;
-    pub const LESS_EQUAL: i32 = 63;
-    pub const SIN: i32 = 66;
-    pub const TRANSPOSE_CONV: i32 = 67;
-    pub const EXPAND_DIMS: i32 = 70;
-    pub const EQUAL: i32 = 71;
-    pub const NOT_EQUAL: i32 = 72;
-    pub const LOG: i32 = 73;
-    pub const SUM: i32 = 74;
-    pub const SQRT: i32 = 75;
-    pub const RSQRT: i32 = 76;
-    pub const POW: i32 = 78;
-    pub const REDUCE_PROD: i32 = 81;
-    pub const REDUCE_MAX: i32 = 82;
-    pub const LOGICAL_OR: i32 = 84;
-    pub const LOGICAL_AND: i32 = 86;
-    pub const LOGICAL_NOT: i32 = 87;
-    pub const REDUCE_MIN: i32 = 89;
-    pub const REDUCE_ANY: i32 = 91;
-    pub const RESIZE_NEAREST_NEIGHBOR: i32 = 97;
-    pub const LEAKY_RELU: i32 = 98;
-    pub const SQUARED_DIFFERENCE: i32 = 99;
-    pub const ABS: i32 = 101;
-    pub const ELU: i32 = 111;
-    pub const QUANTIZE: i32 = 114;
-    pub const HARD_SWISH: i32 = 117;
-    pub const DENSIFY: i32 = 124;
-    pub const CALL_ONCE: i32 = 129;
-    pub const REDUCE_ALL: i32 = 137;
-    pub const VAR_HANDLE: i32 = 142;
-    pub const READ_VARIABLE: i32 = 143;
-    pub const ASSIGN_VARIABLE: i32 = 144;
+    codes! {
+        ADD = 0,
+        AVERAGE_POOL_2D = 1,
+        CONCATENATION = 2,
+        CONV_2D = 3,
+        DEPTHWISE_CONV_2D = 4,
+        DEPTH_TO_SPACE = 5,
+        DEQUANTIZE = 6,
+        EMBEDDING_LOOKUP = 7,
+        FLOOR = 8,
+        FULLY_CONNECTED = 9,
+        L2_NORMALIZATION = 11,
+        L2_POOL_2D = 12,
+        LOCAL_RESPONSE_NORMALIZATION = 13,
+        LOGISTIC = 14,
+        MAX_POOL_2D = 17,
+        MUL = 18,
+        RELU = 19,
+        RELU_N1_TO_1 = 20,
+        RELU6 = 21,
+        RESHAPE = 22,
+        RESIZE_BILINEAR = 23,
+        SOFTMAX = 25,
+        SPACE_TO_DEPTH = 26,
+        TANH = 28,
+        PAD = 34,
+        GATHER = 36,
+        BATCH_TO_SPACE_ND = 37,
+        SPACE_TO_BATCH_ND = 38,
+        TRANSPOSE = 39,
+        MEAN = 40,
+        SUB = 41,
+        DIV = 42,
+        SQUEEZE = 43,
+        STRIDED_SLICE = 45,
+        EXP = 47,
+        TOPK_V2 = 48,
+        SPLIT = 49,
+        LOG_SOFTMAX = 50,
+        CAST = 53,
+        PRELU = 54,
+        MAXIMUM = 55,
+        ARG_MAX = 56,
+        MINIMUM = 57,
+        LESS = 58,
+        NEG = 59,
+        PADV2 = 60,
+        GREATER = 61,
+        GREATER_EQUAL = 62,
+        LESS_EQUAL = 63,
+        SELECT = 64,
+        SLICE = 65,
+        SIN = 66,
+        TRANSPOSE_CONV = 67,
+        TILE = 69,
+        EXPAND_DIMS = 70,
+        EQUAL = 71,
+        NOT_EQUAL = 72,
+        LOG = 73,
+        SUM = 74,
+        SQRT = 75,
+        RSQRT = 76,
+        POW = 78,
+        ARG_MIN = 79,
+        REDUCE_PROD = 81,
+        REDUCE_MAX = 82,
+        PACK = 83,
+        LOGICAL_OR = 84,
+        LOGICAL_AND = 86,
+        LOGICAL_NOT = 87,
+        UNPACK = 88,
+        REDUCE_MIN = 89,
+        REDUCE_ANY = 91,
+        SQUARE = 92,
+        FILL = 94,
+        RESIZE_NEAREST_NEIGHBOR = 97,
+        LEAKY_RELU = 98,
+        SQUARED_DIFFERENCE = 99,
+        ABS = 101,
+        SPLIT_V = 102,
+        CEIL = 104,
+        ADD_N = 106,
+        ELU = 111,
+        QUANTIZE = 114,
+        HARD_SWISH = 117,
+        SELECT_V2 = 123,
+        DENSIFY = 124,
+        CALL_ONCE = 129,
+        REDUCE_ALL = 140,
+        VAR_HANDLE = 142,
+        READ_VARIABLE = 143,
+        ASSIGN_VARIABLE = 144,
+        RELU_0_TO_1 = 152,
+    }
 }
 
 /// Lowers the node `b.node` (which is not folded and not a variable operation).
@@ -276,6 +333,32 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         REDUCE_ALL => basic::reduce(b, T::ReduceAll),
         QUANTIZE => basic::quantize(b),
         DEQUANTIZE => basic::dequantize(b),
+        SPLIT => movement::split(b, false),
+        SPLIT_V => movement::split(b, true),
+        PACK => movement::pack(b),
+        UNPACK => movement::unpack(b),
+        STRIDED_SLICE => movement::strided_slice(b),
+        SLICE => movement::with_int_tensors(b, T::Slice, 2, false),
+        TRANSPOSE => movement::with_int_tensors(b, T::Transpose, 1, false),
+        TILE => movement::with_int_tensors(b, T::Tile, 1, false),
+        SPACE_TO_BATCH_ND => movement::with_int_tensors(b, T::SpaceToBatchNd, 2, true),
+        BATCH_TO_SPACE_ND => movement::batch_to_space(b),
+        SPACE_TO_DEPTH => movement::block(b, T::SpaceToDepth),
+        DEPTH_TO_SPACE => movement::block(b, T::DepthToSpace),
+        L2_NORMALIZATION => movement::l2_normalization(b),
+        LOCAL_RESPONSE_NORMALIZATION => movement::local_response_normalization(b),
+        ARG_MAX => movement::arg_min_max(b, T::Argmax),
+        ARG_MIN => movement::arg_min_max(b, T::Argmin),
+        GATHER => movement::gather(b),
+        SELECT | SELECT_V2 => movement::select(b),
+        TOPK_V2 => movement::top_k(b),
+        FILL => movement::fill(b),
+        EMBEDDING_LOOKUP => movement::embedding_lookup(b),
+        SQUARE => movement::square(b),
+        ADD_N => movement::add_n(b),
+        CEIL => movement::ceil(b),
+        RELU_0_TO_1 => movement::relu_0_to_1(b),
+        CAST => basic::unary(b, T::Cast),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),
         VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => {
             Err(b.err("resource variables are only lowered with the whole model (lower_model)"))

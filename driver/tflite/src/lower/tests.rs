@@ -641,3 +641,261 @@ fn check_node_agrees_with_lower_nodes() {
     assert!(lower_nodes(sub, &[1]).is_err());
     assert!(check_node(sub, 2).is_err(), "no node 2");
 }
+
+// ---- the code table -----------------------------------------------------------------------------
+
+#[test]
+fn builtin_codes_name_the_builtins_they_are_named_for() {
+    for &(name, code) in code::ALL {
+        assert_eq!(crate::graph::builtin_name(code), name, "code {code}");
+    }
+}
+
+// ---- splits, packs, slices ----------------------------------------------------------------
+
+#[test]
+fn split_v_with_unequal_sizes_becomes_slices_and_executes() {
+    // [1, 2, 3, 4, 5] split in sizes [2, -1]: the -1 is 5 - 2 = 3: [1, 2] and [3, 4, 5].
+    let mut g = G::default();
+    let x = g.f("x", &[5]);
+    let sizes = g.c("sizes", ElementType::Int32, &[2], i32s(&[2, -1]));
+    let axis = g.c("axis", ElementType::Int32, &[], i32s(&[0]));
+    let a = g.f("a", &[2]);
+    let c = g.f("c", &[3]);
+    g.n(
+        code::SPLIT_V,
+        &[x, sizes, axis],
+        &[a, c],
+        Options::Split { num_splits: 2 },
+    );
+    let l = lower_model(&g.graph(&[x], &[a, c])).unwrap();
+    assert_eq!(op_types(&l), [OperationType::Slice, OperationType::Slice]);
+    let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0, 5.0])]);
+    assert_close(&to_f32s(&out[0]), &[1.0, 2.0]);
+    assert_close(&to_f32s(&out[1]), &[3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn split_into_equal_pieces_is_one_nnapi_split() {
+    // SPLIT takes the axis first: [1, 2, 3, 4] in two along axis -1: [1, 2], [3, 4].
+    let mut g = G::default();
+    let axis = g.c("axis", ElementType::Int32, &[], i32s(&[-1]));
+    let x = g.f("x", &[1, 4]);
+    let a = g.f("a", &[1, 2]);
+    let c = g.f("c", &[1, 2]);
+    g.n(
+        code::SPLIT,
+        &[axis, x],
+        &[a, c],
+        Options::Split { num_splits: 2 },
+    );
+    let l = lower_model(&g.graph(&[x], &[a, c])).unwrap();
+    assert_eq!(op_types(&l), [OperationType::Split]);
+    assert_eq!(int_arg(&l, l.model.operations[0].inputs[1]), 1);
+    let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0])]);
+    assert_close(&to_f32s(&out[0]), &[1.0, 2.0]);
+    assert_close(&to_f32s(&out[1]), &[3.0, 4.0]);
+}
+
+#[test]
+fn pack_and_unpack_execute_through_reshape_concat_and_split() {
+    // PACK [1, 2] and [3, 4] on axis 1: [[1, 3], [2, 4]]. UNPACK that on axis 0: [1, 3], [2, 4].
+    let mut g = G::default();
+    let a = g.f("a", &[2]);
+    let c = g.f("c", &[2]);
+    let p = g.f("p", &[2, 2]);
+    let u0 = g.f("u0", &[2]);
+    let u1 = g.f("u1", &[2]);
+    g.n(
+        code::PACK,
+        &[a, c],
+        &[p],
+        Options::Pack {
+            values_count: 2,
+            axis: 1,
+        },
+    );
+    g.n(
+        code::UNPACK,
+        &[p],
+        &[u0, u1],
+        Options::Unpack { num: 2, axis: 0 },
+    );
+    let l = lower_model(&g.graph(&[a, c], &[p, u0, u1])).unwrap();
+    let out = run(&l, &[f32s(&[1.0, 2.0]), f32s(&[3.0, 4.0])]);
+    assert_close(&to_f32s(&out[0]), &[1.0, 3.0, 2.0, 4.0]);
+    assert_close(&to_f32s(&out[1]), &[1.0, 3.0]);
+    assert_close(&to_f32s(&out[2]), &[2.0, 4.0]);
+}
+
+#[test]
+fn strided_slice_executes_with_constant_begin_end_strides() {
+    // [1, 2, 3, 4][1:4:2] = [2, 4].
+    let mut g = G::default();
+    let x = g.f("x", &[4]);
+    let begin = g.c("b", ElementType::Int32, &[1], i32s(&[1]));
+    let end = g.c("e", ElementType::Int32, &[1], i32s(&[4]));
+    let strides = g.c("s", ElementType::Int32, &[1], i32s(&[2]));
+    let y = g.f("y", &[2]);
+    g.n(
+        code::STRIDED_SLICE,
+        &[x, begin, end, strides],
+        &[y],
+        Options::StridedSlice {
+            begin_mask: 0,
+            end_mask: 0,
+            ellipsis_mask: 0,
+            new_axis_mask: 0,
+            shrink_axis_mask: 0,
+            offset: false,
+        },
+    );
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0])]);
+    assert_close(&to_f32s(&out[0]), &[2.0, 4.0]);
+}
+
+// ---- quantization -------------------------------------------------------------------------
+
+#[test]
+fn requantizing_quantize_is_a_dequantize_then_a_quantize() {
+    // uint8 scale 0.5 zp 10: q [12, 20] = real [1, 5]; to scale 0.25 zp 0: [4, 20].
+    let mut g = G::default();
+    let x = g.t("x", ElementType::UInt8, &[2]);
+    g.q(x, &[0.5], &[10], 0);
+    let y = g.t("y", ElementType::UInt8, &[2]);
+    g.q(y, &[0.25], &[0], 0);
+    g.n(code::QUANTIZE, &[x], &[y], Options::None);
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    assert_eq!(
+        op_types(&l),
+        [OperationType::Dequantize, OperationType::Quantize]
+    );
+    assert_eq!(run(&l, &[vec![12, 20]])[0], [4, 20]);
+}
+
+#[test]
+fn leaky_relu_is_prelu_with_a_constant_alpha_float_and_int8() {
+    // Float: alpha 0.1 on [-2, 3]: [-0.2, 3].
+    let mut g = G::default();
+    let x = g.f("x", &[2]);
+    let y = g.f("y", &[2]);
+    g.n(
+        code::LEAKY_RELU,
+        &[x],
+        &[y],
+        Options::LeakyRelu { alpha: 0.1 },
+    );
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    assert_eq!(op_types(&l), [OperationType::Prelu]);
+    assert_close(&to_f32s(&run(&l, &[f32s(&[-2.0, 3.0])])[0]), &[-0.2, 3.0]);
+    // int8 scale 0.5: q [-10, 6] = real [-5, 3]; alpha 0.2: [-1, 3] = q [-2, 6].
+    let mut g = G::default();
+    let x = g.t("x", ElementType::Int8, &[2]);
+    g.q(x, &[0.5], &[0], 0);
+    let y = g.t("y", ElementType::Int8, &[2]);
+    g.q(y, &[0.5], &[0], 0);
+    g.n(
+        code::LEAKY_RELU,
+        &[x],
+        &[y],
+        Options::LeakyRelu { alpha: 0.2 },
+    );
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    let out = run(&l, &[vec![(-10i8) as u8, 6]]);
+    assert_eq!(out[0], [(-2i8) as u8, 6]);
+}
+
+// ---- resource variables -------------------------------------------------------------------
+
+/// init (subgraph 1): counter = 1.0. main: CALL_ONCE; y = counter + step; counter = y.
+fn counter_graph() -> Graph {
+    let mut init = G::default();
+    let r = init.t("r", ElementType::Resource, &[]);
+    let one = init.c("one", ElementType::Float32, &[1], f32s(&[1.0]));
+    let handle = Options::VarHandle {
+        container: String::new(),
+        shared_name: "counter".into(),
+    };
+    init.n(code::VAR_HANDLE, &[], &[r], handle.clone());
+    init.n(code::ASSIGN_VARIABLE, &[r, one], &[], Options::None);
+    let mut g = G::default();
+    let step = g.f("step", &[1]);
+    let r = g.t("r", ElementType::Resource, &[]);
+    let v = g.f("v", &[1]);
+    let y = g.f("y", &[1]);
+    g.n(
+        code::CALL_ONCE,
+        &[],
+        &[],
+        Options::CallOnce { init_subgraph: 1 },
+    );
+    g.n(code::VAR_HANDLE, &[], &[r], handle);
+    g.n(code::READ_VARIABLE, &[r], &[v], Options::None);
+    g.n(
+        code::ADD,
+        &[v, step],
+        &[y],
+        Options::Activation(Activation::None),
+    );
+    g.n(code::ASSIGN_VARIABLE, &[r, y], &[], Options::None);
+    let mut graph = g.graph(&[step], &[y]);
+    graph.subgraphs.push(init.sub);
+    graph
+}
+
+#[test]
+fn a_variable_incremented_by_assign_variable_is_carried_as_state() {
+    let l = lower_model(&counter_graph()).unwrap();
+    assert_eq!(l.state.len(), 1);
+    let s = &l.state[0];
+    assert_eq!(s.name, "counter");
+    assert_eq!((s.input, s.output), (1, 1), "state after the model's own");
+    assert_eq!(s.initial, f32s(&[1.0]));
+    assert_eq!(l.inputs.len(), 2);
+    assert_eq!(l.outputs.len(), 2);
+    assert_eq!(l.inputs[1].name, "counter");
+    // Two executions, feeding the state output back: 1 + 1 = 2, then 2 + 1 = 3.
+    let first = run(&l, &[f32s(&[1.0]), s.initial.clone()]);
+    assert_close(&to_f32s(&first[0]), &[2.0]);
+    assert_close(&to_f32s(&first[1]), &[2.0]);
+    let second = run(&l, &[f32s(&[1.0]), first[1].clone()]);
+    assert_close(&to_f32s(&second[0]), &[3.0]);
+    assert_close(&to_f32s(&second[1]), &[3.0]);
+}
+
+#[test]
+fn an_init_subgraph_that_computes_is_a_clear_error() {
+    let mut graph = counter_graph();
+    // Make the init subgraph's assigned value the output of a RELU.
+    let init = &mut graph.subgraphs[1];
+    let relu_out = init.tensors.len() as i32;
+    init.tensors.push(init.tensors[1].clone());
+    init.tensors[relu_out as usize].data = None;
+    init.nodes.insert(
+        1,
+        Node {
+            builtin_code: code::RELU,
+            custom_code: None,
+            version: 1,
+            inputs: vec![1],
+            outputs: vec![relu_out],
+            intermediates: vec![],
+            options: Options::None,
+        },
+    );
+    init.nodes[2].inputs[1] = relu_out;
+    let e = lower_model(&graph).unwrap_err().to_string();
+    assert!(e.starts_with("node 1 (RELU): in init subgraph 1"), "{e}");
+}
+
+#[test]
+fn a_variable_never_assigned_in_main_reads_as_its_initial_constant() {
+    let mut graph = counter_graph();
+    graph.subgraphs[0].nodes.pop();
+    let l = lower_model(&graph).unwrap();
+    assert!(l.state.is_empty());
+    assert_eq!(l.inputs.len(), 1);
+    let out = run(&l, &[f32s(&[5.0])]);
+    assert_close(&to_f32s(&out[0]), &[6.0]);
+}

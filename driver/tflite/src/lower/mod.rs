@@ -18,6 +18,7 @@
 //! | DEPTHWISE_CONV_2D | DEPTHWISE_CONV_2D, multiplier = output channels / input channels |
 //! | TRANSPOSE_CONV | TRANSPOSE_CONV_2D (input, filter, bias, output shape, …) |
 //! | FULLY_CONNECTED | FULLY_CONNECTED (+ RESHAPE when the output is not 2-D: keep_num_dims) |
+//! | hybrid CONV_2D / DEPTHWISE / FULLY_CONNECTED (float input, constant int8/uint8 weights) | the weights dequantized to FLOAT32 at import |
 //! | a missing bias | a zero bias (FLOAT32/FLOAT16, or INT32 at input × filter scale) |
 //! | fused RELU, RELU_N1_TO_1, RELU6 | the fuse code (a RELU/RELU1/RELU6 operation after CONCATENATION) |
 //! | fused TANH, SIGMOID | TANH / LOGISTIC after the node, through a temporary (float only) |

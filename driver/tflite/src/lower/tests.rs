@@ -899,3 +899,32 @@ fn a_variable_never_assigned_in_main_reads_as_its_initial_constant() {
     let out = run(&l, &[f32s(&[5.0])]);
     assert_close(&to_f32s(&out[0]), &[6.0]);
 }
+
+#[test]
+fn hybrid_fully_connected_dequantizes_its_constant_int8_weights_at_import() {
+    // Weights int8 [[2, -4]] at scale 0.5 (per tensor, zp 0): real [[1, -2]]. Input [3, 1]:
+    // 3*1 + 1*(-2) = 1.
+    let mut g = G::default();
+    let x = g.f("x", &[1, 2]);
+    let w = g.c("w", ElementType::Int8, &[1, 2], vec![2, (-4i8) as u8]);
+    g.q(w, &[0.5], &[0], 0);
+    let y = g.f("y", &[1, 1]);
+    g.n(
+        code::FULLY_CONNECTED,
+        &[x, w, -1],
+        &[y],
+        Options::FullyConnected {
+            activation: Activation::None,
+            keep_num_dims: false,
+            shuffled_weights: false,
+            asymmetric_quantize_inputs: false,
+        },
+    );
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    let fc = &l.model.operations[0];
+    assert_eq!(
+        l.model.operands[fc.inputs[1] as usize].operand_type,
+        OperandType::TensorFloat32
+    );
+    assert_close(&to_f32s(&run(&l, &[f32s(&[3.0, 1.0])])[0]), &[1.0]);
+}

@@ -55,6 +55,7 @@
 //! | ADD_N | a chain of ADDs |
 //! | CEIL | NEG, FLOOR, NEG (float) |
 //! | RELU_0_TO_1 | RELU1 then RELU |
+//! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
 //!
 //! Anything else — other builtins, custom operators, a tensor type without an NNAPI operand
@@ -63,6 +64,7 @@
 
 mod basic;
 mod build;
+mod control;
 mod conv;
 mod fold;
 mod movement;
@@ -71,7 +73,9 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::rc::Rc;
 
 use nnaccel_hal::{Model, OperationType};
 
@@ -255,6 +259,8 @@ mod code {
         ELU = 111,
         QUANTIZE = 114,
         HARD_SWISH = 117,
+        IF = 118,
+        WHILE = 119,
         SELECT_V2 = 123,
         DENSIFY = 124,
         CALL_ONCE = 129,
@@ -360,6 +366,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         CEIL => movement::ceil(b),
         RELU_0_TO_1 => movement::relu_0_to_1(b),
         CAST => basic::unary(b, T::Cast),
+        IF => control::if_(b),
+        WHILE => control::while_(b),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),
         VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => {
             Err(b.err("resource variables are only lowered with the whole model (lower_model)"))
@@ -427,6 +435,12 @@ pub fn lower_model(graph: &Graph) -> Result<Lowered> {
         .first()
         .ok_or_else(|| LowerError::BadGraph("the model has no subgraph".into()))?;
     let mut b = Builder::new(sub);
+    let refs = Rc::new(RefCell::new(build::Refs {
+        graph,
+        index: Default::default(),
+        parts: Vec::new(),
+    }));
+    b.refs = Some(refs.clone());
     let mut inputs = Vec::new();
     let mut input_infos = Vec::new();
     for &t in &sub.inputs {
@@ -450,7 +464,7 @@ pub fn lower_model(graph: &Graph) -> Result<Lowered> {
     let mut taken = HashSet::new();
     for &t in &sub.outputs {
         let t = tensor_index(sub, t, "output")?;
-        b.node = usize::MAX;
+        b.node = b.producer(t).unwrap_or(0);
         let o = output_operand(&mut b, t, &taken)?;
         taken.insert(o);
         outputs.push(o);
@@ -464,7 +478,8 @@ pub fn lower_model(graph: &Graph) -> Result<Lowered> {
     };
     let state = vars.finish(&mut b, &mut io, &mut taken)?;
     let origins = b.origins.clone();
-    let model = b.finish(&inputs, &outputs, true)?;
+    let referenced = control::take_parts(&refs)?;
+    let model = build::assemble(b.into_part(&inputs, &outputs), referenced, true)?;
     Ok(Lowered {
         model,
         inputs: input_infos,
@@ -544,14 +559,14 @@ fn lower_partition(sub: &Subgraph, nodes: &[usize], pool: bool) -> Result<Lowere
         if !read_outside.contains(&t) {
             continue;
         }
-        b.node = b.folded_producer(t).unwrap_or(b.node);
+        b.node = b.producer(t).unwrap_or(b.node);
         let o = output_operand(&mut b, t, &taken)?;
         taken.insert(o);
         outputs.push(o);
         output_infos.push(info(sub, t, None)?);
     }
     let origins = b.origins.clone();
-    let model = b.finish(&inputs, &outputs, pool)?;
+    let model = build::assemble(b.into_part(&inputs, &outputs), Vec::new(), pool)?;
     Ok(Lowered {
         model,
         inputs: input_infos,

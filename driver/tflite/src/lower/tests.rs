@@ -928,3 +928,110 @@ fn hybrid_fully_connected_dequantizes_its_constant_int8_weights_at_import() {
     );
     assert_close(&to_f32s(&run(&l, &[f32s(&[3.0, 1.0])])[0]), &[1.0]);
 }
+
+// ---- control flow --------------------------------------------------------------------------
+
+/// A subgraph of one unary node: input a, output y.
+fn unary_subgraph(code: i32) -> Subgraph {
+    let mut g = G::default();
+    let a = g.f("a", &[2]);
+    let y = g.f("y", &[2]);
+    g.n(code, &[a], &[y], Options::None);
+    g.graph(&[a], &[y]).subgraphs.remove(0)
+}
+
+#[test]
+fn if_runs_the_branch_its_condition_names() {
+    // then: RELU, else: NEG. x = [-1, 2]: true → [0, 2], false → [1, -2].
+    let mut g = G::default();
+    let cond = g.t("cond", ElementType::Bool, &[1]);
+    let x = g.f("x", &[2]);
+    let y = g.f("y", &[2]);
+    g.n(
+        code::IF,
+        &[cond, x],
+        &[y],
+        Options::If {
+            then_subgraph: 1,
+            else_subgraph: 2,
+        },
+    );
+    let mut graph = g.graph(&[cond, x], &[y]);
+    graph.subgraphs.push(unary_subgraph(code::RELU));
+    graph.subgraphs.push(unary_subgraph(code::NEG));
+    let l = lower_model(&graph).unwrap();
+    assert_eq!(op_types(&l), [OperationType::If]);
+    assert_eq!(l.model.referenced.len(), 2);
+    let x = f32s(&[-1.0, 2.0]);
+    assert_close(&to_f32s(&run(&l, &[vec![1], x.clone()])[0]), &[0.0, 2.0]);
+    assert_close(&to_f32s(&run(&l, &[vec![0], x])[0]), &[1.0, -2.0]);
+}
+
+#[test]
+fn while_loops_its_body_until_the_condition_fails() {
+    // cond: i < 5; body: i + i. From 1: 2, 4, 8 (8 < 5 fails): 8.
+    let mut cond = G::default();
+    let i = cond.f("i", &[1]);
+    let five = cond.c("five", ElementType::Float32, &[1], f32s(&[5.0]));
+    let lt = cond.t("lt", ElementType::Bool, &[1]);
+    cond.n(code::LESS, &[i, five], &[lt], Options::None);
+    let mut body = G::default();
+    let i = body.f("i", &[1]);
+    let j = body.f("j", &[1]);
+    body.n(
+        code::ADD,
+        &[i, i],
+        &[j],
+        Options::Activation(Activation::None),
+    );
+    let mut g = G::default();
+    let x = g.f("x", &[1]);
+    let y = g.f("y", &[1]);
+    g.n(
+        code::WHILE,
+        &[x],
+        &[y],
+        Options::While {
+            cond_subgraph: 1,
+            body_subgraph: 2,
+        },
+    );
+    let mut graph = g.graph(&[x], &[y]);
+    graph
+        .subgraphs
+        .push(cond.graph(&[0], &[2]).subgraphs.remove(0));
+    graph
+        .subgraphs
+        .push(body.graph(&[0], &[1]).subgraphs.remove(0));
+    let l = lower_model(&graph).unwrap();
+    assert_eq!(op_types(&l), [OperationType::While]);
+    assert_close(&to_f32s(&run(&l, &[f32s(&[1.0])])[0]), &[8.0]);
+}
+
+#[test]
+fn a_subgraph_that_runs_itself_is_an_error() {
+    let mut g = G::default();
+    let cond = g.t("cond", ElementType::Bool, &[1]);
+    let x = g.f("x", &[2]);
+    let y = g.f("y", &[2]);
+    let options = Options::If {
+        then_subgraph: 1,
+        else_subgraph: 1,
+    };
+    g.n(code::IF, &[cond, x], &[y], options.clone());
+    let mut graph = g.graph(&[cond, x], &[y]);
+    let mut inner = G::default();
+    let cond = inner.t("cond", ElementType::Bool, &[1]);
+    let x = inner.f("x", &[2]);
+    let y = inner.f("y", &[2]);
+    inner.n(code::IF, &[cond, x], &[y], options);
+    graph
+        .subgraphs
+        .push(inner.graph(&[cond, x], &[y]).subgraphs.remove(0));
+    let e = lower_model(&graph).unwrap_err().to_string();
+    assert!(
+        e.starts_with("node 0 (IF): in subgraph 1: node 0 (IF)"),
+        "{e}"
+    );
+    assert!(e.contains("recursion"), "{e}");
+}

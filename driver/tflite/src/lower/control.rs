@@ -69,6 +69,7 @@ fn lower_referenced<'g>(
         inputs.push(b.define(t)?);
     }
     for node in 0..sub.nodes.len() {
+        super::check_indexes(sub, node)?;
         b.node = node;
         if !b.folded_producer_of_node(node) {
             lower_node(&mut b)?;

@@ -16,6 +16,9 @@ fn padding_code(p: Padding) -> i32 {
     }
 }
 
+/// The most output channels a node may have when its bias is made here.
+const MAX_CHANNELS: u32 = 1 << 24;
+
 /// The bias operand: TFLite's (its scale set to input scale × filter scale for quantized
 /// models, 0 with a per-channel filter, as NNAPI wants), or zeros of the right type when the
 /// node has none.
@@ -45,6 +48,10 @@ fn bias(b: &mut Builder<'_>, k: usize, input: u32, filter: u32, channels: u32) -
             Ok(o)
         }
         None => {
+            // The zero bias is allocated here: bound it by what a filter could hold.
+            if channels > MAX_CHANNELS {
+                return Err(b.err(format!("{channels} output channels")));
+            }
             let dims = vec![channels];
             Ok(match in_ty {
                 OperandType::TensorFloat32 => b.constant(

@@ -404,6 +404,28 @@ fn tensor_index(sub: &Subgraph, t: i32, what: &str) -> Result<usize> {
         .ok_or_else(|| LowerError::BadGraph(format!("{what} tensor {t} does not exist")))
 }
 
+/// Every tensor index of node `n` names a tensor (inputs may be -1, omitted).
+fn check_indexes(sub: &Subgraph, n: usize) -> Result<()> {
+    let node = sub
+        .nodes
+        .get(n)
+        .ok_or_else(|| LowerError::BadGraph(format!("node {n} does not exist")))?;
+    let bad = |what: &str, t: i32| {
+        LowerError::BadGraph(format!("node {n}: {what} tensor {t} does not exist"))
+    };
+    for &t in &node.inputs {
+        if t != -1 && usize::try_from(t).map_or(true, |t| t >= sub.tensors.len()) {
+            return Err(bad("input", t));
+        }
+    }
+    for &t in &node.outputs {
+        if usize::try_from(t).map_or(true, |t| t >= sub.tensors.len()) {
+            return Err(bad("output", t));
+        }
+    }
+    Ok(())
+}
+
 /// Makes `t` a model output: its operand, or a copy of it when that operand cannot be an
 /// output as it is (an input, a constant, or already an output).
 fn output_operand(b: &mut Builder<'_>, t: usize, taken: &HashSet<u32>) -> Result<u32> {
@@ -451,6 +473,7 @@ pub fn lower_model(graph: &Graph) -> Result<Lowered> {
     }
     let mut vars = state::Variables::new(graph)?;
     for node in 0..sub.nodes.len() {
+        check_indexes(sub, node)?;
         b.node = node;
         if b.folded_producer_of_node(node) {
             continue;
@@ -511,6 +534,7 @@ fn lower_partition(sub: &Subgraph, nodes: &[usize], pool: bool) -> Result<Lowere
         if !seen.insert(n) {
             return Err(LowerError::BadGraph(format!("node {n} is listed twice")));
         }
+        check_indexes(sub, n)?;
     }
     let mut b = Builder::new(sub);
     // Tensors written inside the set, and the inputs: read, not written before, not constant.

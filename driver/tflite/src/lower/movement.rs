@@ -38,25 +38,31 @@ pub(super) fn split(b: &mut Builder<'_>, v: bool) -> Result<()> {
         return Err(b.err("no outputs"));
     }
     let dim = shape[axis as usize];
-    let sizes: Vec<i32> = if v {
-        let mut sizes = b.const_ints(b.input(1)?)?;
+    let sizes: Vec<i64> = if v {
+        let mut sizes: Vec<i64> = b
+            .const_ints(b.input(1)?)?
+            .into_iter()
+            .map(i64::from)
+            .collect();
         if sizes.len() != outs {
             return Err(b.err(format!("{} sizes for {outs} outputs", sizes.len())));
         }
-        let known: i32 = sizes.iter().filter(|&&s| s >= 0).sum();
+        let known: i64 = sizes.iter().filter(|&&s| s >= 0).sum();
         if let Some(k) = sizes.iter().position(|&s| s < 0) {
-            sizes[k] = dim - known;
+            sizes[k] = i64::from(dim) - known;
         }
         sizes
     } else {
         if dim < 0 || dim % outs as i32 != 0 {
             return Err(b.err(format!("dimension {dim} does not split in {outs}")));
         }
-        vec![dim / outs as i32; outs]
+        vec![i64::from(dim / outs as i32); outs]
     };
-    if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i32>() != dim {
+    if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i64>() != i64::from(dim) {
         return Err(b.err(format!("sizes {sizes:?} do not add up to {dim}")));
     }
+    // Each size is now in 0..=dim, so the sums below stay in i32.
+    let sizes: Vec<i32> = sizes.into_iter().map(|s| s as i32).collect();
     let x = b.value(xt)?;
     let ys = define_outputs(b)?;
     if sizes.iter().all(|&s| s == sizes[0]) {

@@ -1035,3 +1035,71 @@ fn a_subgraph_that_runs_itself_is_an_error() {
     );
     assert!(e.contains("recursion"), "{e}");
 }
+
+// ---- malformed graphs ------------------------------------------------------------------------
+
+#[test]
+fn malformed_nodes_of_every_builtin_are_errors_not_panics() {
+    // Every code with inputs that are wrong in assorted ways: out of range, omitted, constants
+    // whose bytes do not fill their shapes, scalars where tensors belong, odd quantization.
+    let input_sets: &[&[i32]] = &[
+        &[],
+        &[0],
+        &[0, 1],
+        &[0, 1, 2],
+        &[2, 3, 4, 5],
+        &[0, -1, 99],
+        &[3, 3, 3],
+        &[4, 0, 1, 2, 3, 5],
+    ];
+    let options = [
+        Options::None,
+        Options::Activation(Activation::Tanh),
+        Options::Split { num_splits: 0 },
+        Options::Pack {
+            values_count: 2,
+            axis: -7,
+        },
+        Options::Unpack { num: 3, axis: 9 },
+        Options::Concatenation {
+            axis: i32::MIN,
+            activation: Activation::None,
+        },
+        conv_options(Padding::Same, 0, Activation::Relu),
+    ];
+    for code in -1..=210 {
+        for inputs in input_sets {
+            for opt in &options {
+                let mut g = G::default();
+                let x = g.f("x", &[1, 2, 2, 1]);
+                g.sub.tensors[x as usize].shape_signature = vec![-1, 2, 2, 1];
+                g.c("short", ElementType::Int32, &[3], vec![1, 2]);
+                let q = g.c("q", ElementType::Int8, &[2], vec![1, 2]);
+                g.q(q, &[0.5, 0.25, 1.0], &[0], 3);
+                g.c("scalar", ElementType::Int32, &[], i32s(&[i32::MIN]));
+                g.c(
+                    "big",
+                    ElementType::Int64,
+                    &[2],
+                    [i64::MAX, -1]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect(),
+                );
+                let y = g.f("y", &[1, 2, 2, 1]);
+                let y2 = g.t("y2", ElementType::Int8, &[-3]);
+                for outputs in [&[y][..], &[y, y2], &[y2]] {
+                    let mut g = G { sub: g.sub.clone() };
+                    g.n(code, inputs, outputs, opt.clone());
+                    let graph = g.graph(&[x], &[y]);
+                    let lowered = lower_model(&graph);
+                    let checked = check_node(&graph.subgraphs[0], 0);
+                    // A node that lowers alone also checks alone.
+                    if lowered.is_ok() {
+                        assert!(checked.is_ok(), "code {code}: {checked:?}");
+                    }
+                }
+            }
+        }
+    }
+}

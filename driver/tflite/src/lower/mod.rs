@@ -72,6 +72,8 @@ mod state;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ops;
 
 use std::cell::RefCell;
 use std::collections::HashSet;

@@ -164,7 +164,7 @@ pub(super) fn run(lowered: &Lowered, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn op_types(l: &Lowered) -> Vec<OperationType> {
+pub(super) fn op_types(l: &Lowered) -> Vec<OperationType> {
     l.model
         .operations
         .iter()
@@ -173,7 +173,7 @@ fn op_types(l: &Lowered) -> Vec<OperationType> {
 }
 
 /// The INT32 scalar constant value of operand `o`.
-fn int_arg(l: &Lowered, o: u32) -> i32 {
+pub(super) fn int_arg(l: &Lowered, o: u32) -> i32 {
     let op = &l.model.operands[o as usize];
     assert_eq!(op.operand_type, OperandType::Int32);
     assert_eq!(op.lifetime, OperandLifetime::ConstantCopy);
@@ -182,7 +182,7 @@ fn int_arg(l: &Lowered, o: u32) -> i32 {
     i32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
-fn assert_close(got: &[f32], want: &[f32]) {
+pub(super) fn assert_close(got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
     for (g, w) in got.iter().zip(want) {
         assert!(

@@ -164,7 +164,13 @@ fn resize_bilinear_gives_width_then_height_to_nnapi() {
 fn pad_and_padv2_execute() {
     // [1, 2] padded by one before: PAD → [0, 1, 2]; PADV2 with 9 → [9, 1, 2].
     let pads = (ElementType::Int32, &[1, 2][..], i32s(&[1, 0]));
-    let l = one_node(code::PAD, &[&[2]], &[pads.clone()], &[3], Options::None);
+    let l = one_node(
+        code::PAD,
+        &[&[2]],
+        std::slice::from_ref(&pads),
+        &[3],
+        Options::None,
+    );
     assert_close(
         &to_f32s(&run(&l, &[f32s(&[1.0, 2.0])])[0]),
         &[0.0, 1.0, 2.0],
@@ -221,7 +227,7 @@ fn reshape_takes_its_constant_shape_tensor() {
         Options::None,
     );
     let x = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    assert_eq!(run(&l, &[x.clone()])[0], x);
+    assert_eq!(run(&l, std::slice::from_ref(&x))[0], x);
 }
 
 #[test]

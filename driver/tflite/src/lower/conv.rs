@@ -31,22 +31,28 @@ fn bias(b: &mut Builder<'_>, k: usize, input: u32, filter: u32, channels: u32) -
         b.operands[input as usize].scale * b.operands[filter as usize].scale
     };
     match b.opt_input(k)? {
-        Some(t) => {
-            let o = b.value(t)?;
-            if b.ty(o) == OperandType::TensorInt32 {
-                if super::build::is_float(in_ty) {
-                    return Err(b.err("an INT32 bias for a float convolution"));
-                }
-                if b.operands[o as usize].scale != quant_scale {
-                    // NNAPI checks the bias scale exactly; give this node its own copy.
-                    let mut operand = b.operands[o as usize].clone();
-                    operand.scale = quant_scale;
-                    let bytes = b.const_bytes(t)?;
-                    return Ok(b.constant(operand, bytes));
-                }
+        Some(t) if b.tensor(t)?.element_type == crate::graph::ElementType::Int32 => {
+            if super::build::is_float(in_ty) {
+                return Err(b.err("an INT32 bias for a float convolution"));
             }
-            Ok(o)
+            // NNAPI checks the bias scale exactly: this node gets its own operand at the
+            // scale it wants (TFLite stores the same product, rounded its own way).
+            let mut operand = b.describe(t)?;
+            operand.scale = quant_scale;
+            if !b.is_constant(t) {
+                return Err(b.err("a quantized bias computed at run time"));
+            }
+            let bytes = b.const_bytes(t)?;
+            if super::build::byte_len(&operand) != Some(bytes.len()) {
+                return Err(b.err(format!(
+                    "bias tensor {t}: {} bytes for shape {:?}",
+                    bytes.len(),
+                    operand.dimensions
+                )));
+            }
+            Ok(b.constant(operand, bytes))
         }
+        Some(t) => b.value(t),
         None => {
             // The zero bias is allocated here: bound it by what a filter could hold.
             if channels > MAX_CHANNELS {

@@ -257,3 +257,40 @@ fn squared_difference_is_a_sub_then_a_mul() {
     let out = run(&l, &[f32s(&[5.0, 1.0]), f32s(&[2.0, 3.0])]);
     assert_close(&to_f32s(&out[0]), &[9.0, 4.0]);
 }
+
+#[test]
+fn uint8_conv_bias_takes_input_times_filter_scale_and_executes() {
+    // Input uint8 scale 0.5 zp 128: q [130, 132] = [1, 2]. Filter [1, 1, 1, 2] scale 0.25 zp
+    // 128: q [132, 124] = [1, -1]. Bias q [4], stored at scale 0.13 (off): NNAPI's is
+    // 0.5 * 0.25 = 0.125, real 0.5. Output 1 - 2 + 0.5 = -0.5 at scale 0.5 zp 128: 127.
+    let mut g = G::default();
+    let x = g.t("x", ElementType::UInt8, &[1, 1, 1, 2]);
+    g.q(x, &[0.5], &[128], 0);
+    let w = g.c("w", ElementType::UInt8, &[1, 1, 1, 2], vec![132, 124]);
+    g.q(w, &[0.25], &[128], 0);
+    let bias = g.c("b", ElementType::Int32, &[1], i32s(&[4]));
+    g.q(bias, &[0.13], &[0], 0);
+    let y = g.t("y", ElementType::UInt8, &[1, 1, 1, 1]);
+    g.q(y, &[0.5], &[128], 0);
+    g.n(
+        code::CONV_2D,
+        &[x, w, bias],
+        &[y],
+        Options::Conv2d {
+            padding: Padding::Valid,
+            stride_w: 1,
+            stride_h: 1,
+            dilation_w: 1,
+            dilation_h: 1,
+            activation: Activation::None,
+        },
+    );
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    let conv = &l.model.operations[0];
+    assert_eq!(l.model.operands[conv.inputs[2] as usize].scale, 0.125);
+    assert_eq!(
+        l.model.operands[conv.inputs[0] as usize].operand_type,
+        nnaccel_hal::OperandType::TensorQuant8Asymm
+    );
+    assert_eq!(run(&l, &[vec![130, 132]])[0], [127]);
+}

@@ -284,6 +284,18 @@ pub(super) fn fully_connected(b: &mut Builder<'_>) -> Result<()> {
     let w = weights(b, x, wt)?;
     let units = dim(b, wt, 0)?;
     let bias = bias(b, 2, x, w, units)?;
+    emit_fully_connected(b, [x, w, bias], units, yt, activation)
+}
+
+/// A FULLY_CONNECTED of `x`, `w`, `bias` into output tensor `yt` ([batch, units] for NNAPI;
+/// a RESHAPE after when `yt` has another rank).
+fn emit_fully_connected(
+    b: &mut Builder<'_>,
+    [x, w, bias]: [u32; 3],
+    units: u32,
+    yt: usize,
+    activation: crate::graph::Activation,
+) -> Result<()> {
     let y = b.define(yt)?;
     let out_dims = b.dims(y).to_vec();
     let direct = out_dims.len() == 2;
@@ -315,6 +327,69 @@ pub(super) fn fully_connected(b: &mut Builder<'_>) -> Result<()> {
         b.op(OperationType::Reshape, vec![dest, shape], vec![y]);
     }
     Ok(())
+}
+
+/// BATCH_MATMUL with a constant right-hand side (NNAPI has no batched matrix product; a
+/// constant one is FULLY_CONNECTED's weights): the right-hand side transposed to [N, K] at
+/// import (unless adj_y), the left flattened by FULLY_CONNECTED, a RESHAPE after.
+pub(super) fn batch_matmul(b: &mut Builder<'_>) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let Options::BatchMatMul { adj_x, adj_y } = b.cur()?.options else {
+        return Err(b.err("no BATCH_MATMUL options"));
+    };
+    if adj_x {
+        return Err(b.err("adj_x (a transposed left-hand side)"));
+    }
+    let (xt, wt, yt) = (b.input(0)?, b.input(1)?, b.output(0)?);
+    if !b.is_constant(wt) {
+        return Err(b.err(
+            "a right-hand side computed at run time (only a constant one maps, onto \
+             FULLY_CONNECTED)",
+        ));
+    }
+    let tensor = b.tensor(wt)?;
+    let shape = &tensor.shape;
+    let lead = shape.len().saturating_sub(2);
+    if shape.len() < 2 || shape[..lead].iter().any(|&d| d != 1) {
+        return Err(b.err(format!(
+            "right-hand side of shape {shape:?} (only one matrix maps)"
+        )));
+    }
+    let (r, c) = (dim(b, wt, lead)?, dim(b, wt, lead + 1)?);
+    let (k, n) = if adj_y { (c, r) } else { (r, c) };
+    let x = b.value(xt)?;
+    let mut operand = b.describe(wt)?;
+    if operand.extra_params.is_some() {
+        return Err(b.err("a per-channel quantized right-hand side"));
+    }
+    let mut bytes = b.const_bytes(wt)?;
+    if super::build::is_float(b.ty(x)) && !super::build::is_float(operand.operand_type) {
+        bytes = super::fold::dequantize(tensor, &bytes).map_err(|why| b.err(why))?;
+        operand = plain(OperandType::TensorFloat32, Vec::new());
+    }
+    let size = operand.operand_type.element_size();
+    let want = (k as usize)
+        .checked_mul(n as usize)
+        .and_then(|e| e.checked_mul(size));
+    if want != Some(bytes.len()) {
+        return Err(b.err(format!("{} bytes for a {r}x{c} matrix", bytes.len())));
+    }
+    if !adj_y {
+        // [K, N] → [N, K].
+        let mut t = vec![0u8; bytes.len()];
+        for i in 0..k as usize {
+            for j in 0..n as usize {
+                let from = (i * n as usize + j) * size;
+                let to = (j * k as usize + i) * size;
+                t[to..to + size].copy_from_slice(&bytes[from..from + size]);
+            }
+        }
+        bytes = t;
+    }
+    operand.dimensions = vec![n, k];
+    let w = b.constant(operand, bytes);
+    let bias = bias(b, usize::MAX, x, w, n)?;
+    emit_fully_connected(b, [x, w, bias], n, yt, crate::graph::Activation::None)
 }
 
 /// The shape to RESHAPE into for tensor `t`: its signature (one -1 at most) or stored shape.

@@ -55,6 +55,8 @@
 //! | ADD_N | a chain of ADDs |
 //! | CEIL | NEG, FLOOR, NEG (float) |
 //! | RELU_0_TO_1 | RELU1 then RELU |
+//! | BATCH_MATMUL | FULLY_CONNECTED with the constant right-hand side (transposed at import unless adj_y; + RESHAPE) |
+//! | HASHTABLE_LOOKUP | HASHTABLE_LOOKUP |
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
 //!
@@ -187,6 +189,7 @@ mod code {
         EMBEDDING_LOOKUP = 7,
         FLOOR = 8,
         FULLY_CONNECTED = 9,
+        HASHTABLE_LOOKUP = 10,
         L2_NORMALIZATION = 11,
         L2_POOL_2D = 12,
         LOCAL_RESPONSE_NORMALIZATION = 13,
@@ -261,6 +264,7 @@ mod code {
         ELU = 111,
         QUANTIZE = 114,
         HARD_SWISH = 117,
+        BATCH_MATMUL = 126,
         IF = 118,
         WHILE = 119,
         SELECT_V2 = 123,
@@ -368,6 +372,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         CEIL => movement::ceil(b),
         RELU_0_TO_1 => movement::relu_0_to_1(b),
         CAST => basic::unary(b, T::Cast),
+        BATCH_MATMUL => conv::batch_matmul(b),
+        HASHTABLE_LOOKUP => movement::direct(b, T::HashtableLookup),
         IF => control::if_(b),
         WHILE => control::while_(b),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),

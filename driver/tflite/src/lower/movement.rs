@@ -401,6 +401,20 @@ pub(super) fn fill(b: &mut Builder<'_>) -> Result<()> {
     Ok(())
 }
 
+/// An operation whose NNAPI inputs and outputs are TFLite's, in the same order.
+pub(super) fn direct(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
+    let n = b.cur()?.inputs.len();
+    let args = (0..n)
+        .map(|k| b.value(b.input(k)?))
+        .collect::<Result<Vec<_>>>()?;
+    let ys = define_outputs(b)?;
+    if ys.is_empty() {
+        return Err(b.err("no outputs"));
+    }
+    b.op(ty, args, ys);
+    Ok(())
+}
+
 /// EMBEDDING_LOOKUP: ids, values (the same order in both).
 pub(super) fn embedding_lookup(b: &mut Builder<'_>) -> Result<()> {
     super::basic::binary(b, OperationType::EmbeddingLookup)

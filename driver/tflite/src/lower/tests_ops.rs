@@ -294,3 +294,36 @@ fn uint8_conv_bias_takes_input_times_filter_scale_and_executes() {
     );
     assert_eq!(run(&l, &[vec![130, 132]])[0], [127]);
 }
+
+#[test]
+fn batch_matmul_with_a_constant_right_side_is_a_fully_connected() {
+    // [[1, 2], [3, 4]] × [[1, 0, 1], [0, 1, 1]] = [[1, 2, 3], [3, 4, 7]]; with adj_y the
+    // right side is stored transposed ([[1, 0], [0, 1], [1, 1]]) for the same product.
+    for adj_y in [false, true] {
+        let mut g = G::default();
+        let x = g.f("x", &[1, 2, 2]);
+        let (shape, w): (&[i32], &[f32]) = if adj_y {
+            (&[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+        } else {
+            (&[2, 3], &[1.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+        };
+        let w = g.c("w", ElementType::Float32, shape, f32s(w));
+        let y = g.f("y", &[1, 2, 3]);
+        g.n(
+            code::BATCH_MATMUL,
+            &[x, w],
+            &[y],
+            Options::BatchMatMul {
+                adj_x: false,
+                adj_y,
+            },
+        );
+        let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+        assert_eq!(
+            op_types(&l),
+            [OperationType::FullyConnected, OperationType::Reshape]
+        );
+        let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0])]);
+        assert_close(&to_f32s(&out[0]), &[1.0, 2.0, 3.0, 3.0, 4.0, 7.0]);
+    }
+}

@@ -514,8 +514,14 @@ impl<'g> Builder<'g> {
         })
     }
 
+    /// Adds operation `ty` writing the target of `f`, then `f`'s separate activation.
+    pub fn op_fused(&mut self, ty: OperationType, inputs: Vec<u32>, f: &Fused) {
+        self.op(ty, inputs, vec![f.target]);
+        self.finish_fused(f);
+    }
+
     /// Adds the separate activation operation of `f`, if any.
-    pub fn finish_fused(&mut self, f: &Fused) {
+    fn finish_fused(&mut self, f: &Fused) {
         if let Some((op, dest)) = f.after {
             self.op(op, vec![f.target], vec![dest]);
         }

@@ -2,13 +2,12 @@
 //! model's referenced subgraphs (each once, however many nodes name it).
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::rc::Rc;
 
 use nnaccel_hal::{Operand, OperationType};
 
 use super::build::{Builder, Part, Refs};
-use super::{LowerError, lower_node, output_operand, tensor_index};
+use super::{LowerError, lower_whole};
 use crate::graph::Options;
 
 type Result<T> = std::result::Result<T, LowerError>;
@@ -63,27 +62,7 @@ fn lower_referenced<'g>(
     let sub = &graph.subgraphs[k];
     let mut b = Builder::new(sub);
     b.refs = Some(refs);
-    let mut inputs = Vec::new();
-    for &t in &sub.inputs {
-        let t = tensor_index(sub, t, "input")?;
-        inputs.push(b.define(t)?);
-    }
-    for node in 0..sub.nodes.len() {
-        super::check_indexes(sub, node)?;
-        b.node = node;
-        if !b.folded_producer_of_node(node) {
-            lower_node(&mut b)?;
-        }
-    }
-    let mut outputs = Vec::new();
-    let mut taken = HashSet::new();
-    for &t in &sub.outputs {
-        let t = tensor_index(sub, t, "output")?;
-        b.node = b.producer(t).unwrap_or(0);
-        let o = output_operand(&mut b, t, &taken)?;
-        taken.insert(o);
-        outputs.push(o);
-    }
+    let (inputs, outputs, _) = lower_whole(&mut b, None)?;
     Ok(b.into_part(&inputs, &outputs))
 }
 

@@ -191,8 +191,7 @@ pub(super) fn conv(b: &mut Builder<'_>, depthwise: bool) -> Result<()> {
     } else {
         OperationType::Conv2d
     };
-    b.op(ty, args, vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(ty, args, &fused);
     Ok(())
 }
 
@@ -225,8 +224,7 @@ pub(super) fn transpose_conv(b: &mut Builder<'_>) -> Result<()> {
         args.push(b.int(v));
     }
     args.push(b.boolean(false));
-    b.op(OperationType::TransposeConv2d, args, vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(OperationType::TransposeConv2d, args, &fused);
     Ok(())
 }
 
@@ -258,8 +256,7 @@ pub(super) fn pool(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
     ] {
         args.push(b.int(v));
     }
-    b.op(ty, args, vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(ty, args, &fused);
     Ok(())
 }
 
@@ -315,12 +312,11 @@ fn emit_fully_connected(
     };
     let fused = b.fuse(dest, activation)?;
     let code = b.int(fused.code);
-    b.op(
+    b.op_fused(
         OperationType::FullyConnected,
         vec![x, w, bias, code],
-        vec![fused.target],
+        &fused,
     );
-    b.finish_fused(&fused);
     if !direct {
         let shape = reshape_target(b, yt)?;
         let shape = b.ints(&shape);

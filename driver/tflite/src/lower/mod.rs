@@ -458,6 +458,45 @@ fn as_output(b: &mut Builder<'_>, o: u32, taken: &HashSet<u32>) -> u32 {
     d
 }
 
+/// Lowers the whole of `b.sub`: its inputs defined, every node lowered (variable operations
+/// through `vars`), its outputs made outputs. Returns the input and output operands and the
+/// set of operands taken as outputs.
+fn lower_whole(
+    b: &mut Builder<'_>,
+    mut vars: Option<&mut state::Variables>,
+) -> Result<(Vec<u32>, Vec<u32>, HashSet<u32>)> {
+    let sub = b.sub;
+    let mut inputs = Vec::new();
+    for &t in &sub.inputs {
+        let t = tensor_index(sub, t, "input")?;
+        inputs.push(b.define(t)?);
+    }
+    for node in 0..sub.nodes.len() {
+        check_indexes(sub, node)?;
+        b.node = node;
+        if b.folded_producer_of_node(node) {
+            continue;
+        }
+        let handled = match vars.as_deref_mut() {
+            Some(v) => v.lower(b)?,
+            None => false,
+        };
+        if !handled {
+            lower_node(b)?;
+        }
+    }
+    let mut outputs = Vec::new();
+    let mut taken = HashSet::new();
+    for &t in &sub.outputs {
+        let t = tensor_index(sub, t, "output")?;
+        b.node = b.producer(t).unwrap_or(0);
+        let o = output_operand(b, t, &taken)?;
+        taken.insert(o);
+        outputs.push(o);
+    }
+    Ok((inputs, outputs, taken))
+}
+
 /// Lowers the main subgraph (0) of `graph`, with the init subgraph its CALL_ONCE names.
 pub fn lower_model(graph: &Graph) -> Result<Lowered> {
     let sub = graph
@@ -471,36 +510,14 @@ pub fn lower_model(graph: &Graph) -> Result<Lowered> {
         parts: Vec::new(),
     }));
     b.refs = Some(refs.clone());
-    let mut inputs = Vec::new();
-    let mut input_infos = Vec::new();
-    for &t in &sub.inputs {
-        let t = tensor_index(sub, t, "input")?;
-        let o = b.define(t)?;
-        inputs.push(o);
-        input_infos.push(info(sub, t, None)?);
-    }
     let mut vars = state::Variables::new(graph)?;
-    for node in 0..sub.nodes.len() {
-        check_indexes(sub, node)?;
-        b.node = node;
-        if b.folded_producer_of_node(node) {
-            continue;
-        }
-        if !vars.lower(&mut b)? {
-            lower_node(&mut b)?;
-        }
-    }
-    let mut outputs = Vec::new();
-    let mut output_infos = Vec::new();
-    let mut taken = HashSet::new();
-    for &t in &sub.outputs {
-        let t = tensor_index(sub, t, "output")?;
-        b.node = b.producer(t).unwrap_or(0);
-        let o = output_operand(&mut b, t, &taken)?;
-        taken.insert(o);
-        outputs.push(o);
-        output_infos.push(info(sub, t, None)?);
-    }
+    let (mut inputs, mut outputs, mut taken) = lower_whole(&mut b, Some(&mut vars))?;
+    // lower_whole checked every index.
+    let infos = |list: &[i32]| -> Result<Vec<TensorInfo>> {
+        list.iter().map(|&t| info(sub, t as usize, None)).collect()
+    };
+    let mut input_infos = infos(&sub.inputs)?;
+    let mut output_infos = infos(&sub.outputs)?;
     let mut io = state::Io {
         inputs: &mut inputs,
         input_infos: &mut input_infos,

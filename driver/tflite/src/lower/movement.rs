@@ -266,8 +266,7 @@ pub(super) fn l2_normalization(b: &mut Builder<'_>) -> Result<()> {
     let x = b.value(b.input(0)?)?;
     let y = b.define(b.output(0)?)?;
     let fused = b.separate(y, act)?;
-    b.op(OperationType::L2Normalization, vec![x], vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(OperationType::L2Normalization, vec![x], &fused);
     Ok(())
 }
 

@@ -87,6 +87,11 @@ impl G {
         });
     }
 
+    /// A two-input node without activation (ADD, MUL, …): y = a op c.
+    pub fn arith(&mut self, code: i32, a: i32, c: i32, y: i32) {
+        self.n(code, &[a, c], &[y], Options::Activation(Activation::None));
+    }
+
     /// The subgraph's inputs and outputs, and the one-subgraph graph.
     pub fn graph(mut self, inputs: &[i32], outputs: &[i32]) -> Graph {
         self.sub.inputs = inputs.to_vec();
@@ -482,18 +487,8 @@ fn dequantize_of_float16_and_int8_constants_is_folded_and_executes() {
     let y = g.f("y", &[2]);
     g.n(code::DEQUANTIZE, &[h], &[hf], Options::None);
     g.n(code::DEQUANTIZE, &[q], &[qf], Options::None);
-    g.n(
-        code::ADD,
-        &[x, hf],
-        &[s],
-        Options::Activation(Activation::None),
-    );
-    g.n(
-        code::ADD,
-        &[s, qf],
-        &[y],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::ADD, x, hf, s);
+    g.arith(code::ADD, s, qf, y);
     let l = lower_model(&g.graph(&[x], &[y])).unwrap();
     assert_eq!(op_types(&l), [OperationType::Add, OperationType::Add]);
     assert_eq!(l.origins, [2, 3]);
@@ -507,12 +502,7 @@ fn large_constants_go_to_a_memfd_pool() {
     let x = g.f("x", &[64]);
     let c = g.c("c", ElementType::Float32, &[64], f32s(&[2.0; 64]));
     let y = g.f("y", &[64]);
-    g.n(
-        code::MUL,
-        &[x, c],
-        &[y],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::MUL, x, c, y);
     let l = lower_model(&g.graph(&[x], &[y])).unwrap();
     let mul = &l.model.operations[0];
     let c = &l.model.operands[mul.inputs[1] as usize];
@@ -525,16 +515,20 @@ fn large_constants_go_to_a_memfd_pool() {
 
 // ---- errors -----------------------------------------------------------------------------------
 
-#[test]
-fn an_unsupported_builtin_is_an_error_naming_node_and_op() {
+/// Node 0 RELU, then node 1 RFFT2D (builtin 131, no NNAPI equivalent).
+fn relu_then_rfft2d() -> Graph {
     let mut g = G::default();
     let x = g.f("x", &[2]);
     let y = g.f("y", &[2]);
     let z = g.f("z", &[2]);
     g.n(code::RELU, &[x], &[y], Options::None);
-    // 131: RFFT2D.
     g.n(131, &[y], &[z], Options::None);
-    let e = lower_model(&g.graph(&[x], &[z])).unwrap_err();
+    g.graph(&[x], &[z])
+}
+
+#[test]
+fn an_unsupported_builtin_is_an_error_naming_node_and_op() {
+    let e = lower_model(&relu_then_rfft2d()).unwrap_err();
     match &e {
         LowerError::Unsupported { node, op, .. } => {
             assert_eq!((*node, op.as_str()), (1, "RFFT2D"));
@@ -596,18 +590,8 @@ fn lower_nodes_takes_inputs_in_order_read_and_outputs_read_outside() {
     let c = g.f("c", &[2]);
     let d = g.f("d", &[2]);
     g.n(code::RELU, &[x], &[a], Options::None);
-    g.n(
-        code::ADD,
-        &[a, w],
-        &[b],
-        Options::Activation(Activation::None),
-    );
-    g.n(
-        code::MUL,
-        &[b, x2],
-        &[c],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::ADD, a, w, b);
+    g.arith(code::MUL, b, x2, c);
     g.n(code::TANH, &[c], &[d], Options::None);
     let graph = g.graph(&[x, x2], &[d, b]);
     let l = lower_nodes(&graph.subgraphs[0], &[0, 1, 2]).unwrap();
@@ -627,13 +611,7 @@ fn lower_nodes_takes_inputs_in_order_read_and_outputs_read_outside() {
 
 #[test]
 fn check_node_agrees_with_lower_nodes() {
-    let mut g = G::default();
-    let x = g.f("x", &[2]);
-    let y = g.f("y", &[2]);
-    let z = g.f("z", &[2]);
-    g.n(code::RELU, &[x], &[y], Options::None);
-    g.n(131, &[y], &[z], Options::None);
-    let graph = g.graph(&[x], &[z]);
+    let graph = relu_then_rfft2d();
     let sub = &graph.subgraphs[0];
     assert!(check_node(sub, 0).is_ok());
     assert!(lower_nodes(sub, &[0]).is_ok());
@@ -832,12 +810,7 @@ fn counter_graph() -> Graph {
     );
     g.n(code::VAR_HANDLE, &[], &[r], handle);
     g.n(code::READ_VARIABLE, &[r], &[v], Options::None);
-    g.n(
-        code::ADD,
-        &[v, step],
-        &[y],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::ADD, v, step, y);
     g.n(code::ASSIGN_VARIABLE, &[r, y], &[], Options::None);
     let mut graph = g.graph(&[step], &[y]);
     graph.subgraphs.push(init.sub);
@@ -978,12 +951,7 @@ fn while_loops_its_body_until_the_condition_fails() {
     let mut body = G::default();
     let i = body.f("i", &[1]);
     let j = body.f("j", &[1]);
-    body.n(
-        code::ADD,
-        &[i, i],
-        &[j],
-        Options::Activation(Activation::None),
-    );
+    body.arith(code::ADD, i, i, j);
     let mut g = G::default();
     let x = g.f("x", &[1]);
     let y = g.f("y", &[1]);

@@ -56,6 +56,8 @@
 //! | CEIL | NEG, FLOOR, NEG (float) |
 //! | RELU_0_TO_1 | RELU1 then RELU |
 //! | BATCH_MATMUL | FULLY_CONNECTED with the constant right-hand side (transposed at import unless adj_y; + RESHAPE) |
+//! | MIRROR_PAD | a GATHER of the mirrored indexes per padded axis |
+//! | REVERSE_V2 | a GATHER of the reversed indexes per axis |
 //! | HASHTABLE_LOOKUP | HASHTABLE_LOOKUP |
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
@@ -256,8 +258,10 @@ mod code {
         FILL = 94,
         RESIZE_NEAREST_NEIGHBOR = 97,
         LEAKY_RELU = 98,
+        MIRROR_PAD = 100,
         SQUARED_DIFFERENCE = 99,
         ABS = 101,
+        REVERSE_V2 = 105,
         SPLIT_V = 102,
         CEIL = 104,
         ADD_N = 106,
@@ -373,6 +377,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         RELU_0_TO_1 => movement::relu_0_to_1(b),
         CAST => basic::unary(b, T::Cast),
         BATCH_MATMUL => conv::batch_matmul(b),
+        MIRROR_PAD => movement::mirror_pad(b),
+        REVERSE_V2 => movement::reverse(b),
         HASHTABLE_LOOKUP => movement::direct(b, T::HashtableLookup),
         IF => control::if_(b),
         WHILE => control::while_(b),

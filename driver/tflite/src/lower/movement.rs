@@ -479,3 +479,109 @@ pub(super) fn relu_0_to_1(b: &mut Builder<'_>) -> Result<()> {
     b.op(OperationType::Relu, vec![t], vec![y]);
     Ok(())
 }
+
+/// The most elements a padded or reversed dimension may have: the index list of its GATHER
+/// is made here.
+const MAX_GATHER_INDEXES: i64 = 1 << 20;
+
+/// GATHERs `x` along `axis` at `indexes` into a new temporary (or into `dest`).
+fn gather_along(
+    b: &mut Builder<'_>,
+    x: u32,
+    axis: usize,
+    indexes: &[i32],
+    dest: Option<u32>,
+) -> u32 {
+    let out = dest.unwrap_or_else(|| {
+        let mut dims = b.dims(x).to_vec();
+        if let Some(d) = dims.get_mut(axis) {
+            *d = indexes.len() as u32;
+        }
+        b.temp_like(x, dims)
+    });
+    let a = b.int(axis as i32);
+    let i = b.ints(indexes);
+    b.op(OperationType::Gather, vec![x, a, i], vec![out]);
+    out
+}
+
+/// One GATHER per axis to rewrite (the last into the output); a copy when there is none.
+fn gathers(b: &mut Builder<'_>, x: u32, per_axis: Vec<(usize, Vec<i32>)>) -> Result<()> {
+    let y = b.define(b.output(0)?)?;
+    if per_axis.is_empty() {
+        b.copy(x, y);
+        return Ok(());
+    }
+    let last = per_axis.len() - 1;
+    let mut cur = x;
+    for (k, (axis, indexes)) in per_axis.into_iter().enumerate() {
+        cur = gather_along(b, cur, axis, &indexes, (k == last).then_some(y));
+    }
+    Ok(())
+}
+
+/// The stored size of dimension `axis` of tensor `t`, bounded for index lists.
+fn gather_dim(b: &Builder<'_>, t: usize, axis: usize) -> Result<i64> {
+    let n = b.shape(t)?.get(axis).copied().map(i64::from).unwrap_or(-1);
+    if !(1..=MAX_GATHER_INDEXES).contains(&n) {
+        return Err(b.err(format!("dimension {axis} of size {n}")));
+    }
+    Ok(n)
+}
+
+/// MIRROR_PAD: per padded axis a GATHER of the mirrored indexes, the input's in between
+/// (REFLECT leaves the edge out of the mirror, SYMMETRIC repeats it).
+pub(super) fn mirror_pad(b: &mut Builder<'_>) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let Options::MirrorPad { symmetric } = b.cur()?.options else {
+        return Err(b.err("no MIRROR_PAD options"));
+    };
+    let xt = b.input(0)?;
+    let pads = b.const_ints(b.input(1)?)?;
+    let rank = b.shape(xt)?.len();
+    if pads.len() != rank * 2 {
+        return Err(b.err(format!("{} padding values for rank {rank}", pads.len())));
+    }
+    let edge = i64::from(!symmetric);
+    let mut per_axis = Vec::new();
+    for axis in 0..rank {
+        let (before, after) = (i64::from(pads[2 * axis]), i64::from(pads[2 * axis + 1]));
+        if before == 0 && after == 0 {
+            continue;
+        }
+        let n = gather_dim(b, xt, axis)?;
+        if before < 0 || after < 0 || before > n - edge || after > n - edge {
+            return Err(b.err(format!(
+                "padding ({before}, {after}) of a dimension of {n} (at most {})",
+                n - edge
+            )));
+        }
+        // Before: edge+before-1 … edge (reversed); the input; after: n-1-edge … down.
+        let idx: Vec<i32> = (0..before)
+            .rev()
+            .map(|k| k + edge)
+            .chain(0..n)
+            .chain((0..after).map(|k| n - 1 - edge - k))
+            .map(|v| v as i32)
+            .collect();
+        per_axis.push((axis, idx));
+    }
+    let x = b.value(xt)?;
+    gathers(b, x, per_axis)
+}
+
+/// REVERSE_V2: per axis a GATHER of the indexes n-1 … 0.
+pub(super) fn reverse(b: &mut Builder<'_>) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let xt = b.input(0)?;
+    let rank = b.shape(xt)?.len() as i32;
+    let axes = b.const_ints(b.input(1)?)?;
+    let mut per_axis = Vec::new();
+    for a in axes {
+        let axis = normalize_axis(b, a, rank)? as usize;
+        let n = gather_dim(b, xt, axis)?;
+        per_axis.push((axis, (0..n).rev().map(|v| v as i32).collect()));
+    }
+    let x = b.value(xt)?;
+    gathers(b, x, per_axis)
+}

@@ -327,3 +327,69 @@ fn batch_matmul_with_a_constant_right_side_is_a_fully_connected() {
         assert_close(&to_f32s(&out[0]), &[1.0, 2.0, 3.0, 3.0, 4.0, 7.0]);
     }
 }
+
+#[test]
+fn mirror_pad_reflect_and_symmetric_gather_the_mirrored_elements() {
+    // [1, 2, 3] padded (2, 1): REFLECT [3, 2, 1, 2, 3, 2]; SYMMETRIC [2, 1, 1, 2, 3, 3].
+    for (symmetric, want) in [
+        (false, [3.0, 2.0, 1.0, 2.0, 3.0, 2.0]),
+        (true, [2.0, 1.0, 1.0, 2.0, 3.0, 3.0]),
+    ] {
+        let l = one_node(
+            code::MIRROR_PAD,
+            &[&[3]],
+            &[(ElementType::Int32, &[1, 2], i32s(&[2, 1]))],
+            &[6],
+            Options::MirrorPad { symmetric },
+        );
+        assert_eq!(op_types(&l), [OperationType::Gather]);
+        assert_close(&to_f32s(&run(&l, &[f32s(&[1.0, 2.0, 3.0])])[0]), &want);
+    }
+}
+
+#[test]
+fn mirror_pad_of_two_axes_and_too_much_padding() {
+    // [[1, 2], [3, 4]] REFLECT-padded by 1 on both sides of both axes:
+    // rows [2: 3 4] [1 2] [3 4] [1 2] → each row [b a b a]:
+    // [4 3 4 3], [2 1 2 1], [4 3 4 3], [2 1 2 1].
+    let l = one_node(
+        code::MIRROR_PAD,
+        &[&[2, 2]],
+        &[(ElementType::Int32, &[2, 2], i32s(&[1, 1, 1, 1]))],
+        &[4, 4],
+        Options::MirrorPad { symmetric: false },
+    );
+    assert_eq!(op_types(&l), [OperationType::Gather, OperationType::Gather]);
+    let out = to_f32s(&run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0])])[0]);
+    let want = [
+        4., 3., 4., 3., 2., 1., 2., 1., 4., 3., 4., 3., 2., 1., 2., 1.,
+    ];
+    assert_close(&out, &want);
+    // REFLECT cannot pad a dimension of 2 by 2.
+    let mut g = G::default();
+    let x = g.f("x", &[2]);
+    let p = g.c("p", ElementType::Int32, &[1, 2], i32s(&[2, 0]));
+    let y = g.f("y", &[4]);
+    g.n(
+        code::MIRROR_PAD,
+        &[x, p],
+        &[y],
+        Options::MirrorPad { symmetric: false },
+    );
+    let e = lower_model(&g.graph(&[x], &[y])).unwrap_err().to_string();
+    assert!(e.starts_with("node 0 (MIRROR_PAD): padding (2, 0)"), "{e}");
+}
+
+#[test]
+fn reverse_v2_gathers_reversed_indexes() {
+    // [[1, 2, 3], [4, 5, 6]] reversed on axis -1: [[3, 2, 1], [6, 5, 4]].
+    let l = one_node(
+        code::REVERSE_V2,
+        &[&[2, 3]],
+        &[(ElementType::Int32, &[1], i32s(&[-1]))],
+        &[2, 3],
+        Options::None,
+    );
+    let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])]);
+    assert_close(&to_f32s(&out[0]), &[3.0, 2.0, 1.0, 6.0, 5.0, 4.0]);
+}

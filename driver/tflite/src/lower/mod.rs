@@ -62,6 +62,14 @@
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
 //!
+//! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
+//! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;
+//! LiteRT's own ADD and CONV_2D kernels clamp only for the RELU family and leave a fused TANH
+//! out. LOCAL_RESPONSE_NORMALIZATION sums the window [c − radius, c + radius] as NNAPI and
+//! LiteRT's optimized kernel do (its reference kernel stops one short). ARG_MAX/ARG_MIN with an
+//! INT64 output, GATHER with run-time INT64 indices and every other INT64 tensor computed at
+//! run time have no NNAPI type.
+//!
 //! Anything else — other builtins, custom operators, a tensor type without an NNAPI operand
 //! type, a fused SIGN_BIT, parameters that must be constant and are not — is an error naming
 //! the node and its operation ([`LowerError::Unsupported`]). Nothing is dropped.

@@ -23,7 +23,8 @@
 //! | fused RELU, RELU_N1_TO_1, RELU6 | the fuse code (a RELU/RELU1/RELU6 operation after CONCATENATION) |
 //! | fused TANH, SIGMOID | TANH / LOGISTIC after the node, through a temporary (float only) |
 //! | CONCATENATION | CONCATENATION |
-//! | RESHAPE, EXPAND_DIMS, SQUEEZE | RESHAPE to the constant/option/output shape |
+//! | RESHAPE | RESHAPE to the constant shape tensor's, else the option's, else the output's shape |
+//! | EXPAND_DIMS, SQUEEZE | RESHAPE to the input's shape with a 1 inserted / the squeezed 1s removed |
 //! | SOFTMAX, LOG_SOFTMAX | SOFTMAX (beta), LOG_SOFTMAX (beta 1, axis -1) |
 //! | LOGISTIC, TANH, RELU, RELU6, RELU_N1_TO_1, HARD_SWISH, ELU | same (RELU_N1_TO_1 → RELU1) |
 //! | ABS, EXP, LOG, SQRT, RSQRT, SIN, NEG, FLOOR | same |
@@ -312,7 +313,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         DIV => basic::arithmetic(b, T::Div),
         CONCATENATION => basic::concatenation(b),
         RESHAPE => basic::reshape(b),
-        EXPAND_DIMS | SQUEEZE => basic::reshape_to_output(b),
+        EXPAND_DIMS => basic::expand_or_squeeze(b, true),
+        SQUEEZE => basic::expand_or_squeeze(b, false),
         SOFTMAX => basic::softmax(b),
         LOG_SOFTMAX => basic::log_softmax(b),
         LOGISTIC => basic::unary(b, T::Logistic),

@@ -12,9 +12,7 @@ type Result<T> = std::result::Result<T, LowerError>;
 
 /// Unary operation with the same input and output: `op(x) -> y`.
 pub(super) fn unary(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     b.op(ty, vec![x], vec![y]);
     Ok(())
 }
@@ -199,9 +197,7 @@ pub(super) fn softmax(b: &mut Builder<'_>) -> Result<()> {
 
 /// LOG_SOFTMAX: input, beta 1, axis -1.
 pub(super) fn log_softmax(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let beta = b.float_like(b.ty(x), 1.0);
     let axis = b.int(-1);
     b.op(OperationType::LogSoftmax, vec![x, beta, axis], vec![y]);
@@ -210,9 +206,7 @@ pub(super) fn log_softmax(b: &mut Builder<'_>) -> Result<()> {
 
 /// ELU: input, alpha 1.
 pub(super) fn elu(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let alpha = b.float_like(b.ty(x), 1.0);
     b.op(OperationType::Elu, vec![x, alpha], vec![y]);
     Ok(())
@@ -259,9 +253,7 @@ pub(super) fn leaky_relu(b: &mut Builder<'_>) -> Result<()> {
 /// QUANTIZE: float → quantized is NNAPI's QUANTIZE; quantized → quantized (requantizing)
 /// is a DEQUANTIZE to float32 then a QUANTIZE.
 pub(super) fn quantize(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     if is_float(b.ty(x)) {
         b.op(OperationType::Quantize, vec![x], vec![y]);
     } else {
@@ -276,9 +268,7 @@ pub(super) fn quantize(b: &mut Builder<'_>) -> Result<()> {
 /// DEQUANTIZE of a tensor computed at run time (constants are folded): NNAPI's DEQUANTIZE,
 /// or a CAST for FLOAT16 → FLOAT32.
 pub(super) fn dequantize(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let ty = if b.ty(x) == OperandType::TensorFloat16 {
         OperationType::Cast
     } else {

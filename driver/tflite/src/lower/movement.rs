@@ -421,9 +421,7 @@ pub(super) fn embedding_lookup(b: &mut Builder<'_>) -> Result<()> {
 
 /// SQUARE: MUL of the input with itself.
 pub(super) fn square(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let none = b.int(0);
     b.op(OperationType::Mul, vec![x, x, none], vec![y]);
     Ok(())
@@ -455,9 +453,7 @@ pub(super) fn add_n(b: &mut Builder<'_>) -> Result<()> {
 
 /// CEIL: −floor(−x) (float).
 pub(super) fn ceil(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     if !is_float(b.ty(x)) {
         return Err(b.err("CEIL of a quantized tensor"));
     }
@@ -471,9 +467,7 @@ pub(super) fn ceil(b: &mut Builder<'_>) -> Result<()> {
 
 /// RELU_0_TO_1: RELU1 (clamp to [-1, 1]) then RELU.
 pub(super) fn relu_0_to_1(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let t = b.temp_same(y);
     b.op(OperationType::Relu1, vec![x], vec![t]);
     b.op(OperationType::Relu, vec![t], vec![y]);

@@ -107,6 +107,11 @@ pub(super) fn reshape(b: &mut Builder<'_>) -> Result<()> {
             _ => reshape_target(b, yt)?,
         },
     };
+    emit_reshape(b, xt, yt, shape)
+}
+
+/// A RESHAPE of tensor `xt` into tensor `yt` with the new shape `shape` (`[]`: `[1]`).
+fn emit_reshape(b: &mut Builder<'_>, xt: usize, yt: usize, shape: Vec<i32>) -> Result<()> {
     let shape = if shape.is_empty() { vec![1] } else { shape };
     let x = b.value(xt)?;
     let y = b.define(yt)?;
@@ -161,12 +166,7 @@ pub(super) fn expand_or_squeeze(b: &mut Builder<'_>, expand: bool) -> Result<()>
     if shape.iter().filter(|&&d| d < 0).count() > 1 {
         shape = reshape_target(b, yt)?;
     }
-    let shape = if shape.is_empty() { vec![1] } else { shape };
-    let x = b.value(xt)?;
-    let y = b.define(yt)?;
-    let s = b.ints(&shape);
-    b.op(OperationType::Reshape, vec![x, s], vec![y]);
-    Ok(())
+    emit_reshape(b, xt, yt, shape)
 }
 
 /// The shape of tensor `t` for computing another from: its signature (-1 where unknown) when

@@ -579,3 +579,32 @@ pub(super) fn reverse(b: &mut Builder<'_>) -> Result<()> {
     let x = b.value(xt)?;
     gathers(b, x, per_axis)
 }
+
+/// FLOOR_DIV (`mod_too` false) and FLOOR_MOD: NNAPI's DIV floors for TENSOR_INT32; a float
+/// quotient gets a FLOOR. FLOOR_MOD is a − floor(a / b) · b.
+pub(super) fn floor_div_mod(b: &mut Builder<'_>, mod_too: bool) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let x = b.value(b.input(0)?)?;
+    let d = b.value(b.input(1)?)?;
+    let y = b.define(b.output(0)?)?;
+    let float = is_float(b.ty(y));
+    if !float && b.ty(y) != OperandType::TensorInt32 {
+        return Err(b.err("a quantized FLOOR_DIV/FLOOR_MOD (NNAPI's DIV has no quantized form)"));
+    }
+    let none = b.int(0);
+    let quotient = if float || mod_too { b.temp_same(y) } else { y };
+    b.op(OperationType::Div, vec![x, d, none], vec![quotient]);
+    let floored = if float {
+        let f = if mod_too { b.temp_same(y) } else { y };
+        b.op(OperationType::Floor, vec![quotient], vec![f]);
+        f
+    } else {
+        quotient
+    };
+    if mod_too {
+        let product = b.temp_same(y);
+        b.op(OperationType::Mul, vec![floored, d, none], vec![product]);
+        b.op(OperationType::Sub, vec![x, product, none], vec![y]);
+    }
+    Ok(())
+}

@@ -1,4 +1,4 @@
-//! GELU, which NNAPI lacks, as element-wise operations (float tensors only).
+//! GELU and COS, which NNAPI lacks, as element-wise operations (float tensors only).
 //!
 //! - approximate: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), exactly TFLite's formula;
 //! - exact: 0.5·x·(1 + erf(x/√2)) = relu(x) − 0.5·|x|·q(|x|/√2), where
@@ -115,5 +115,19 @@ pub(super) fn gelu(b: &mut Builder<'_>) -> Result<()> {
     let tail = e.bin(b, Mul, hax, q, None);
     let rx = e.un(b, Relu, x);
     e.bin(b, Sub, rx, tail, Some(y));
+    Ok(())
+}
+
+/// COS: SIN(x + π/2).
+pub(super) fn cos(b: &mut Builder<'_>) -> Result<()> {
+    let (x, y) = b.unary_io()?;
+    if !is_float(b.ty(x)) {
+        return Err(b.err("a quantized COS"));
+    }
+    let none = b.int(0);
+    let e = Expr { like: y, none };
+    let quarter = e.c(b, std::f32::consts::FRAC_PI_2);
+    let shifted = e.bin(b, OperationType::Add, x, quarter, None);
+    b.op(OperationType::Sin, vec![shifted], vec![y]);
     Ok(())
 }

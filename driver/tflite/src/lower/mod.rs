@@ -58,6 +58,7 @@
 //! | FLOOR_DIV | DIV (INT32: NNAPI's floors), + FLOOR for floats |
 //! | FLOOR_MOD | a − FLOOR_DIV(a, b) · b: DIV, (FLOOR), MUL, SUB |
 //! | RELU_0_TO_1 | RELU1 then RELU |
+//! | COS | SIN(x + π/2) (float) |
 //! | GELU | element-wise operations: the tanh form when approximate, else relu(x) − 0.5·|x|·(1 − erf(|x|/√2)) with erf to 1.5e-7 (float) |
 //! | BATCH_MATMUL | FULLY_CONNECTED with the constant right-hand side (transposed at import unless adj_y; + RESHAPE) |
 //! | MIRROR_PAD | a GATHER of the mirrored indexes per padded axis |
@@ -277,6 +278,7 @@ mod code {
         SQUARED_DIFFERENCE = 99,
         ABS = 101,
         REVERSE_V2 = 105,
+        COS = 108,
         SPLIT_V = 102,
         CEIL = 104,
         ADD_N = 106,
@@ -395,6 +397,7 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         CAST => basic::unary(b, T::Cast),
         BATCH_MATMUL => conv::batch_matmul(b),
         GELU => gelu::gelu(b),
+        COS => gelu::cos(b),
         FLOOR_DIV => movement::floor_div_mod(b, false),
         FLOOR_MOD => movement::floor_div_mod(b, true),
         MIRROR_PAD => movement::mirror_pad(b),

@@ -523,3 +523,14 @@ fn gelu_exact_and_approximate_match_their_formulas() {
     );
     assert_close(&to_f32s(&run(&l, &[f32s(&[1.0])])[0]), &[0.841_192]);
 }
+
+#[test]
+fn cos_is_the_sine_a_quarter_turn_on() {
+    // cos 0 = 1, cos π = -1, cos(π/3) = 0.5.
+    let l = one_node(code::COS, &[&[3]], &[], &[3], Options::None);
+    let pi = std::f32::consts::PI;
+    let out = to_f32s(&run(&l, &[f32s(&[0.0, pi, pi / 3.0])])[0]);
+    for (g, w) in out.iter().zip([1.0f32, -1.0, 0.5]) {
+        assert!((g - w).abs() < 1e-6, "{out:?}");
+    }
+}

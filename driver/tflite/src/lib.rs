@@ -11,3 +11,4 @@
 //! the simulated device and the CLI are not its business (docs/tflite.md).
 
 pub mod graph;
+pub mod lower;

@@ -827,7 +827,15 @@ impl<'a> Context<'a> {
     /// every tensor and every planned node first.
     pub fn graph(self) -> Result<ContextGraph, String> {
         self.check_abi()?;
-        let plan_idx = self.plan()?;
+        let plan = self.plan()?;
+        self.graph_of(&plan)
+    }
+
+    /// The context in the graph form with `plan_idx` as its nodes (a partition's nodes at
+    /// kernel init, when the execution plan is being rewritten); the ABI check runs over
+    /// every tensor and every node named.
+    pub fn graph_of(self, plan_idx: &[usize]) -> Result<ContextGraph, String> {
+        self.check_abi()?;
         let mut tensors = Vec::with_capacity(self.tensor_count());
         let mut unmappable: Vec<Option<String>> = Vec::with_capacity(self.tensor_count());
         for i in 0..self.tensor_count() {
@@ -866,7 +874,7 @@ impl<'a> Context<'a> {
             })
             .collect();
         let mut plan = Vec::with_capacity(plan_idx.len());
-        for &index in &plan_idx {
+        for &index in plan_idx {
             let (node, reg) = self.node(index)?;
             // SAFETY: checked by `node` (sizes and bounds); alive for the callback.
             let inputs = unsafe { int_array(node.inputs, MAX_NODE_TENSORS) }?.to_vec();
@@ -912,7 +920,7 @@ impl<'a> Context<'a> {
             inputs: Vec::new(),
             outputs: Vec::new(),
         };
-        set_boundary(&mut subgraph, &plan_idx);
+        set_boundary(&mut subgraph, plan_idx);
         Ok(ContextGraph { subgraph, plan })
     }
 }

@@ -266,21 +266,20 @@ impl Kernel {
         params: &TfLiteDelegateParams,
         state: &State,
     ) -> Result<Self, String> {
-        let mut graph = context.graph()?;
         // SAFETY: the interpreter's arrays for this partition, alive during init.
         let nodes = unsafe { indexes(params.nodes_to_replace, "nodes_to_replace") }?;
         // SAFETY: as above.
         let ins = unsafe { indexes(params.input_tensors, "input_tensors") }?;
         // SAFETY: as above.
         let outs = unsafe { indexes(params.output_tensors, "output_tensors") }?;
-        // The context names no graph outputs: TFLite's partition outputs say which tensors
-        // the rest of the graph (or the caller) reads.
-        for &t in &outs {
-            let t = i32::try_from(t).map_err(|_| format!("output tensor {t}"))?;
-            if !graph.subgraph.outputs.contains(&t) {
-                graph.subgraph.outputs.push(t);
-            }
-        }
+        // The execution plan is being rewritten during init: the graph is the partition's
+        // nodes, and its outputs are TFLite's partition outputs (the tensors the rest of the
+        // graph or the caller reads; the context names no graph outputs).
+        let mut graph = context.graph_of(&nodes)?;
+        graph.subgraph.outputs = outs
+            .iter()
+            .map(|&t| i32::try_from(t).map_err(|_| format!("output tensor {t}")))
+            .collect::<Result<_, _>>()?;
         let lowered = lower::lower_nodes(&graph.subgraph, &nodes).map_err(|e| e.to_string())?;
         if !lowered.state.is_empty() {
             return Err("the partition holds resource variables".to_string());

@@ -973,6 +973,292 @@ mod tests {
     use super::*;
     use nnaccel_tflite::graph::builtin_name;
 
+    /// A fake interpreter: its data behind `impl_`, its functions reading it.
+    struct Fake {
+        tensors: Vec<abi::TfLiteTensor>,
+        plan: Vec<c_int>,
+        nodes: Vec<TfLiteNode>,
+        regs: Vec<TfLiteRegistration>,
+        ctx: TfLiteContext,
+    }
+
+    /// # Safety
+    /// `ctx` is a `Fake`'s context.
+    unsafe fn fake<'a>(ctx: *mut TfLiteContext) -> &'a mut Fake {
+        // SAFETY: `ctx` is a Fake's live context.
+        let fake = unsafe { (*ctx).impl_ }.cast::<Fake>();
+        // SAFETY: the test set `impl_` to its Fake, alive for the test.
+        unsafe { &mut *fake }
+    }
+
+    unsafe extern "C" fn get_plan(
+        ctx: *mut TfLiteContext,
+        out: *mut *mut TfLiteIntArray,
+    ) -> abi::TfLiteStatus {
+        // SAFETY: called with the Fake's context.
+        let f = unsafe { fake(ctx) };
+        // SAFETY: the caller's out pointer.
+        unsafe { *out = f.plan.as_mut_ptr().cast() };
+        abi::K_TF_LITE_OK
+    }
+
+    unsafe extern "C" fn get_node(
+        ctx: *mut TfLiteContext,
+        i: c_int,
+        node: *mut *mut TfLiteNode,
+        reg: *mut *mut TfLiteRegistration,
+    ) -> abi::TfLiteStatus {
+        // SAFETY: called with the Fake's context.
+        let f = unsafe { fake(ctx) };
+        let i = usize::try_from(i).unwrap_or(usize::MAX);
+        if i >= f.nodes.len() {
+            return abi::K_TF_LITE_ERROR;
+        }
+        // SAFETY: the caller's out pointers.
+        unsafe { *node = &raw mut f.nodes[i] };
+        // SAFETY: as above.
+        unsafe { *reg = &raw mut f.regs[i] };
+        abi::K_TF_LITE_OK
+    }
+
+    unsafe extern "C" fn replace(
+        _: *mut TfLiteContext,
+        _: TfLiteRegistration,
+        _: *const TfLiteIntArray,
+        _: *mut abi::TfLiteDelegate,
+    ) -> abi::TfLiteStatus {
+        abi::K_TF_LITE_ERROR
+    }
+
+    unsafe extern "C" fn not_called(_: *mut TfLiteContext, _: *const std::ffi::c_char) {}
+
+    fn int_array_of(v: &[c_int]) -> Vec<c_int> {
+        std::iter::once(v.len() as c_int)
+            .chain(v.iter().copied())
+            .collect()
+    }
+
+    fn tensor(type_: c_int, dims: &mut Vec<c_int>, data: Option<&mut [f32]>) -> abi::TfLiteTensor {
+        let elems: c_int = dims.iter().skip(1).product();
+        let (ptr, alloc) = match data {
+            Some(d) => (d.as_mut_ptr().cast::<c_void>(), abi::alloc::MMAP_RO),
+            None => (std::ptr::null_mut(), 2),
+        };
+        abi::TfLiteTensor {
+            type_,
+            data: ptr,
+            dims: dims.as_mut_ptr().cast(),
+            params: abi::TfLiteQuantizationParams {
+                scale: 0.0,
+                zero_point: 0,
+            },
+            allocation_type: alloc,
+            bytes: 4 * elems as usize,
+            allocation: std::ptr::null(),
+            name: c"t".as_ptr(),
+            delegate: std::ptr::null_mut(),
+            buffer_handle: -1,
+            data_is_stale: false,
+            is_variable: false,
+            quantization: abi::TfLiteQuantization {
+                type_: 0,
+                params: std::ptr::null_mut(),
+            },
+            sparsity: std::ptr::null_mut(),
+            dims_signature: std::ptr::null(),
+        }
+    }
+
+    /// t0 [1,4] input + t1 [1,4] constant -> ADD (fused RELU) -> t2 [1,4].
+    struct World {
+        dims: Vec<Vec<c_int>>,
+        weights: Vec<f32>,
+        inputs: Vec<c_int>,
+        outputs: Vec<c_int>,
+        add: c_int,
+    }
+
+    impl World {
+        fn new() -> Self {
+            Self {
+                dims: vec![int_array_of(&[1, 4]); 3],
+                weights: vec![1.0, 2.0, 3.0, 4.0],
+                inputs: int_array_of(&[0, 1]),
+                outputs: int_array_of(&[2]),
+                add: 1, // kTfLiteActRelu
+            }
+        }
+
+        fn fake(&mut self) -> Box<Fake> {
+            let [d0, d1, d2] = &mut self.dims[..] else {
+                unreachable!()
+            };
+            let tensors = vec![
+                tensor(abi::tftype::FLOAT32, d0, None),
+                tensor(abi::tftype::FLOAT32, d1, Some(&mut self.weights)),
+                tensor(abi::tftype::FLOAT32, d2, None),
+            ];
+            let node = TfLiteNode {
+                inputs: self.inputs.as_mut_ptr().cast(),
+                outputs: self.outputs.as_mut_ptr().cast(),
+                intermediates: std::ptr::null_mut(),
+                temporaries: std::ptr::null_mut(),
+                user_data: std::ptr::null_mut(),
+                builtin_data: (&raw mut self.add).cast(),
+                custom_initial_data: std::ptr::null(),
+                custom_initial_data_size: 0,
+                delegate: std::ptr::null_mut(),
+                might_have_side_effect: false,
+            };
+            let mut reg = TfLiteRegistration::delegate_kernel(
+                dummy_init,
+                dummy_free,
+                dummy_node,
+                dummy_node,
+                std::ptr::null(),
+            );
+            reg.builtin_code = code::ADD;
+            // SAFETY: a function pointer cast to the variadic ReportError type; the tests never
+            // call it (only its presence is checked).
+            let report = unsafe {
+                std::mem::transmute::<
+                    unsafe extern "C" fn(*mut TfLiteContext, *const std::ffi::c_char),
+                    abi::ReportErrorFn,
+                >(not_called)
+            };
+            let mut f = Box::new(Fake {
+                tensors,
+                plan: int_array_of(&[0]),
+                nodes: vec![node],
+                regs: vec![reg],
+                ctx: TfLiteContext {
+                    tensors_size: 3,
+                    GetExecutionPlan: Some(get_plan),
+                    tensors: std::ptr::null_mut(),
+                    impl_: std::ptr::null_mut(),
+                    ResizeTensor: std::ptr::null_mut(),
+                    ReportError: Some(report),
+                    AddTensors: std::ptr::null_mut(),
+                    GetNodeAndRegistration: Some(get_node),
+                    ReplaceNodeSubsetsWithDelegateKernels: Some(replace),
+                    recommended_num_threads: 1,
+                    GetExternalContext: std::ptr::null_mut(),
+                    SetExternalContext: std::ptr::null_mut(),
+                    allow_fp32_relax_to_fp16: false,
+                    profiler: std::ptr::null_mut(),
+                    AllocatePersistentBuffer: std::ptr::null_mut(),
+                    AllocateBufferForEval: std::ptr::null_mut(),
+                    RequestScratchBufferInArena: std::ptr::null_mut(),
+                    GetScratchBuffer: std::ptr::null_mut(),
+                    ResizeTensorExplicit: std::ptr::null_mut(),
+                    PreviewDelegatePartitioning: std::ptr::null_mut(),
+                    GetTensor: std::ptr::null_mut(),
+                    GetEvalTensor: std::ptr::null_mut(),
+                    GetModelMetadata: std::ptr::null_mut(),
+                    AcquireSubgraphContext: std::ptr::null_mut(),
+                    ReleaseSubgraphContext: std::ptr::null_mut(),
+                },
+            });
+            f.ctx.tensors = f.tensors.as_mut_ptr();
+            f.ctx.impl_ = (&raw mut *f).cast();
+            f
+        }
+    }
+
+    unsafe extern "C" fn dummy_init(
+        _: *mut TfLiteContext,
+        _: *const std::ffi::c_char,
+        _: usize,
+    ) -> *mut c_void {
+        std::ptr::null_mut()
+    }
+    unsafe extern "C" fn dummy_free(_: *mut TfLiteContext, _: *mut c_void) {}
+    unsafe extern "C" fn dummy_node(
+        _: *mut TfLiteContext,
+        _: *mut TfLiteNode,
+    ) -> abi::TfLiteStatus {
+        abi::K_TF_LITE_OK
+    }
+
+    fn graph_of(f: &mut Fake) -> Result<ContextGraph, String> {
+        // SAFETY: the Fake's context, alive for the call.
+        let c = unsafe { Context::new(&raw mut f.ctx) }?;
+        c.graph()
+    }
+
+    #[test]
+    fn a_context_reads_into_the_graph_form_with_constants_options_and_boundary() {
+        let mut w = World::new();
+        let mut f = w.fake();
+        let g = graph_of(&mut f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(g.plan.len(), 1);
+        assert!(g.plan[0].unreadable.is_none());
+        let sg = &g.subgraph;
+        assert_eq!(sg.tensors.len(), 3);
+        assert_eq!(sg.tensors[0].shape, vec![1, 4]);
+        assert_eq!(sg.tensors[0].data, None);
+        // 1.0, 2.0, 3.0, 4.0 as little-endian f32: by hand.
+        let bytes: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(sg.tensors[1].data.as_deref(), Some(&bytes[..]));
+        assert_eq!(sg.nodes[0].builtin_code, code::ADD);
+        assert_eq!(sg.nodes[0].inputs, vec![0, 1]);
+        assert_eq!(sg.nodes[0].options, Options::Activation(Activation::Relu));
+        assert_eq!(sg.inputs, vec![0]);
+        assert_eq!(sg.outputs, vec![2]);
+    }
+
+    #[test]
+    fn a_tensor_type_beyond_the_named_version_fails_the_abi_check() {
+        let mut w = World::new();
+        let mut f = w.fake();
+        f.tensors[2].type_ = 77;
+        let e = graph_of(&mut f).err().unwrap_or_default();
+        assert!(e.contains("tensor 2: type 77"), "{e}");
+    }
+
+    #[test]
+    fn a_node_naming_a_tensor_out_of_range_fails_the_abi_check() {
+        let mut w = World::new();
+        w.outputs = int_array_of(&[9]);
+        let mut f = w.fake();
+        let e = graph_of(&mut f).err().unwrap_or_default();
+        assert!(e.contains("node 0 outputs name tensor 9 of 3"), "{e}");
+    }
+
+    #[test]
+    fn a_constant_whose_bytes_disagree_with_its_shape_fails_the_abi_check() {
+        let mut w = World::new();
+        let mut f = w.fake();
+        f.tensors[1].bytes = 12;
+        let e = graph_of(&mut f).err().unwrap_or_default();
+        assert!(e.contains("12 bytes for shape [1, 4] of FLOAT32"), "{e}");
+    }
+
+    #[test]
+    fn a_context_without_replace_node_subsets_fails_the_abi_check() {
+        let mut w = World::new();
+        let mut f = w.fake();
+        f.ctx.ReplaceNodeSubsetsWithDelegateKernels = None;
+        let e = graph_of(&mut f).err().unwrap_or_default();
+        assert!(
+            e.contains("ReplaceNodeSubsetsWithDelegateKernels is NULL"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_activation_leaves_the_node_unreadable_not_the_graph() {
+        let mut w = World::new();
+        w.add = 42;
+        let mut f = w.fake();
+        let g = graph_of(&mut f).unwrap_or_else(|e| panic!("{e}"));
+        let why = g.plan[0].unreadable.clone().unwrap_or_default();
+        assert!(why.contains("fused activation 42"), "{why}");
+    }
+
     #[test]
     fn builtin_codes_name_the_schema_operators() {
         for (c, name) in [

@@ -699,5 +699,30 @@ mod tests {
         assert_eq!(offset_of!(TfLiteSqueezeParams, num_squeeze_dims), 32);
         assert_eq!(offset_of!(TfLiteStridedSliceParams, offset), 20);
         assert_eq!(offset_of!(TfLiteLocalResponseNormParams, beta), 12);
+        // The window prefix (padding, stride_width, stride_height) context.rs reads once.
+        for (pad, sw, sh) in [
+            (
+                offset_of!(TfLiteConvParams, padding),
+                offset_of!(TfLiteConvParams, stride_width),
+                offset_of!(TfLiteConvParams, stride_height),
+            ),
+            (
+                offset_of!(TfLiteDepthwiseConvParams, padding),
+                offset_of!(TfLiteDepthwiseConvParams, stride_width),
+                offset_of!(TfLiteDepthwiseConvParams, stride_height),
+            ),
+            (
+                offset_of!(TfLiteTransposeConvParams, padding),
+                offset_of!(TfLiteTransposeConvParams, stride_width),
+                offset_of!(TfLiteTransposeConvParams, stride_height),
+            ),
+            (
+                offset_of!(TfLitePoolParams, padding),
+                offset_of!(TfLitePoolParams, stride_width),
+                offset_of!(TfLitePoolParams, stride_height),
+            ),
+        ] {
+            assert_eq!((pad, sw, sh), (0, 4, 8));
+        }
     }
 }

@@ -228,6 +228,19 @@ impl Raw {
     }
 }
 
+/// Padding, stride along width and along height: the common prefix of `TfLiteConvParams`,
+/// `TfLiteDepthwiseConvParams`, `TfLiteTransposeConvParams` and `TfLitePoolParams` (the abi
+/// tests pin the three offsets equal in all four).
+fn window(p: &Raw) -> Result<(Padding, i32, i32), String> {
+    use abi::TfLiteConvParams as C;
+    use std::mem::offset_of;
+    Ok((
+        padding(p.int(offset_of!(C, padding)))?,
+        p.int(offset_of!(C, stride_width)),
+        p.int(offset_of!(C, stride_height)),
+    ))
+}
+
 /// The size of the parameter struct the delegate reads for builtin `builtin`, or None when
 /// it reads none.
 fn param_size(builtin: i32) -> Option<usize> {
@@ -304,10 +317,11 @@ pub unsafe fn options(builtin: i32, data: *const c_void) -> Result<Options, Stri
     Ok(match builtin {
         c::CONV_2D => {
             let p = p()?;
+            let (padding, stride_w, stride_h) = window(p)?;
             Options::Conv2d {
-                padding: padding(p.int(offset_of!(TfLiteConvParams, padding)))?,
-                stride_w: p.int(offset_of!(TfLiteConvParams, stride_width)),
-                stride_h: p.int(offset_of!(TfLiteConvParams, stride_height)),
+                padding,
+                stride_w,
+                stride_h,
                 dilation_w: p.int(offset_of!(TfLiteConvParams, dilation_width_factor)),
                 dilation_h: p.int(offset_of!(TfLiteConvParams, dilation_height_factor)),
                 activation: activation(p.int(offset_of!(TfLiteConvParams, activation)))?,
@@ -316,10 +330,11 @@ pub unsafe fn options(builtin: i32, data: *const c_void) -> Result<Options, Stri
         c::DEPTHWISE_CONV_2D => {
             let p = p()?;
             type D = TfLiteDepthwiseConvParams;
+            let (padding, stride_w, stride_h) = window(p)?;
             Options::DepthwiseConv2d {
-                padding: padding(p.int(offset_of!(D, padding)))?,
-                stride_w: p.int(offset_of!(D, stride_width)),
-                stride_h: p.int(offset_of!(D, stride_height)),
+                padding,
+                stride_w,
+                stride_h,
                 depth_multiplier: p.int(offset_of!(D, depth_multiplier)),
                 dilation_w: p.int(offset_of!(D, dilation_width_factor)),
                 dilation_h: p.int(offset_of!(D, dilation_height_factor)),
@@ -329,20 +344,22 @@ pub unsafe fn options(builtin: i32, data: *const c_void) -> Result<Options, Stri
         c::TRANSPOSE_CONV => {
             let p = p()?;
             type T = TfLiteTransposeConvParams;
+            let (padding, stride_w, stride_h) = window(p)?;
             Options::TransposeConv {
-                padding: padding(p.int(offset_of!(T, padding)))?,
-                stride_w: p.int(offset_of!(T, stride_width)),
-                stride_h: p.int(offset_of!(T, stride_height)),
+                padding,
+                stride_w,
+                stride_h,
                 activation: activation(p.int(offset_of!(T, activation)))?,
             }
         }
         c::AVERAGE_POOL_2D | c::MAX_POOL_2D | c::L2_POOL_2D => {
             let p = p()?;
             type P = TfLitePoolParams;
+            let (padding, stride_w, stride_h) = window(p)?;
             Options::Pool2d {
-                padding: padding(p.int(offset_of!(P, padding)))?,
-                stride_w: p.int(offset_of!(P, stride_width)),
-                stride_h: p.int(offset_of!(P, stride_height)),
+                padding,
+                stride_w,
+                stride_h,
                 filter_w: p.int(offset_of!(P, filter_width)),
                 filter_h: p.int(offset_of!(P, filter_height)),
                 activation: activation(p.int(offset_of!(P, activation)))?,

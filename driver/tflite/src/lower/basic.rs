@@ -32,8 +32,7 @@ pub(super) fn arithmetic(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
     let y = b.define(b.output(0)?)?;
     let fused = b.fuse(y, act)?;
     let code = b.int(fused.code);
-    b.op(ty, vec![a, c, code], vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(ty, vec![a, c, code], &fused);
     Ok(())
 }
 
@@ -84,8 +83,7 @@ pub(super) fn concatenation(b: &mut Builder<'_>) -> Result<()> {
     let y = b.define(yt)?;
     let fused = b.separate(y, activation)?;
     args.push(b.int(axis));
-    b.op(OperationType::Concatenation, args, vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(OperationType::Concatenation, args, &fused);
     Ok(())
 }
 

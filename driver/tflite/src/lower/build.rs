@@ -2,19 +2,21 @@
 //! (small ones copied into `operand_values`, the rest in one memfd pool), operations tagged
 //! with the TFLite node they come from, and the constant folding of DEQUANTIZE and DENSIFY.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::AsFd;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use nnaccel_hal::{
     DataLocation, Memory, MemoryKind, Model, Operand, OperandLifetime, OperandType, Operation,
-    OperationType, SymmPerChannelQuantParams,
+    OperationType, Subgraph as HalSubgraph, SymmPerChannelQuantParams,
 };
 
 use super::LowerError;
 use super::code::{DENSIFY, DEQUANTIZE};
-use crate::graph::{Activation, ElementType, Node, Subgraph, Tensor, builtin_name};
+use crate::graph::{Activation, ElementType, Graph, Node, Subgraph, Tensor, builtin_name};
 
 type Result<T> = std::result::Result<T, LowerError>;
 
@@ -58,6 +60,19 @@ pub(super) struct Builder<'g> {
     consts: Vec<(u32, Vec<u8>)>,
     /// TFLite tensor → the node that writes it.
     producers: HashMap<usize, usize>,
+    /// The referenced subgraphs of the model being lowered (IF and WHILE), shared by the
+    /// builders of the main and the referenced subgraphs; None for a delegate partition.
+    pub refs: Option<Rc<RefCell<Refs<'g>>>>,
+}
+
+/// The referenced subgraphs lowered so far.
+pub(super) struct Refs<'g> {
+    /// The whole graph.
+    pub graph: &'g Graph,
+    /// TFLite subgraph index → referenced subgraph index.
+    pub index: HashMap<usize, u32>,
+    /// The referenced subgraphs by index; None while one is being lowered.
+    pub parts: Vec<Option<Part>>,
 }
 
 impl<'g> Builder<'g> {
@@ -79,6 +94,7 @@ impl<'g> Builder<'g> {
             values: HashMap::new(),
             consts: Vec::new(),
             producers,
+            refs: None,
         }
     }
 
@@ -183,6 +199,11 @@ impl<'g> Builder<'g> {
         }
         let src = usize::try_from(*n.inputs.first()?).ok()?;
         self.is_constant_at(src, 1).then_some(p)
+    }
+
+    /// The node that writes tensor `t`, if any.
+    pub fn producer(&self, t: usize) -> Option<usize> {
+        self.producers.get(&t).copied()
     }
 
     /// Whether node `n` is folded at import (all its outputs are constants it computes).
@@ -493,8 +514,14 @@ impl<'g> Builder<'g> {
         })
     }
 
+    /// Adds operation `ty` writing the target of `f`, then `f`'s separate activation.
+    pub fn op_fused(&mut self, ty: OperationType, inputs: Vec<u32>, f: &Fused) {
+        self.op(ty, inputs, vec![f.target]);
+        self.finish_fused(f);
+    }
+
     /// Adds the separate activation operation of `f`, if any.
-    pub fn finish_fused(&mut self, f: &Fused) {
+    fn finish_fused(&mut self, f: &Fused) {
         if let Some((op, dest)) = f.after {
             self.op(op, vec![f.target], vec![dest]);
         }
@@ -509,73 +536,98 @@ impl<'g> Builder<'g> {
 
     // ---- the result --------------------------------------------------------------------------
 
-    /// The model: inputs and outputs marked, constants placed (in a memfd pool when `pool`;
-    /// without it, large constants stay unplaced, for checks that never prepare the model).
-    pub fn finish(mut self, inputs: &[u32], outputs: &[u32], pool: bool) -> Result<Model> {
+    /// The lowered (sub)graph with its inputs and outputs marked; constants not yet placed.
+    pub fn into_part(mut self, inputs: &[u32], outputs: &[u32]) -> Part {
         for &i in inputs {
             self.operands[i as usize].lifetime = OperandLifetime::SubgraphInput;
         }
         for &o in outputs {
             self.operands[o as usize].lifetime = OperandLifetime::SubgraphOutput;
         }
-        let mut model = Model {
-            input_indexes: inputs.to_vec(),
-            output_indexes: outputs.to_vec(),
-            ..Model::default()
-        };
-        let consts = std::mem::take(&mut self.consts);
-        let mut big = Vec::new();
-        for (o, bytes) in consts {
-            if bytes.len() <= MAX_COPY_BYTES {
-                let offset = model.operand_values.len().next_multiple_of(COPY_ALIGN);
-                model.operand_values.resize(offset, 0);
-                model.operand_values.extend_from_slice(&bytes);
-                self.operands[o as usize].location = location(offset, bytes.len())?;
-            } else {
-                big.push((o, bytes));
-            }
+        Part {
+            graph: HalSubgraph {
+                operands: self.operands,
+                operations: self.operations,
+                input_indexes: inputs.to_vec(),
+                output_indexes: outputs.to_vec(),
+            },
+            consts: self.consts,
         }
-        let end = model.operand_values.len().next_multiple_of(COPY_ALIGN);
-        model.operand_values.resize(end, 0);
-        if !big.is_empty() && pool {
-            let mut offsets = Vec::with_capacity(big.len());
-            let mut end = 0usize;
-            for (_, b) in &big {
-                let offset = end.next_multiple_of(POOL_ALIGN);
-                offsets.push(offset);
-                end = offset + b.len();
-            }
-            let size = end.max(1).next_multiple_of(POOL_ALIGN);
-            let pool_err = |source| LowerError::Pool {
-                size: size as u64,
-                source,
-            };
-            const NAME: &CStr = c"nnaccel-tflite-constants";
-            let fd = nnaccel_uapi::sys::memfd_create(NAME, size as u64).map_err(pool_err)?;
-            {
-                let map = nnaccel_uapi::sys::Mapping::map_shared(fd.as_fd(), 0, size, true)
-                    .map_err(pool_err)?;
-                for ((o, b), &offset) in big.iter().zip(&offsets) {
-                    map.write_at(offset, b).map_err(pool_err)?;
-                    let op = &mut self.operands[*o as usize];
-                    op.lifetime = OperandLifetime::ConstantReference;
-                    op.location = location(offset, b.len())?;
-                }
-            }
-            model.pools.push(Memory {
-                kind: MemoryKind::Ashmem,
-                fd: Arc::new(fd),
-                size: size as u64,
-            });
-        } else {
-            for (o, _) in &big {
-                self.operands[*o as usize].lifetime = OperandLifetime::ConstantReference;
-            }
-        }
-        model.operands = self.operands;
-        model.operations = self.operations;
-        Ok(model)
     }
+}
+
+/// One lowered (sub)graph and its constants' bytes, before they are placed.
+pub(super) struct Part {
+    pub graph: HalSubgraph,
+    consts: Vec<(u32, Vec<u8>)>,
+}
+
+/// The model of the main part and the referenced ones, every constant placed: up to 128
+/// bytes copied into `operand_values`, larger ones in one memfd pool (when `pool`; without
+/// it they stay unplaced, for checks that never prepare the model).
+pub(super) fn assemble(main: Part, referenced: Vec<Part>, pool: bool) -> Result<Model> {
+    let mut parts: Vec<Part> = Vec::with_capacity(referenced.len() + 1);
+    parts.push(main);
+    parts.extend(referenced);
+    let mut operand_values = Vec::new();
+    let mut big = Vec::new();
+    for (k, part) in parts.iter_mut().enumerate() {
+        for (o, bytes) in std::mem::take(&mut part.consts) {
+            if bytes.len() <= MAX_COPY_BYTES {
+                let offset = operand_values.len().next_multiple_of(COPY_ALIGN);
+                operand_values.resize(offset, 0);
+                operand_values.extend_from_slice(&bytes);
+                part.graph.operands[o as usize].location = location(offset, bytes.len())?;
+            } else {
+                part.graph.operands[o as usize].lifetime = OperandLifetime::ConstantReference;
+                big.push((k, o, bytes));
+            }
+        }
+    }
+    let end = operand_values.len().next_multiple_of(COPY_ALIGN);
+    operand_values.resize(end, 0);
+    let mut pools = Vec::new();
+    if !big.is_empty() && pool {
+        let mut offsets = Vec::with_capacity(big.len());
+        let mut end = 0usize;
+        for (_, _, b) in &big {
+            let offset = end.next_multiple_of(POOL_ALIGN);
+            offsets.push(offset);
+            end = offset + b.len();
+        }
+        let size = end.max(1).next_multiple_of(POOL_ALIGN);
+        let pool_err = |source| LowerError::Pool {
+            size: size as u64,
+            source,
+        };
+        const NAME: &CStr = c"nnaccel-tflite-constants";
+        let fd = nnaccel_uapi::sys::memfd_create(NAME, size as u64).map_err(pool_err)?;
+        {
+            let map = nnaccel_uapi::sys::Mapping::map_shared(fd.as_fd(), 0, size, true)
+                .map_err(pool_err)?;
+            for ((k, o, b), &offset) in big.iter().zip(&offsets) {
+                map.write_at(offset, b).map_err(pool_err)?;
+                parts[*k].graph.operands[*o as usize].location = location(offset, b.len())?;
+            }
+        }
+        pools.push(Memory {
+            kind: MemoryKind::Ashmem,
+            fd: Arc::new(fd),
+            size: size as u64,
+        });
+    }
+    let mut parts = parts.into_iter();
+    let main = parts.next().map(|p| p.graph).unwrap_or_default();
+    Ok(Model {
+        operands: main.operands,
+        operations: main.operations,
+        input_indexes: main.input_indexes,
+        output_indexes: main.output_indexes,
+        referenced: parts.map(|p| p.graph).collect(),
+        operand_values,
+        pools,
+        relax_computation_float32_to_float16: false,
+    })
 }
 
 fn location(offset: usize, len: usize) -> Result<DataLocation> {

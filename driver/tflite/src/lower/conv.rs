@@ -16,6 +16,9 @@ fn padding_code(p: Padding) -> i32 {
     }
 }
 
+/// The most output channels a node may have when its bias is made here.
+const MAX_CHANNELS: u32 = 1 << 24;
+
 /// The bias operand: TFLite's (its scale set to input scale × filter scale for quantized
 /// models, 0 with a per-channel filter, as NNAPI wants), or zeros of the right type when the
 /// node has none.
@@ -28,23 +31,33 @@ fn bias(b: &mut Builder<'_>, k: usize, input: u32, filter: u32, channels: u32) -
         b.operands[input as usize].scale * b.operands[filter as usize].scale
     };
     match b.opt_input(k)? {
-        Some(t) => {
-            let o = b.value(t)?;
-            if b.ty(o) == OperandType::TensorInt32 {
-                if super::build::is_float(in_ty) {
-                    return Err(b.err("an INT32 bias for a float convolution"));
-                }
-                if b.operands[o as usize].scale != quant_scale {
-                    // NNAPI checks the bias scale exactly; give this node its own copy.
-                    let mut operand = b.operands[o as usize].clone();
-                    operand.scale = quant_scale;
-                    let bytes = b.const_bytes(t)?;
-                    return Ok(b.constant(operand, bytes));
-                }
+        Some(t) if b.tensor(t)?.element_type == crate::graph::ElementType::Int32 => {
+            if super::build::is_float(in_ty) {
+                return Err(b.err("an INT32 bias for a float convolution"));
             }
-            Ok(o)
+            // NNAPI checks the bias scale exactly: this node gets its own operand at the
+            // scale it wants (TFLite stores the same product, rounded its own way).
+            let mut operand = b.describe(t)?;
+            operand.scale = quant_scale;
+            if !b.is_constant(t) {
+                return Err(b.err("a quantized bias computed at run time"));
+            }
+            let bytes = b.const_bytes(t)?;
+            if super::build::byte_len(&operand) != Some(bytes.len()) {
+                return Err(b.err(format!(
+                    "bias tensor {t}: {} bytes for shape {:?}",
+                    bytes.len(),
+                    operand.dimensions
+                )));
+            }
+            Ok(b.constant(operand, bytes))
         }
+        Some(t) => b.value(t),
         None => {
+            // The zero bias is allocated here: bound it by what a filter could hold.
+            if channels > MAX_CHANNELS {
+                return Err(b.err(format!("{channels} output channels")));
+            }
             let dims = vec![channels];
             Ok(match in_ty {
                 OperandType::TensorFloat32 => b.constant(
@@ -178,8 +191,7 @@ pub(super) fn conv(b: &mut Builder<'_>, depthwise: bool) -> Result<()> {
     } else {
         OperationType::Conv2d
     };
-    b.op(ty, args, vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(ty, args, &fused);
     Ok(())
 }
 
@@ -212,8 +224,7 @@ pub(super) fn transpose_conv(b: &mut Builder<'_>) -> Result<()> {
         args.push(b.int(v));
     }
     args.push(b.boolean(false));
-    b.op(OperationType::TransposeConv2d, args, vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(OperationType::TransposeConv2d, args, &fused);
     Ok(())
 }
 
@@ -245,8 +256,7 @@ pub(super) fn pool(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
     ] {
         args.push(b.int(v));
     }
-    b.op(ty, args, vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(ty, args, &fused);
     Ok(())
 }
 
@@ -271,6 +281,18 @@ pub(super) fn fully_connected(b: &mut Builder<'_>) -> Result<()> {
     let w = weights(b, x, wt)?;
     let units = dim(b, wt, 0)?;
     let bias = bias(b, 2, x, w, units)?;
+    emit_fully_connected(b, [x, w, bias], units, yt, activation)
+}
+
+/// A FULLY_CONNECTED of `x`, `w`, `bias` into output tensor `yt` ([batch, units] for NNAPI;
+/// a RESHAPE after when `yt` has another rank).
+fn emit_fully_connected(
+    b: &mut Builder<'_>,
+    [x, w, bias]: [u32; 3],
+    units: u32,
+    yt: usize,
+    activation: crate::graph::Activation,
+) -> Result<()> {
     let y = b.define(yt)?;
     let out_dims = b.dims(y).to_vec();
     let direct = out_dims.len() == 2;
@@ -290,18 +312,80 @@ pub(super) fn fully_connected(b: &mut Builder<'_>) -> Result<()> {
     };
     let fused = b.fuse(dest, activation)?;
     let code = b.int(fused.code);
-    b.op(
+    b.op_fused(
         OperationType::FullyConnected,
         vec![x, w, bias, code],
-        vec![fused.target],
+        &fused,
     );
-    b.finish_fused(&fused);
     if !direct {
         let shape = reshape_target(b, yt)?;
         let shape = b.ints(&shape);
         b.op(OperationType::Reshape, vec![dest, shape], vec![y]);
     }
     Ok(())
+}
+
+/// BATCH_MATMUL with a constant right-hand side (NNAPI has no batched matrix product; a
+/// constant one is FULLY_CONNECTED's weights): the right-hand side transposed to [N, K] at
+/// import (unless adj_y), the left flattened by FULLY_CONNECTED, a RESHAPE after.
+pub(super) fn batch_matmul(b: &mut Builder<'_>) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let Options::BatchMatMul { adj_x, adj_y } = b.cur()?.options else {
+        return Err(b.err("no BATCH_MATMUL options"));
+    };
+    if adj_x {
+        return Err(b.err("adj_x (a transposed left-hand side)"));
+    }
+    let (xt, wt, yt) = (b.input(0)?, b.input(1)?, b.output(0)?);
+    if !b.is_constant(wt) {
+        return Err(b.err(
+            "a right-hand side computed at run time (only a constant one maps, onto \
+             FULLY_CONNECTED)",
+        ));
+    }
+    let tensor = b.tensor(wt)?;
+    let shape = &tensor.shape;
+    let lead = shape.len().saturating_sub(2);
+    if shape.len() < 2 || shape[..lead].iter().any(|&d| d != 1) {
+        return Err(b.err(format!(
+            "right-hand side of shape {shape:?} (only one matrix maps)"
+        )));
+    }
+    let (r, c) = (dim(b, wt, lead)?, dim(b, wt, lead + 1)?);
+    let (k, n) = if adj_y { (c, r) } else { (r, c) };
+    let x = b.value(xt)?;
+    let mut operand = b.describe(wt)?;
+    if operand.extra_params.is_some() {
+        return Err(b.err("a per-channel quantized right-hand side"));
+    }
+    let mut bytes = b.const_bytes(wt)?;
+    if super::build::is_float(b.ty(x)) && !super::build::is_float(operand.operand_type) {
+        bytes = super::fold::dequantize(tensor, &bytes).map_err(|why| b.err(why))?;
+        operand = plain(OperandType::TensorFloat32, Vec::new());
+    }
+    let size = operand.operand_type.element_size();
+    let want = (k as usize)
+        .checked_mul(n as usize)
+        .and_then(|e| e.checked_mul(size));
+    if want != Some(bytes.len()) {
+        return Err(b.err(format!("{} bytes for a {r}x{c} matrix", bytes.len())));
+    }
+    if !adj_y {
+        // [K, N] → [N, K].
+        let mut t = vec![0u8; bytes.len()];
+        for i in 0..k as usize {
+            for j in 0..n as usize {
+                let from = (i * n as usize + j) * size;
+                let to = (j * k as usize + i) * size;
+                t[to..to + size].copy_from_slice(&bytes[from..from + size]);
+            }
+        }
+        bytes = t;
+    }
+    operand.dimensions = vec![n, k];
+    let w = b.constant(operand, bytes);
+    let bias = bias(b, usize::MAX, x, w, n)?;
+    emit_fully_connected(b, [x, w, bias], n, yt, crate::graph::Activation::None)
 }
 
 /// The shape to RESHAPE into for tensor `t`: its signature (one -1 at most) or stored shape.

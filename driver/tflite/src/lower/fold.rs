@@ -75,7 +75,7 @@ fn affine(from: &Tensor, q: impl ExactSizeIterator<Item = i32>) -> Result<Vec<f3
                 .or(quant.zero_points.first())
                 .copied()
                 .unwrap_or(0);
-            ((i64::from(v) - zp) as f32) * scale
+            (i64::from(v).saturating_sub(zp) as f32) * scale
         })
         .collect())
 }

@@ -55,6 +55,11 @@
 //! | ADD_N | a chain of ADDs |
 //! | CEIL | NEG, FLOOR, NEG (float) |
 //! | RELU_0_TO_1 | RELU1 then RELU |
+//! | BATCH_MATMUL | FULLY_CONNECTED with the constant right-hand side (transposed at import unless adj_y; + RESHAPE) |
+//! | MIRROR_PAD | a GATHER of the mirrored indexes per padded axis |
+//! | REVERSE_V2 | a GATHER of the reversed indexes per axis |
+//! | HASHTABLE_LOOKUP | HASHTABLE_LOOKUP |
+//! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
 //!
 //! Anything else — other builtins, custom operators, a tensor type without an NNAPI operand
@@ -63,6 +68,7 @@
 
 mod basic;
 mod build;
+mod control;
 mod conv;
 mod fold;
 mod movement;
@@ -70,8 +76,12 @@ mod state;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ops;
 
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::rc::Rc;
 
 use nnaccel_hal::{Model, OperationType};
 
@@ -181,6 +191,7 @@ mod code {
         EMBEDDING_LOOKUP = 7,
         FLOOR = 8,
         FULLY_CONNECTED = 9,
+        HASHTABLE_LOOKUP = 10,
         L2_NORMALIZATION = 11,
         L2_POOL_2D = 12,
         LOCAL_RESPONSE_NORMALIZATION = 13,
@@ -247,14 +258,19 @@ mod code {
         FILL = 94,
         RESIZE_NEAREST_NEIGHBOR = 97,
         LEAKY_RELU = 98,
+        MIRROR_PAD = 100,
         SQUARED_DIFFERENCE = 99,
         ABS = 101,
+        REVERSE_V2 = 105,
         SPLIT_V = 102,
         CEIL = 104,
         ADD_N = 106,
         ELU = 111,
         QUANTIZE = 114,
         HARD_SWISH = 117,
+        BATCH_MATMUL = 126,
+        IF = 118,
+        WHILE = 119,
         SELECT_V2 = 123,
         DENSIFY = 124,
         CALL_ONCE = 129,
@@ -360,6 +376,12 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         CEIL => movement::ceil(b),
         RELU_0_TO_1 => movement::relu_0_to_1(b),
         CAST => basic::unary(b, T::Cast),
+        BATCH_MATMUL => conv::batch_matmul(b),
+        MIRROR_PAD => movement::mirror_pad(b),
+        REVERSE_V2 => movement::reverse(b),
+        HASHTABLE_LOOKUP => movement::direct(b, T::HashtableLookup),
+        IF => control::if_(b),
+        WHILE => control::while_(b),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),
         VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => {
             Err(b.err("resource variables are only lowered with the whole model (lower_model)"))
@@ -396,6 +418,28 @@ fn tensor_index(sub: &Subgraph, t: i32, what: &str) -> Result<usize> {
         .ok_or_else(|| LowerError::BadGraph(format!("{what} tensor {t} does not exist")))
 }
 
+/// Every tensor index of node `n` names a tensor (inputs may be -1, omitted).
+fn check_indexes(sub: &Subgraph, n: usize) -> Result<()> {
+    let node = sub
+        .nodes
+        .get(n)
+        .ok_or_else(|| LowerError::BadGraph(format!("node {n} does not exist")))?;
+    let bad = |what: &str, t: i32| {
+        LowerError::BadGraph(format!("node {n}: {what} tensor {t} does not exist"))
+    };
+    for &t in &node.inputs {
+        if t != -1 && usize::try_from(t).map_or(true, |t| t >= sub.tensors.len()) {
+            return Err(bad("input", t));
+        }
+    }
+    for &t in &node.outputs {
+        if usize::try_from(t).map_or(true, |t| t >= sub.tensors.len()) {
+            return Err(bad("output", t));
+        }
+    }
+    Ok(())
+}
+
 /// Makes `t` a model output: its operand, or a copy of it when that operand cannot be an
 /// output as it is (an input, a constant, or already an output).
 fn output_operand(b: &mut Builder<'_>, t: usize, taken: &HashSet<u32>) -> Result<u32> {
@@ -420,6 +464,45 @@ fn as_output(b: &mut Builder<'_>, o: u32, taken: &HashSet<u32>) -> u32 {
     d
 }
 
+/// Lowers the whole of `b.sub`: its inputs defined, every node lowered (variable operations
+/// through `vars`), its outputs made outputs. Returns the input and output operands and the
+/// set of operands taken as outputs.
+fn lower_whole(
+    b: &mut Builder<'_>,
+    mut vars: Option<&mut state::Variables>,
+) -> Result<(Vec<u32>, Vec<u32>, HashSet<u32>)> {
+    let sub = b.sub;
+    let mut inputs = Vec::new();
+    for &t in &sub.inputs {
+        let t = tensor_index(sub, t, "input")?;
+        inputs.push(b.define(t)?);
+    }
+    for node in 0..sub.nodes.len() {
+        check_indexes(sub, node)?;
+        b.node = node;
+        if b.folded_producer_of_node(node) {
+            continue;
+        }
+        let handled = match vars.as_deref_mut() {
+            Some(v) => v.lower(b)?,
+            None => false,
+        };
+        if !handled {
+            lower_node(b)?;
+        }
+    }
+    let mut outputs = Vec::new();
+    let mut taken = HashSet::new();
+    for &t in &sub.outputs {
+        let t = tensor_index(sub, t, "output")?;
+        b.node = b.producer(t).unwrap_or(0);
+        let o = output_operand(b, t, &taken)?;
+        taken.insert(o);
+        outputs.push(o);
+    }
+    Ok((inputs, outputs, taken))
+}
+
 /// Lowers the main subgraph (0) of `graph`, with the init subgraph its CALL_ONCE names.
 pub fn lower_model(graph: &Graph) -> Result<Lowered> {
     let sub = graph
@@ -427,35 +510,20 @@ pub fn lower_model(graph: &Graph) -> Result<Lowered> {
         .first()
         .ok_or_else(|| LowerError::BadGraph("the model has no subgraph".into()))?;
     let mut b = Builder::new(sub);
-    let mut inputs = Vec::new();
-    let mut input_infos = Vec::new();
-    for &t in &sub.inputs {
-        let t = tensor_index(sub, t, "input")?;
-        let o = b.define(t)?;
-        inputs.push(o);
-        input_infos.push(info(sub, t, None)?);
-    }
+    let refs = Rc::new(RefCell::new(build::Refs {
+        graph,
+        index: Default::default(),
+        parts: Vec::new(),
+    }));
+    b.refs = Some(refs.clone());
     let mut vars = state::Variables::new(graph)?;
-    for node in 0..sub.nodes.len() {
-        b.node = node;
-        if b.folded_producer_of_node(node) {
-            continue;
-        }
-        if !vars.lower(&mut b)? {
-            lower_node(&mut b)?;
-        }
-    }
-    let mut outputs = Vec::new();
-    let mut output_infos = Vec::new();
-    let mut taken = HashSet::new();
-    for &t in &sub.outputs {
-        let t = tensor_index(sub, t, "output")?;
-        b.node = usize::MAX;
-        let o = output_operand(&mut b, t, &taken)?;
-        taken.insert(o);
-        outputs.push(o);
-        output_infos.push(info(sub, t, None)?);
-    }
+    let (mut inputs, mut outputs, mut taken) = lower_whole(&mut b, Some(&mut vars))?;
+    // lower_whole checked every index.
+    let infos = |list: &[i32]| -> Result<Vec<TensorInfo>> {
+        list.iter().map(|&t| info(sub, t as usize, None)).collect()
+    };
+    let mut input_infos = infos(&sub.inputs)?;
+    let mut output_infos = infos(&sub.outputs)?;
     let mut io = state::Io {
         inputs: &mut inputs,
         input_infos: &mut input_infos,
@@ -464,7 +532,8 @@ pub fn lower_model(graph: &Graph) -> Result<Lowered> {
     };
     let state = vars.finish(&mut b, &mut io, &mut taken)?;
     let origins = b.origins.clone();
-    let model = b.finish(&inputs, &outputs, true)?;
+    let referenced = control::take_parts(&refs)?;
+    let model = build::assemble(b.into_part(&inputs, &outputs), referenced, true)?;
     Ok(Lowered {
         model,
         inputs: input_infos,
@@ -496,6 +565,7 @@ fn lower_partition(sub: &Subgraph, nodes: &[usize], pool: bool) -> Result<Lowere
         if !seen.insert(n) {
             return Err(LowerError::BadGraph(format!("node {n} is listed twice")));
         }
+        check_indexes(sub, n)?;
     }
     let mut b = Builder::new(sub);
     // Tensors written inside the set, and the inputs: read, not written before, not constant.
@@ -544,14 +614,14 @@ fn lower_partition(sub: &Subgraph, nodes: &[usize], pool: bool) -> Result<Lowere
         if !read_outside.contains(&t) {
             continue;
         }
-        b.node = b.folded_producer(t).unwrap_or(b.node);
+        b.node = b.producer(t).unwrap_or(b.node);
         let o = output_operand(&mut b, t, &taken)?;
         taken.insert(o);
         outputs.push(o);
         output_infos.push(info(sub, t, None)?);
     }
     let origins = b.origins.clone();
-    let model = b.finish(&inputs, &outputs, pool)?;
+    let model = build::assemble(b.into_part(&inputs, &outputs), Vec::new(), pool)?;
     Ok(Lowered {
         model,
         inputs: input_infos,

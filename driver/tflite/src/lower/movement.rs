@@ -38,25 +38,31 @@ pub(super) fn split(b: &mut Builder<'_>, v: bool) -> Result<()> {
         return Err(b.err("no outputs"));
     }
     let dim = shape[axis as usize];
-    let sizes: Vec<i32> = if v {
-        let mut sizes = b.const_ints(b.input(1)?)?;
+    let sizes: Vec<i64> = if v {
+        let mut sizes: Vec<i64> = b
+            .const_ints(b.input(1)?)?
+            .into_iter()
+            .map(i64::from)
+            .collect();
         if sizes.len() != outs {
             return Err(b.err(format!("{} sizes for {outs} outputs", sizes.len())));
         }
-        let known: i32 = sizes.iter().filter(|&&s| s >= 0).sum();
+        let known: i64 = sizes.iter().filter(|&&s| s >= 0).sum();
         if let Some(k) = sizes.iter().position(|&s| s < 0) {
-            sizes[k] = dim - known;
+            sizes[k] = i64::from(dim) - known;
         }
         sizes
     } else {
         if dim < 0 || dim % outs as i32 != 0 {
             return Err(b.err(format!("dimension {dim} does not split in {outs}")));
         }
-        vec![dim / outs as i32; outs]
+        vec![i64::from(dim / outs as i32); outs]
     };
-    if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i32>() != dim {
+    if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i64>() != i64::from(dim) {
         return Err(b.err(format!("sizes {sizes:?} do not add up to {dim}")));
     }
+    // Each size is now in 0..=dim, so the sums below stay in i32.
+    let sizes: Vec<i32> = sizes.into_iter().map(|s| s as i32).collect();
     let x = b.value(xt)?;
     let ys = define_outputs(b)?;
     if sizes.iter().all(|&s| s == sizes[0]) {
@@ -260,8 +266,7 @@ pub(super) fn l2_normalization(b: &mut Builder<'_>) -> Result<()> {
     let x = b.value(b.input(0)?)?;
     let y = b.define(b.output(0)?)?;
     let fused = b.separate(y, act)?;
-    b.op(OperationType::L2Normalization, vec![x], vec![fused.target]);
-    b.finish_fused(&fused);
+    b.op_fused(OperationType::L2Normalization, vec![x], &fused);
     Ok(())
 }
 
@@ -395,6 +400,20 @@ pub(super) fn fill(b: &mut Builder<'_>) -> Result<()> {
     Ok(())
 }
 
+/// An operation whose NNAPI inputs and outputs are TFLite's, in the same order.
+pub(super) fn direct(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
+    let n = b.cur()?.inputs.len();
+    let args = (0..n)
+        .map(|k| b.value(b.input(k)?))
+        .collect::<Result<Vec<_>>>()?;
+    let ys = define_outputs(b)?;
+    if ys.is_empty() {
+        return Err(b.err("no outputs"));
+    }
+    b.op(ty, args, ys);
+    Ok(())
+}
+
 /// EMBEDDING_LOOKUP: ids, values (the same order in both).
 pub(super) fn embedding_lookup(b: &mut Builder<'_>) -> Result<()> {
     super::basic::binary(b, OperationType::EmbeddingLookup)
@@ -459,4 +478,110 @@ pub(super) fn relu_0_to_1(b: &mut Builder<'_>) -> Result<()> {
     b.op(OperationType::Relu1, vec![x], vec![t]);
     b.op(OperationType::Relu, vec![t], vec![y]);
     Ok(())
+}
+
+/// The most elements a padded or reversed dimension may have: the index list of its GATHER
+/// is made here.
+const MAX_GATHER_INDEXES: i64 = 1 << 20;
+
+/// GATHERs `x` along `axis` at `indexes` into a new temporary (or into `dest`).
+fn gather_along(
+    b: &mut Builder<'_>,
+    x: u32,
+    axis: usize,
+    indexes: &[i32],
+    dest: Option<u32>,
+) -> u32 {
+    let out = dest.unwrap_or_else(|| {
+        let mut dims = b.dims(x).to_vec();
+        if let Some(d) = dims.get_mut(axis) {
+            *d = indexes.len() as u32;
+        }
+        b.temp_like(x, dims)
+    });
+    let a = b.int(axis as i32);
+    let i = b.ints(indexes);
+    b.op(OperationType::Gather, vec![x, a, i], vec![out]);
+    out
+}
+
+/// One GATHER per axis to rewrite (the last into the output); a copy when there is none.
+fn gathers(b: &mut Builder<'_>, x: u32, per_axis: Vec<(usize, Vec<i32>)>) -> Result<()> {
+    let y = b.define(b.output(0)?)?;
+    if per_axis.is_empty() {
+        b.copy(x, y);
+        return Ok(());
+    }
+    let last = per_axis.len() - 1;
+    let mut cur = x;
+    for (k, (axis, indexes)) in per_axis.into_iter().enumerate() {
+        cur = gather_along(b, cur, axis, &indexes, (k == last).then_some(y));
+    }
+    Ok(())
+}
+
+/// The stored size of dimension `axis` of tensor `t`, bounded for index lists.
+fn gather_dim(b: &Builder<'_>, t: usize, axis: usize) -> Result<i64> {
+    let n = b.shape(t)?.get(axis).copied().map(i64::from).unwrap_or(-1);
+    if !(1..=MAX_GATHER_INDEXES).contains(&n) {
+        return Err(b.err(format!("dimension {axis} of size {n}")));
+    }
+    Ok(n)
+}
+
+/// MIRROR_PAD: per padded axis a GATHER of the mirrored indexes, the input's in between
+/// (REFLECT leaves the edge out of the mirror, SYMMETRIC repeats it).
+pub(super) fn mirror_pad(b: &mut Builder<'_>) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let Options::MirrorPad { symmetric } = b.cur()?.options else {
+        return Err(b.err("no MIRROR_PAD options"));
+    };
+    let xt = b.input(0)?;
+    let pads = b.const_ints(b.input(1)?)?;
+    let rank = b.shape(xt)?.len();
+    if pads.len() != rank * 2 {
+        return Err(b.err(format!("{} padding values for rank {rank}", pads.len())));
+    }
+    let edge = i64::from(!symmetric);
+    let mut per_axis = Vec::new();
+    for axis in 0..rank {
+        let (before, after) = (i64::from(pads[2 * axis]), i64::from(pads[2 * axis + 1]));
+        if before == 0 && after == 0 {
+            continue;
+        }
+        let n = gather_dim(b, xt, axis)?;
+        if before < 0 || after < 0 || before > n - edge || after > n - edge {
+            return Err(b.err(format!(
+                "padding ({before}, {after}) of a dimension of {n} (at most {})",
+                n - edge
+            )));
+        }
+        // Before: edge+before-1 … edge (reversed); the input; after: n-1-edge … down.
+        let idx: Vec<i32> = (0..before)
+            .rev()
+            .map(|k| k + edge)
+            .chain(0..n)
+            .chain((0..after).map(|k| n - 1 - edge - k))
+            .map(|v| v as i32)
+            .collect();
+        per_axis.push((axis, idx));
+    }
+    let x = b.value(xt)?;
+    gathers(b, x, per_axis)
+}
+
+/// REVERSE_V2: per axis a GATHER of the indexes n-1 … 0.
+pub(super) fn reverse(b: &mut Builder<'_>) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let xt = b.input(0)?;
+    let rank = b.shape(xt)?.len() as i32;
+    let axes = b.const_ints(b.input(1)?)?;
+    let mut per_axis = Vec::new();
+    for a in axes {
+        let axis = normalize_axis(b, a, rank)? as usize;
+        let n = gather_dim(b, xt, axis)?;
+        per_axis.push((axis, (0..n).rev().map(|v| v as i32).collect()));
+    }
+    let x = b.value(xt)?;
+    gathers(b, x, per_axis)
 }

@@ -87,6 +87,11 @@ impl G {
         });
     }
 
+    /// A two-input node without activation (ADD, MUL, …): y = a op c.
+    pub fn arith(&mut self, code: i32, a: i32, c: i32, y: i32) {
+        self.n(code, &[a, c], &[y], Options::Activation(Activation::None));
+    }
+
     /// The subgraph's inputs and outputs, and the one-subgraph graph.
     pub fn graph(mut self, inputs: &[i32], outputs: &[i32]) -> Graph {
         self.sub.inputs = inputs.to_vec();
@@ -164,7 +169,7 @@ pub(super) fn run(lowered: &Lowered, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn op_types(l: &Lowered) -> Vec<OperationType> {
+pub(super) fn op_types(l: &Lowered) -> Vec<OperationType> {
     l.model
         .operations
         .iter()
@@ -173,7 +178,7 @@ fn op_types(l: &Lowered) -> Vec<OperationType> {
 }
 
 /// The INT32 scalar constant value of operand `o`.
-fn int_arg(l: &Lowered, o: u32) -> i32 {
+pub(super) fn int_arg(l: &Lowered, o: u32) -> i32 {
     let op = &l.model.operands[o as usize];
     assert_eq!(op.operand_type, OperandType::Int32);
     assert_eq!(op.lifetime, OperandLifetime::ConstantCopy);
@@ -182,7 +187,7 @@ fn int_arg(l: &Lowered, o: u32) -> i32 {
     i32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
-fn assert_close(got: &[f32], want: &[f32]) {
+pub(super) fn assert_close(got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
     for (g, w) in got.iter().zip(want) {
         assert!(
@@ -482,18 +487,8 @@ fn dequantize_of_float16_and_int8_constants_is_folded_and_executes() {
     let y = g.f("y", &[2]);
     g.n(code::DEQUANTIZE, &[h], &[hf], Options::None);
     g.n(code::DEQUANTIZE, &[q], &[qf], Options::None);
-    g.n(
-        code::ADD,
-        &[x, hf],
-        &[s],
-        Options::Activation(Activation::None),
-    );
-    g.n(
-        code::ADD,
-        &[s, qf],
-        &[y],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::ADD, x, hf, s);
+    g.arith(code::ADD, s, qf, y);
     let l = lower_model(&g.graph(&[x], &[y])).unwrap();
     assert_eq!(op_types(&l), [OperationType::Add, OperationType::Add]);
     assert_eq!(l.origins, [2, 3]);
@@ -507,12 +502,7 @@ fn large_constants_go_to_a_memfd_pool() {
     let x = g.f("x", &[64]);
     let c = g.c("c", ElementType::Float32, &[64], f32s(&[2.0; 64]));
     let y = g.f("y", &[64]);
-    g.n(
-        code::MUL,
-        &[x, c],
-        &[y],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::MUL, x, c, y);
     let l = lower_model(&g.graph(&[x], &[y])).unwrap();
     let mul = &l.model.operations[0];
     let c = &l.model.operands[mul.inputs[1] as usize];
@@ -525,16 +515,20 @@ fn large_constants_go_to_a_memfd_pool() {
 
 // ---- errors -----------------------------------------------------------------------------------
 
-#[test]
-fn an_unsupported_builtin_is_an_error_naming_node_and_op() {
+/// Node 0 RELU, then node 1 RFFT2D (builtin 131, no NNAPI equivalent).
+fn relu_then_rfft2d() -> Graph {
     let mut g = G::default();
     let x = g.f("x", &[2]);
     let y = g.f("y", &[2]);
     let z = g.f("z", &[2]);
     g.n(code::RELU, &[x], &[y], Options::None);
-    // 131: RFFT2D.
     g.n(131, &[y], &[z], Options::None);
-    let e = lower_model(&g.graph(&[x], &[z])).unwrap_err();
+    g.graph(&[x], &[z])
+}
+
+#[test]
+fn an_unsupported_builtin_is_an_error_naming_node_and_op() {
+    let e = lower_model(&relu_then_rfft2d()).unwrap_err();
     match &e {
         LowerError::Unsupported { node, op, .. } => {
             assert_eq!((*node, op.as_str()), (1, "RFFT2D"));
@@ -596,18 +590,8 @@ fn lower_nodes_takes_inputs_in_order_read_and_outputs_read_outside() {
     let c = g.f("c", &[2]);
     let d = g.f("d", &[2]);
     g.n(code::RELU, &[x], &[a], Options::None);
-    g.n(
-        code::ADD,
-        &[a, w],
-        &[b],
-        Options::Activation(Activation::None),
-    );
-    g.n(
-        code::MUL,
-        &[b, x2],
-        &[c],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::ADD, a, w, b);
+    g.arith(code::MUL, b, x2, c);
     g.n(code::TANH, &[c], &[d], Options::None);
     let graph = g.graph(&[x, x2], &[d, b]);
     let l = lower_nodes(&graph.subgraphs[0], &[0, 1, 2]).unwrap();
@@ -627,13 +611,7 @@ fn lower_nodes_takes_inputs_in_order_read_and_outputs_read_outside() {
 
 #[test]
 fn check_node_agrees_with_lower_nodes() {
-    let mut g = G::default();
-    let x = g.f("x", &[2]);
-    let y = g.f("y", &[2]);
-    let z = g.f("z", &[2]);
-    g.n(code::RELU, &[x], &[y], Options::None);
-    g.n(131, &[y], &[z], Options::None);
-    let graph = g.graph(&[x], &[z]);
+    let graph = relu_then_rfft2d();
     let sub = &graph.subgraphs[0];
     assert!(check_node(sub, 0).is_ok());
     assert!(lower_nodes(sub, &[0]).is_ok());
@@ -832,12 +810,7 @@ fn counter_graph() -> Graph {
     );
     g.n(code::VAR_HANDLE, &[], &[r], handle);
     g.n(code::READ_VARIABLE, &[r], &[v], Options::None);
-    g.n(
-        code::ADD,
-        &[v, step],
-        &[y],
-        Options::Activation(Activation::None),
-    );
+    g.arith(code::ADD, v, step, y);
     g.n(code::ASSIGN_VARIABLE, &[r, y], &[], Options::None);
     let mut graph = g.graph(&[step], &[y]);
     graph.subgraphs.push(init.sub);
@@ -927,4 +900,174 @@ fn hybrid_fully_connected_dequantizes_its_constant_int8_weights_at_import() {
         OperandType::TensorFloat32
     );
     assert_close(&to_f32s(&run(&l, &[f32s(&[3.0, 1.0])])[0]), &[1.0]);
+}
+
+// ---- control flow --------------------------------------------------------------------------
+
+/// A subgraph of one unary node: input a, output y.
+fn unary_subgraph(code: i32) -> Subgraph {
+    let mut g = G::default();
+    let a = g.f("a", &[2]);
+    let y = g.f("y", &[2]);
+    g.n(code, &[a], &[y], Options::None);
+    g.graph(&[a], &[y]).subgraphs.remove(0)
+}
+
+#[test]
+fn if_runs_the_branch_its_condition_names() {
+    // then: RELU, else: NEG. x = [-1, 2]: true → [0, 2], false → [1, -2].
+    let mut g = G::default();
+    let cond = g.t("cond", ElementType::Bool, &[1]);
+    let x = g.f("x", &[2]);
+    let y = g.f("y", &[2]);
+    g.n(
+        code::IF,
+        &[cond, x],
+        &[y],
+        Options::If {
+            then_subgraph: 1,
+            else_subgraph: 2,
+        },
+    );
+    let mut graph = g.graph(&[cond, x], &[y]);
+    graph.subgraphs.push(unary_subgraph(code::RELU));
+    graph.subgraphs.push(unary_subgraph(code::NEG));
+    let l = lower_model(&graph).unwrap();
+    assert_eq!(op_types(&l), [OperationType::If]);
+    assert_eq!(l.model.referenced.len(), 2);
+    let x = f32s(&[-1.0, 2.0]);
+    assert_close(&to_f32s(&run(&l, &[vec![1], x.clone()])[0]), &[0.0, 2.0]);
+    assert_close(&to_f32s(&run(&l, &[vec![0], x])[0]), &[1.0, -2.0]);
+}
+
+#[test]
+fn while_loops_its_body_until_the_condition_fails() {
+    // cond: i < 5; body: i + i. From 1: 2, 4, 8 (8 < 5 fails): 8.
+    let mut cond = G::default();
+    let i = cond.f("i", &[1]);
+    let five = cond.c("five", ElementType::Float32, &[1], f32s(&[5.0]));
+    let lt = cond.t("lt", ElementType::Bool, &[1]);
+    cond.n(code::LESS, &[i, five], &[lt], Options::None);
+    let mut body = G::default();
+    let i = body.f("i", &[1]);
+    let j = body.f("j", &[1]);
+    body.arith(code::ADD, i, i, j);
+    let mut g = G::default();
+    let x = g.f("x", &[1]);
+    let y = g.f("y", &[1]);
+    g.n(
+        code::WHILE,
+        &[x],
+        &[y],
+        Options::While {
+            cond_subgraph: 1,
+            body_subgraph: 2,
+        },
+    );
+    let mut graph = g.graph(&[x], &[y]);
+    graph
+        .subgraphs
+        .push(cond.graph(&[0], &[2]).subgraphs.remove(0));
+    graph
+        .subgraphs
+        .push(body.graph(&[0], &[1]).subgraphs.remove(0));
+    let l = lower_model(&graph).unwrap();
+    assert_eq!(op_types(&l), [OperationType::While]);
+    assert_close(&to_f32s(&run(&l, &[f32s(&[1.0])])[0]), &[8.0]);
+}
+
+#[test]
+fn a_subgraph_that_runs_itself_is_an_error() {
+    let mut g = G::default();
+    let cond = g.t("cond", ElementType::Bool, &[1]);
+    let x = g.f("x", &[2]);
+    let y = g.f("y", &[2]);
+    let options = Options::If {
+        then_subgraph: 1,
+        else_subgraph: 1,
+    };
+    g.n(code::IF, &[cond, x], &[y], options.clone());
+    let mut graph = g.graph(&[cond, x], &[y]);
+    let mut inner = G::default();
+    let cond = inner.t("cond", ElementType::Bool, &[1]);
+    let x = inner.f("x", &[2]);
+    let y = inner.f("y", &[2]);
+    inner.n(code::IF, &[cond, x], &[y], options);
+    graph
+        .subgraphs
+        .push(inner.graph(&[cond, x], &[y]).subgraphs.remove(0));
+    let e = lower_model(&graph).unwrap_err().to_string();
+    assert!(
+        e.starts_with("node 0 (IF): in subgraph 1: node 0 (IF)"),
+        "{e}"
+    );
+    assert!(e.contains("recursion"), "{e}");
+}
+
+// ---- malformed graphs ------------------------------------------------------------------------
+
+#[test]
+fn malformed_nodes_of_every_builtin_are_errors_not_panics() {
+    // Every code with inputs that are wrong in assorted ways: out of range, omitted, constants
+    // whose bytes do not fill their shapes, scalars where tensors belong, odd quantization.
+    let input_sets: &[&[i32]] = &[
+        &[],
+        &[0],
+        &[0, 1],
+        &[0, 1, 2],
+        &[2, 3, 4, 5],
+        &[0, -1, 99],
+        &[3, 3, 3],
+        &[4, 0, 1, 2, 3, 5],
+    ];
+    let options = [
+        Options::None,
+        Options::Activation(Activation::Tanh),
+        Options::Split { num_splits: 0 },
+        Options::Pack {
+            values_count: 2,
+            axis: -7,
+        },
+        Options::Unpack { num: 3, axis: 9 },
+        Options::Concatenation {
+            axis: i32::MIN,
+            activation: Activation::None,
+        },
+        conv_options(Padding::Same, 0, Activation::Relu),
+    ];
+    for code in -1..=210 {
+        for inputs in input_sets {
+            for opt in &options {
+                let mut g = G::default();
+                let x = g.f("x", &[1, 2, 2, 1]);
+                g.sub.tensors[x as usize].shape_signature = vec![-1, 2, 2, 1];
+                g.c("short", ElementType::Int32, &[3], vec![1, 2]);
+                let q = g.c("q", ElementType::Int8, &[2], vec![1, 2]);
+                g.q(q, &[0.5, 0.25, 1.0], &[0], 3);
+                g.c("scalar", ElementType::Int32, &[], i32s(&[i32::MIN]));
+                g.c(
+                    "big",
+                    ElementType::Int64,
+                    &[2],
+                    [i64::MAX, -1]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect(),
+                );
+                let y = g.f("y", &[1, 2, 2, 1]);
+                let y2 = g.t("y2", ElementType::Int8, &[-3]);
+                for outputs in [&[y][..], &[y, y2], &[y2]] {
+                    let mut g = G { sub: g.sub.clone() };
+                    g.n(code, inputs, outputs, opt.clone());
+                    let graph = g.graph(&[x], &[y]);
+                    let lowered = lower_model(&graph);
+                    let checked = check_node(&graph.subgraphs[0], 0);
+                    // A node that lowers alone also checks alone.
+                    if lowered.is_ok() {
+                        assert!(checked.is_ok(), "code {code}: {checked:?}");
+                    }
+                }
+            }
+        }
+    }
 }

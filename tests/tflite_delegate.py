@@ -269,6 +269,26 @@ class Partitions(unittest.TestCase):
             self.assertIn("CUMSUM", ops)
 
 
+class Resize(unittest.TestCase):
+    def test_resizing_an_input_redelegates_with_the_new_shape_and_agrees(self):
+        # The delegate does not handle dynamic tensors: TFLite applies it again after
+        # resize_tensor_input, and the new partition is lowered at batch 3.
+        path = model_path("mlp_b1_float32")
+        ref = reference(path, False)
+        before = stats()
+        interp, _d = with_delegate(path, {})
+        for i in (ref, interp):
+            i.resize_tensor_input(i.get_input_details()[0]["index"], [3, 784])
+        x = [np.random.default_rng(3).standard_normal((3, 784)).astype(np.float32)]
+        theirs = run(ref, x)
+        ours = run(interp, x)
+        self.assertEqual(ours[0].shape, (3, 10))
+        assert_agree(self, ours, theirs, False, "mlp_b1_float32 at batch 3")
+        moved = delta(before, stats())
+        self.assertEqual(moved["partitions"], 2, "one partition before the resize, one after")
+        self.assertEqual(moved["executions"], 1)
+
+
 class Options(unittest.TestCase):
     def test_burst_0_executes_without_a_burst(self):
         path = model_path("mlp_b1_float32")

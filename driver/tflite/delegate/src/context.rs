@@ -527,6 +527,14 @@ pub unsafe fn options(builtin: i32, data: *const c_void) -> Result<Options, Stri
     })
 }
 
+/// The bytes of a dense tensor of `shape` with `size`-byte elements, or None when a dimension
+/// is negative or the product overflows.
+pub fn byte_count(shape: &[i32], size: usize) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(size, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+}
+
 /// What one node of the execution plan is, read from the context.
 #[derive(Debug)]
 pub struct PlanNode {
@@ -763,20 +771,23 @@ impl<'a> Context<'a> {
         let quantization = self.quantization(i, t).map_err(TensorError::Abi)?;
         let mut data = None;
         if t.allocation_type == abi::alloc::MMAP_RO && !t.data.is_null() {
-            if let Some(size) = element_type.size() {
-                let elems = shape
-                    .iter()
-                    .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
-                if elems.and_then(|n| n.checked_mul(size)) != Some(t.bytes) {
-                    return Err(TensorError::Abi(format!(
-                        "constant tensor {i} ({name}): {} bytes for shape {shape:?} of {}",
-                        t.bytes,
-                        element_type.name()
-                    )));
-                }
+            let Some(size) = element_type.size() else {
+                // STRING, INT4, RESOURCE, VARIANT constants: their byte count cannot be checked
+                // against the shape, so they are never read.
+                return Err(TensorError::Unmappable(format!(
+                    "constant tensor {i} ({name}) of type {}",
+                    element_type.name()
+                )));
+            };
+            if byte_count(&shape, size) != Some(t.bytes) {
+                return Err(TensorError::Abi(format!(
+                    "constant tensor {i} ({name}): {} bytes for shape {shape:?} of {}",
+                    t.bytes,
+                    element_type.name()
+                )));
             }
-            // SAFETY: a kTfLiteMmapRo tensor's data is `bytes` bytes of the model, alive for
-            // the interpreter's life.
+            // SAFETY: a kTfLiteMmapRo tensor's data is `bytes` bytes of the model (checked
+            // against its shape above), alive for the interpreter's life.
             data =
                 Some(unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), t.bytes) }.to_vec());
         }

@@ -20,7 +20,7 @@ use crate::abi::{
     TfLiteNode, TfLiteRegistration, TfLiteStatus,
 };
 use crate::backend::{self, Backend};
-use crate::context::{Context, int_array};
+use crate::context::{Context, byte_count, int_array};
 use crate::options::Options;
 use crate::{guard, stats};
 
@@ -341,16 +341,29 @@ impl Kernel {
         let mut end = 0u64;
         let mut place = |info: &TensorInfo| -> Result<Slot, String> {
             let t = context.tensor(info.tensor)?;
-            let dims = context
-                .dims(info.tensor)?
+            let shape = context.dims(info.tensor)?;
+            let dims = shape
                 .iter()
                 .map(|&d| {
                     u32::try_from(d).map_err(|_| format!("tensor {}: dimension {d}", info.tensor))
                 })
                 .collect::<Result<Vec<u32>, String>>()?;
+            // The bytes copied in or out are the tensor's byte count, which must be what its
+            // shape and type say (never more than the interpreter allocated).
+            let size = info.element_type.size().unwrap_or(0);
+            if byte_count(&shape, size) != Some(t.bytes) {
+                return Err(format!(
+                    "tensor {} ({}): {} bytes for shape {shape:?} of {}",
+                    info.tensor,
+                    info.name,
+                    t.bytes,
+                    info.element_type.name()
+                ));
+            }
             let len = t.bytes as u64;
-            let offset = end.next_multiple_of(ALIGN);
-            end = offset + len;
+            let too_big = || format!("tensor {}: the pool would pass 2^64 bytes", info.tensor);
+            let offset = end.checked_next_multiple_of(ALIGN).ok_or_else(too_big)?;
+            end = offset.checked_add(len).ok_or_else(too_big)?;
             Ok(Slot {
                 tensor: info.tensor,
                 offset,

@@ -70,7 +70,8 @@ fn device(path: &Path) -> Result<Backend, String> {
     })
 }
 
-fn embedded() -> Result<Backend, String> {
+/// The embedded stack: the simulated device in this process under the in-process HAL.
+pub fn embedded() -> Result<Backend, String> {
     let sim = SimDevice::new(Config::default()).map_err(|e| {
         format!("nnaccel delegate: cannot start the embedded simulated device: {e}")
     })?;

@@ -50,6 +50,11 @@ impl Plugin {
     /// `load_delegate`, not the interpreter's Prepare).
     pub fn create(options: Options) -> Result<*mut TfLiteDelegate, String> {
         let backend = backend::select(&options)?;
+        Ok(Self::with_backend(options, backend))
+    }
+
+    /// A new delegate for `options` on `backend`.
+    pub fn with_backend(options: Options, backend: Backend) -> *mut TfLiteDelegate {
         if options.log {
             eprintln!("nnaccel delegate: claimed nodes run on {}", backend.label);
         }
@@ -70,7 +75,7 @@ impl Plugin {
             },
         });
         stats::delegate_created();
-        Ok(Box::into_raw(plugin).cast::<TfLiteDelegate>())
+        Box::into_raw(plugin).cast::<TfLiteDelegate>()
     }
 
     /// Frees a delegate [`Plugin::create`] made.
@@ -561,4 +566,85 @@ unsafe extern "C" fn kernel_invoke(ctx: *mut TfLiteContext, node: *mut TfLiteNod
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::{World, int_array_of};
+
+    #[test]
+    fn prepare_claims_the_add_and_its_kernel_computes_relu_of_the_sum_twice() {
+        let mut w = World::new();
+        let mut f = w.fake();
+        let backend = backend::embedded().unwrap_or_else(|e| panic!("{e}"));
+        let d = Plugin::with_backend(Options::default(), backend);
+        let ctx = &raw mut f.ctx;
+        // SAFETY: the fake's live context and our delegate.
+        assert_eq!(unsafe { delegate_prepare(ctx, d) }, K_TF_LITE_OK);
+        assert_eq!(f.replaced.len(), 1);
+        let (reg, nodes) = f.replaced[0].clone();
+        assert_eq!(nodes, vec![0]);
+        assert_eq!(reg.builtin_code, abi::K_TF_LITE_BUILTIN_DELEGATE);
+        assert_eq!(
+            (reg.registration_external, reg.inplace_operator),
+            (std::ptr::null_mut(), 0)
+        );
+
+        // TFLite's part: init with the partition's parameters, prepare, invoke.
+        let (mut part, mut ins, mut outs) = (
+            int_array_of(&[0]),
+            int_array_of(&[0, 1]),
+            int_array_of(&[2]),
+        );
+        let params = TfLiteDelegateParams {
+            delegate: d,
+            nodes_to_replace: part.as_mut_ptr().cast(),
+            input_tensors: ins.as_mut_ptr().cast(),
+            output_tensors: outs.as_mut_ptr().cast(),
+        };
+        let (Some(init), Some(prepare), Some(invoke), Some(free)) =
+            (reg.init, reg.prepare, reg.invoke, reg.free)
+        else {
+            panic!("the registration lacks a callback")
+        };
+        // SAFETY: the fake's context and a TfLiteDelegateParams, as TFLite passes them.
+        let user_data = unsafe { init(ctx, (&raw const params).cast(), 0) };
+        assert!(!user_data.is_null());
+        let mut node = TfLiteNode {
+            inputs: ins.as_mut_ptr().cast(),
+            outputs: outs.as_mut_ptr().cast(),
+            intermediates: std::ptr::null_mut(),
+            temporaries: std::ptr::null_mut(),
+            user_data,
+            builtin_data: (&raw const params).cast_mut().cast(),
+            custom_initial_data: std::ptr::null(),
+            custom_initial_data_size: 0,
+            delegate: d,
+            might_have_side_effect: false,
+        };
+        // SAFETY: the fake's context and the kernel's node.
+        assert_eq!(unsafe { prepare(ctx, &raw mut node) }, K_TF_LITE_OK);
+        // relu(x + [1, 2, 3, 4]), worked by hand for each input.
+        for (x, want) in [
+            ([-5.0f32, 0.5, 1.0, -1.0], [0.0f32, 2.5, 4.0, 3.0]),
+            ([1.0, -3.0, -4.0, 0.25], [2.0, 0.0, 0.0, 4.25]),
+        ] {
+            // SAFETY: t0's data is w.input (4 floats), read by the kernel during invoke only.
+            unsafe {
+                std::ptr::copy_nonoverlapping(x.as_ptr(), f.tensors[0].data.cast::<f32>(), 4)
+            };
+            let before = stats::snapshot();
+            // SAFETY: as prepare.
+            assert_eq!(unsafe { invoke(ctx, &raw mut node) }, K_TF_LITE_OK);
+            assert!(stats::snapshot().executions > before.executions);
+            // SAFETY: t2's data is w.output (4 floats), written by the kernel.
+            let got = unsafe { std::slice::from_raw_parts(f.tensors[2].data.cast::<f32>(), 4) };
+            assert_eq!(got, &want[..]);
+        }
+        // SAFETY: the kernel's user data, freed once; then the delegate, unused from now on.
+        unsafe { free(ctx, user_data) };
+        // SAFETY: as above.
+        unsafe { Plugin::destroy(d) };
+    }
 }

@@ -20,6 +20,8 @@
 pub mod abi;
 pub mod backend;
 pub mod context;
+#[cfg(test)]
+mod fake;
 pub mod kernel;
 pub mod options;
 pub mod stats;

@@ -183,6 +183,43 @@ def cumsum_model(path):
         fh.write(bytes(b.Output()))
 
 
+def dequantize_model(path):
+    """x[1,8] + DEQUANTIZE(w: float16 constant [1,8]) -> y: DEQUANTIZE of a constant lowers to
+    no operation (it folds at import), so the delegate claims it with the ADD reading it."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as S
+
+    w16 = np.linspace(-2, 2, 8, dtype=np.float16).reshape(1, 8)
+    buffers = [S.BufferT(), S.BufferT()]
+    buffers[1].data = np.frombuffer(w16.tobytes(), dtype=np.uint8).tolist()
+    tensors = []
+    for name, ttype, buf in (("x", S.TensorType.FLOAT32, 0), ("w16", S.TensorType.FLOAT16, 1),
+                             ("w", S.TensorType.FLOAT32, 0), ("y", S.TensorType.FLOAT32, 0)):
+        t = S.TensorT()
+        t.name, t.shape, t.type, t.buffer = name, [1, 8], ttype, buf
+        tensors.append(t)
+    codes = []
+    for code, version in ((S.BuiltinOperator.DEQUANTIZE, 3), (S.BuiltinOperator.ADD, 1)):
+        oc = S.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, code, version
+        codes.append(oc)
+    deq = S.OperatorT()
+    deq.opcodeIndex, deq.inputs, deq.outputs = 0, [1], [2]
+    add = S.OperatorT()
+    add.opcodeIndex, add.inputs, add.outputs = 1, [0, 2], [3]
+    add.builtinOptionsType, add.builtinOptions = S.BuiltinOptions.AddOptions, S.AddOptionsT()
+    sg = S.SubGraphT()
+    sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = tensors, [deq, add], [0], [3], "main"
+    m = S.ModelT()
+    m.version, m.description = 3, "nnaccel tests/tflite_delegate.py: DEQUANTIZE(float16), ADD"
+    m.operatorCodes, m.subgraphs, m.buffers = codes, [sg], buffers
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    with open(path, "wb") as fh:
+        fh.write(bytes(b.Output()))
+    return w16
+
+
 class Loading(unittest.TestCase):
     def test_unknown_option_fails_load_delegate_with_the_message(self):
         with self.assertRaises(ValueError) as cm:
@@ -267,6 +304,26 @@ class Partitions(unittest.TestCase):
             self.assertEqual(moved["executions"], 4)
             ops = [o["op_name"] for o in interp._get_ops_details()]
             self.assertIn("CUMSUM", ops)
+
+
+class Folding(unittest.TestCase):
+    def test_dequantize_of_a_constant_is_claimed_with_the_node_reading_it(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "dequantize.tflite")
+            w16 = dequantize_model(path)
+            ref = reference(path, False)
+            x = [np.linspace(1, -1, 8, dtype=np.float32).reshape(1, 8)]
+            theirs = run(ref, x)
+            # By hand: y = x + float32(w16).
+            np.testing.assert_allclose(theirs[0], x[0] + w16.astype(np.float32), rtol=1e-6)
+            before = stats()
+            interp, _d = with_delegate(path, {})
+            ours = run(interp, x)
+            moved = delta(before, stats())
+            assert_agree(self, ours, theirs, False, "DEQUANTIZE, ADD")
+            self.assertEqual(moved["nodes_claimed"], 2)
+            self.assertEqual(moved["partitions"], 1)
+            self.assertEqual(moved["executions"], 1)
 
 
 class Resize(unittest.TestCase):

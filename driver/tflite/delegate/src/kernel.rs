@@ -99,13 +99,23 @@ impl Plugin {
     }
 }
 
-/// Why the HAL (or the lowering) will not take node `index`, or Ok.
-fn node_verdict(subgraph: &Subgraph, index: usize, state: &State) -> Result<(), String> {
-    lower::check_node(subgraph, index).map_err(|e| e.to_string())?;
-    let lowered = lower::lower_nodes(subgraph, &[index]).map_err(|e| e.to_string())?;
+/// What the per-node check found.
+#[derive(Debug)]
+enum Verdict {
+    /// The HAL runs every operation the node (with the folding producers it reads) lowers to.
+    Runs,
+    /// The node lowers to no operation: it folds into constants at import (DEQUANTIZE or
+    /// DENSIFY of a constant). It is claimed with the nodes that read it.
+    Folds,
+}
+
+/// Lowers `nodes` (in execution order; the last is the one asked about) and asks the HAL about
+/// the operations.
+fn verdict(subgraph: &Subgraph, nodes: &[usize], state: &State) -> Result<Verdict, String> {
+    let lowered = lower::lower_nodes(subgraph, nodes).map_err(|e| e.to_string())?;
     let model = &lowered.model;
     if model.operations.is_empty() {
-        return Err("it lowers to no operation".to_string());
+        return Ok(Verdict::Folds);
     }
     let hal = &state.backend.hal;
     let supported = hal
@@ -122,10 +132,45 @@ fn node_verdict(subgraph: &Subgraph, index: usize, state: &State) -> Result<(), 
             return Err("it would run on the HAL's CPU executor (cpu_fallback=0)".to_string());
         }
     }
-    Ok(())
+    Ok(Verdict::Runs)
 }
 
-/// The nodes of the execution plan the delegate claims.
+/// The folding nodes (`folds`) whose outputs `node` reads, directly or through other folding
+/// nodes, in execution order.
+fn folded_producers(
+    subgraph: &Subgraph,
+    plan: &[usize],
+    folds: &[usize],
+    node: usize,
+) -> Vec<usize> {
+    let produces = |p: usize, t: i32| {
+        subgraph
+            .nodes
+            .get(p)
+            .is_some_and(|n| n.outputs.contains(&t))
+    };
+    let mut wanted: Vec<usize> = Vec::new();
+    let mut frontier = vec![node];
+    while let Some(n) = frontier.pop() {
+        let inputs = subgraph.nodes.get(n).map_or(&[][..], |n| &n.inputs[..]);
+        for &t in inputs {
+            for &p in folds {
+                if produces(p, t) && !wanted.contains(&p) {
+                    wanted.push(p);
+                    frontier.push(p);
+                }
+            }
+        }
+    }
+    plan.iter()
+        .copied()
+        .filter(|n| wanted.contains(n))
+        .collect()
+}
+
+/// The nodes of the execution plan the delegate claims: each node the HAL runs (lowered with
+/// the folding nodes it reads, so a CONV_2D sees the weights a DEQUANTIZE makes as
+/// constants), and each folding node all of whose readers are claimed.
 fn claim(context: Context<'_>, state: &State) -> Result<Vec<usize>, String> {
     let graph = context.graph().map_err(|e| {
         format!(
@@ -134,30 +179,73 @@ fn claim(context: Context<'_>, state: &State) -> Result<Vec<usize>, String> {
             abi::ABI_VERSION
         )
     })?;
-    let mut claimed = Vec::new();
+    let sg = &graph.subgraph;
+    let plan: Vec<usize> = graph.plan.iter().map(|n| n.index).collect();
+    let mut why: Vec<(usize, String)> = Vec::new();
+    let mut folds = Vec::new();
     for node in &graph.plan {
-        let verdict = match &node.unreadable {
-            Some(why) => Err(why.clone()),
-            None => node_verdict(&graph.subgraph, node.index, state),
+        let alone = match &node.unreadable {
+            Some(w) => Err(w.clone()),
+            None => lower::check_node(sg, node.index)
+                .map_err(|e| e.to_string())
+                .and_then(|()| verdict(sg, &[node.index], state)),
         };
-        match verdict {
-            Ok(()) => claimed.push(node.index),
-            Err(why) if state.options.log => {
-                let code = graph
-                    .subgraph
-                    .nodes
-                    .get(node.index)
-                    .map_or(-1, |n| n.builtin_code);
-                eprintln!(
-                    "nnaccel delegate: node {} ({}) left to LiteRT: {why}",
-                    node.index,
-                    builtin_name(code)
-                );
-            }
-            Err(_) => {}
+        match alone {
+            Ok(Verdict::Folds) => folds.push(node.index),
+            Ok(Verdict::Runs) => {}
+            Err(w) => why.push((node.index, w)),
         }
     }
+    let mut claimed = Vec::new();
+    for &n in &plan {
+        if folds.contains(&n) || why.iter().any(|(m, _)| *m == n) {
+            continue;
+        }
+        let mut group = folded_producers(sg, &plan, &folds, n);
+        if group.is_empty() {
+            // Asked alone above, and the HAL runs it.
+            claimed.push(n);
+            continue;
+        }
+        group.push(n);
+        match verdict(sg, &group, state) {
+            Ok(_) => claimed.push(n),
+            Err(w) => why.push((n, w)),
+        }
+    }
+    // A folding node goes with its readers: claimed when every node reading it is (latest
+    // first, so a chain DENSIFY -> DEQUANTIZE -> CONV_2D is claimed whole).
+    for &f in folds.iter().rev() {
+        let outputs = sg.nodes.get(f).map_or(&[][..], |n| &n.outputs[..]);
+        let readers: Vec<usize> = plan
+            .iter()
+            .copied()
+            .filter(|&r| {
+                r != f
+                    && sg
+                        .nodes
+                        .get(r)
+                        .is_some_and(|n| n.inputs.iter().any(|t| outputs.contains(t)))
+            })
+            .collect();
+        if !readers.is_empty() && readers.iter().all(|r| claimed.contains(r)) {
+            claimed.push(f);
+        } else {
+            why.push((
+                f,
+                "it folds into constants, and a node reading it is not claimed".into(),
+            ));
+        }
+    }
+    claimed.sort_unstable();
     if state.options.log {
+        for (n, w) in &why {
+            let code = sg.nodes.get(*n).map_or(-1, |n| n.builtin_code);
+            eprintln!(
+                "nnaccel delegate: node {n} ({}) left to LiteRT: {w}",
+                builtin_name(code)
+            );
+        }
         eprintln!(
             "nnaccel delegate: claimed {} of {} nodes",
             claimed.len(),

@@ -220,6 +220,56 @@ def dequantize_model(path):
     return w16
 
 
+def densify_model(path):
+    """x[2,4] + DENSIFY(w: a sparse float32 constant [2,4], row 0 dense, row 1 CSR) -> y."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as S
+
+    values = np.array([1.5, -2.0, 3.25], dtype=np.float32)
+    buffers = [S.BufferT(), S.BufferT()]
+    buffers[1].data = np.frombuffer(values.tobytes(), dtype=np.uint8).tolist()
+    sp = S.SparsityParametersT()
+    sp.traversalOrder = [0, 1]
+    dense = S.DimensionMetadataT()
+    dense.format, dense.denseSize = S.DimensionType.DENSE, 2
+    csr = S.DimensionMetadataT()
+    csr.format = S.DimensionType.SPARSE_CSR
+    csr.arraySegmentsType = csr.arrayIndicesType = S.SparseIndexVector.Int32Vector
+    csr.arraySegments, csr.arrayIndices = S.Int32VectorT(), S.Int32VectorT()
+    # Row 0 holds columns 1 and 3, row 1 column 0.
+    csr.arraySegments.values, csr.arrayIndices.values = [0, 2, 3], [1, 3, 0]
+    sp.dimMetadata = [dense, csr]
+    tensors = []
+    for name, buf in (("x", 0), ("w_sparse", 1), ("w", 0), ("y", 0)):
+        t = S.TensorT()
+        t.name, t.shape, t.type, t.buffer = name, [2, 4], S.TensorType.FLOAT32, buf
+        tensors.append(t)
+    tensors[1].sparsity = sp
+    codes = []
+    for code in (S.BuiltinOperator.DENSIFY, S.BuiltinOperator.ADD):
+        oc = S.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, code, 1
+        codes.append(oc)
+    den = S.OperatorT()
+    den.opcodeIndex, den.inputs, den.outputs = 0, [1], [2]
+    den.builtinOptionsType, den.builtinOptions = (S.BuiltinOptions.DensifyOptions,
+                                                  S.DensifyOptionsT())
+    add = S.OperatorT()
+    add.opcodeIndex, add.inputs, add.outputs = 1, [0, 2], [3]
+    add.builtinOptionsType, add.builtinOptions = S.BuiltinOptions.AddOptions, S.AddOptionsT()
+    sg = S.SubGraphT()
+    sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = tensors, [den, add], [0], [3], "main"
+    m = S.ModelT()
+    m.version, m.description = 3, "nnaccel tests/tflite_delegate.py: DENSIFY, ADD"
+    m.operatorCodes, m.subgraphs, m.buffers = codes, [sg], buffers
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    with open(path, "wb") as fh:
+        fh.write(bytes(b.Output()))
+    # The dense constant, by hand.
+    return np.array([[0, 1.5, 0, -2.0], [3.25, 0, 0, 0]], dtype=np.float32)
+
+
 class Loading(unittest.TestCase):
     def test_unknown_option_fails_load_delegate_with_the_message(self):
         with self.assertRaises(ValueError) as cm:
@@ -324,6 +374,23 @@ class Folding(unittest.TestCase):
             self.assertEqual(moved["nodes_claimed"], 2)
             self.assertEqual(moved["partitions"], 1)
             self.assertEqual(moved["executions"], 1)
+
+
+    def test_densify_of_a_sparse_constant_is_claimed_with_the_node_reading_it(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "densify.tflite")
+            w = densify_model(path)
+            ref = reference(path, False)
+            x = [np.arange(8, dtype=np.float32).reshape(2, 4)]
+            theirs = run(ref, x)
+            np.testing.assert_allclose(theirs[0], x[0] + w, rtol=1e-6)
+            before = stats()
+            interp, _d = with_delegate(path, {})
+            ours = run(interp, x)
+            moved = delta(before, stats())
+            assert_agree(self, ours, theirs, False, "DENSIFY, ADD")
+            self.assertEqual(moved["nodes_claimed"], 2)
+            self.assertEqual(moved["partitions"], 1)
 
 
 class Resize(unittest.TestCase):

@@ -142,6 +142,34 @@ pub struct TfLiteAffineQuantization {
     pub quantized_dimension: i32,
 }
 
+/// `TfLiteDimensionMetadata`: one traversed dimension of a sparse tensor.
+#[repr(C)]
+#[derive(Debug)]
+pub struct TfLiteDimensionMetadata {
+    /// `TfLiteDimensionType`: 0 dense, 1 sparse CSR.
+    pub format: c_int,
+    /// A dense dimension's size.
+    pub dense_size: c_int,
+    /// A CSR dimension's segments.
+    pub array_segments: *mut TfLiteIntArray,
+    /// A CSR dimension's indices.
+    pub array_indices: *mut TfLiteIntArray,
+}
+
+/// `TfLiteSparsity`: how a sparse constant is stored.
+#[repr(C)]
+#[derive(Debug)]
+pub struct TfLiteSparsity {
+    /// Traversal order of the dimensions.
+    pub traversal_order: *mut TfLiteIntArray,
+    /// Block dimensions' original dimensions.
+    pub block_map: *mut TfLiteIntArray,
+    /// `dim_metadata_size` entries.
+    pub dim_metadata: *mut TfLiteDimensionMetadata,
+    /// How many.
+    pub dim_metadata_size: c_int,
+}
+
 /// `TfLiteTensor` (112 bytes on LP64).
 #[repr(C)]
 #[derive(Debug)]
@@ -172,8 +200,8 @@ pub struct TfLiteTensor {
     pub is_variable: bool,
     /// Quantization.
     pub quantization: TfLiteQuantization,
-    /// `TfLiteSparsity*`, null when dense.
-    pub sparsity: *mut c_void,
+    /// Null when dense.
+    pub sparsity: *mut TfLiteSparsity,
     /// Shape with -1 for unknown dimensions, or null/empty.
     pub dims_signature: *const TfLiteIntArray,
 }
@@ -677,6 +705,14 @@ mod tests {
             offset_of!(TfLiteAffineQuantization, quantized_dimension),
             16
         );
+        assert_eq!(size_of::<TfLiteDimensionMetadata>(), 24);
+        assert_eq!(offset_of!(TfLiteDimensionMetadata, dense_size), 4);
+        assert_eq!(offset_of!(TfLiteDimensionMetadata, array_segments), 8);
+        assert_eq!(offset_of!(TfLiteDimensionMetadata, array_indices), 16);
+        assert_eq!(size_of::<TfLiteSparsity>(), 32);
+        assert_eq!(offset_of!(TfLiteSparsity, block_map), 8);
+        assert_eq!(offset_of!(TfLiteSparsity, dim_metadata), 16);
+        assert_eq!(offset_of!(TfLiteSparsity, dim_metadata_size), 24);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 use std::ffi::{CStr, c_int, c_void};
 
 use nnaccel_tflite::graph::{
-    Activation, ElementType, Node, Options, Padding, Quantization, Subgraph, Tensor,
+    Activation, DimensionMetadata, ElementType, Node, Options, Padding, Quantization, Sparsity,
+    Subgraph, Tensor,
 };
 
 use crate::abi::{self, TfLiteContext, TfLiteIntArray, TfLiteNode, TfLiteRegistration};
@@ -24,6 +25,8 @@ const MAX_NODES: c_int = 1 << 20;
 const MAX_RANK: c_int = 16;
 /// The largest node input/output count the check accepts.
 const MAX_NODE_TENSORS: c_int = 1 << 16;
+/// The largest CSR segment or index array the check accepts.
+const MAX_SPARSE: c_int = 1 << 28;
 /// The largest per-channel scale count the check accepts.
 const MAX_CHANNELS: c_int = 1 << 20;
 
@@ -527,6 +530,54 @@ pub unsafe fn options(builtin: i32, data: *const c_void) -> Result<Options, Stri
     })
 }
 
+/// A tensor's sparse storage in the graph form, or None when it is dense.
+///
+/// # Safety
+/// `p` is null or the tensor's `TfLiteSparsity`, with its arrays, alive for the call.
+unsafe fn sparsity(p: *const abi::TfLiteSparsity) -> Result<Option<Sparsity>, String> {
+    // SAFETY: null or a TfLiteSparsity, per the caller.
+    let Some(s) = (unsafe { p.as_ref() }) else {
+        return Ok(None);
+    };
+    // SAFETY: the sparsity's own arrays (or null).
+    let traversal_order = unsafe { int_array(s.traversal_order, MAX_RANK) }?.to_vec();
+    // SAFETY: as above.
+    let block_map = unsafe { int_array(s.block_map, MAX_RANK) }?.to_vec();
+    let n = usize::try_from(s.dim_metadata_size)
+        .ok()
+        .filter(|&n| n <= MAX_RANK as usize && (n == 0 || !s.dim_metadata.is_null()))
+        .ok_or_else(|| format!("{} dimension metadata", s.dim_metadata_size))?;
+    let metadata: &[abi::TfLiteDimensionMetadata] = if n == 0 {
+        &[]
+    } else {
+        // SAFETY: `dim_metadata_size` entries at a non-null `dim_metadata` (checked).
+        unsafe { std::slice::from_raw_parts(s.dim_metadata, n) }
+    };
+    let csr = |m: &abi::TfLiteDimensionMetadata| -> Result<DimensionMetadata, String> {
+        // SAFETY: a CSR dimension's arrays (or null), alive for the call.
+        let array_segments = unsafe { int_array(m.array_segments, MAX_SPARSE) }?.to_vec();
+        // SAFETY: as above.
+        let array_indices = unsafe { int_array(m.array_indices, MAX_SPARSE) }?.to_vec();
+        Ok(DimensionMetadata::SparseCsr {
+            array_segments,
+            array_indices,
+        })
+    };
+    let dim_metadata = metadata
+        .iter()
+        .map(|m| match m.format {
+            0 => Ok(DimensionMetadata::Dense { size: m.dense_size }),
+            1 => csr(m),
+            f => Err(format!("dimension format {f}")),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Some(Sparsity {
+        traversal_order,
+        block_map,
+        dim_metadata,
+    }))
+}
+
 /// The bytes of a dense tensor of `shape` with `size`-byte elements, or None when a dimension
 /// is negative or the product overflows.
 pub fn byte_count(shape: &[i32], size: usize) -> Option<usize> {
@@ -763,14 +814,33 @@ impl<'a> Context<'a> {
         let shape_signature = unsafe { int_array(t.dims_signature, MAX_RANK) }
             .map_err(|e| TensorError::Abi(format!("tensor {i}: dims_signature: {e}")))?
             .to_vec();
-        if !t.sparsity.is_null() {
-            return Err(TensorError::Unmappable(format!(
-                "tensor {i} ({name}) is sparse"
-            )));
-        }
+        // SAFETY: null or the tensor's TfLiteSparsity, alive for the callback.
+        let sparsity = unsafe { sparsity(t.sparsity) }
+            .map_err(|e| TensorError::Abi(format!("tensor {i} ({name}): sparsity: {e}")))?;
         let quantization = self.quantization(i, t).map_err(TensorError::Abi)?;
         let mut data = None;
-        if t.allocation_type == abi::alloc::MMAP_RO && !t.data.is_null() {
+        if sparsity.is_some() {
+            // The stored values of a sparse constant: at most the dense size (the lowering's
+            // densify checks them against the metadata).
+            let dense = element_type
+                .size()
+                .and_then(|size| byte_count(&shape, size));
+            if t.allocation_type != abi::alloc::MMAP_RO || t.data.is_null() {
+                return Err(TensorError::Unmappable(format!(
+                    "tensor {i} ({name}) is sparse but not a constant"
+                )));
+            }
+            if dense.is_none_or(|d| t.bytes > d) {
+                return Err(TensorError::Abi(format!(
+                    "sparse tensor {i} ({name}): {} bytes of values for shape {shape:?}",
+                    t.bytes
+                )));
+            }
+            // SAFETY: a kTfLiteMmapRo tensor's data is `bytes` bytes of the model (no more
+            // than its dense size, checked above), alive for the interpreter's life.
+            data =
+                Some(unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), t.bytes) }.to_vec());
+        } else if t.allocation_type == abi::alloc::MMAP_RO && !t.data.is_null() {
             let Some(size) = element_type.size() else {
                 // STRING, INT4, RESOURCE, VARIANT constants: their byte count cannot be checked
                 // against the shape, so they are never read.
@@ -797,7 +867,7 @@ impl<'a> Context<'a> {
             shape,
             shape_signature,
             quantization,
-            sparsity: None,
+            sparsity,
             data,
             is_variable: t.is_variable,
         })

@@ -124,110 +124,98 @@ def assert_agree(test, ours, theirs, quantized, what):
                                  "%s: %g apart, range %g" % (what, worst, span))
 
 
+class Graph:
+    """A one-subgraph .tflite written with the wheel's schema module (object API)."""
+
+    def __init__(self):
+        from ai_edge_litert import schema_py_generated as S
+        self.S = S
+        self.buffers = [S.BufferT()]
+        self.tensors = []
+        self.codes = []
+        self.ops = []
+
+    def tensor(self, name, shape, ttype, data=None):
+        t = self.S.TensorT()
+        t.name, t.shape, t.type, t.buffer = name, list(shape), ttype, 0
+        if data is not None:
+            b = self.S.BufferT()
+            b.data = np.frombuffer(data.tobytes(), dtype=np.uint8).tolist()
+            self.buffers.append(b)
+            t.buffer = len(self.buffers) - 1
+        self.tensors.append(t)
+        return len(self.tensors) - 1
+
+    def op(self, code, version, inputs, outputs, options=None):
+        """`options`: the name of the BuiltinOptions member (AddOptions, ...) or None."""
+        S = self.S
+        key = (code, version)
+        if key not in [(c.builtinCode, c.version) for c in self.codes]:
+            oc = S.OperatorCodeT()
+            oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), version
+            self.codes.append(oc)
+        o = S.OperatorT()
+        o.opcodeIndex = [(c.builtinCode, c.version) for c in self.codes].index(key)
+        o.inputs, o.outputs = inputs, outputs
+        if options is not None:
+            o.builtinOptionsType = getattr(S.BuiltinOptions, options)
+            o.builtinOptions = getattr(S, options + "T")()
+        self.ops.append(o)
+
+    def write(self, path, inputs, outputs, description):
+        import flatbuffers
+        S = self.S
+        sg = S.SubGraphT()
+        sg.tensors, sg.operators, sg.name = self.tensors, self.ops, "main"
+        sg.inputs, sg.outputs = inputs, outputs
+        m = S.ModelT()
+        m.version, m.description = 3, "nnaccel tests/tflite_delegate.py: " + description
+        m.operatorCodes, m.subgraphs, m.buffers = self.codes, [sg], self.buffers
+        b = flatbuffers.Builder(1024)
+        b.Finish(m.Pack(b), file_identifier=b"TFL3")
+        with open(path, "wb") as fh:
+            fh.write(bytes(b.Output()))
+
+
 def cumsum_model(path):
     """x[1,8] -> ADD(x, c1) -> CUMSUM(axis 1) -> MUL(., c2) -> y: CUMSUM has no NNAPI
     equivalent, so the delegate claims ADD and MUL, and TFLite makes two partitions with
     LiteRT's CUMSUM kernel between them."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as S
-
-    buffers = [S.BufferT()]
-    tensors = []
-
-    def tensor(name, shape, ttype, data=None):
-        t = S.TensorT()
-        t.name, t.shape, t.type, t.buffer = name, list(shape), ttype, 0
-        if data is not None:
-            b = S.BufferT()
-            b.data = np.frombuffer(data.tobytes(), dtype=np.uint8).tolist()
-            buffers.append(b)
-            t.buffer = len(buffers) - 1
-        tensors.append(t)
-        return len(tensors) - 1
-
-    f32 = S.TensorType.FLOAT32
-    x = tensor("x", [1, 8], f32)
-    c1 = tensor("c1", [1, 8], f32, np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8))
-    a = tensor("a", [1, 8], f32)
-    axis = tensor("axis", [], S.TensorType.INT32, np.array(1, dtype=np.int32))
-    s = tensor("s", [1, 8], f32)
-    c2 = tensor("c2", [1, 8], f32, np.full((1, 8), 0.5, dtype=np.float32))
-    y = tensor("y", [1, 8], f32)
-
-    codes = []
-    for code in (S.BuiltinOperator.ADD, S.BuiltinOperator.CUMSUM, S.BuiltinOperator.MUL):
-        oc = S.OperatorCodeT()
-        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
-        codes.append(oc)
-
-    def op(index, ins, outs, opt_type, opts):
-        o = S.OperatorT()
-        o.opcodeIndex, o.inputs, o.outputs = index, ins, outs
-        o.builtinOptionsType, o.builtinOptions = opt_type, opts
-        return o
-
-    add = S.AddOptionsT()
-    cumsum = S.CumsumOptionsT()
-    mul = S.MulOptionsT()
-    ops = [op(0, [x, c1], [a], S.BuiltinOptions.AddOptions, add),
-           op(1, [a, axis], [s], S.BuiltinOptions.CumsumOptions, cumsum),
-           op(2, [s, c2], [y], S.BuiltinOptions.MulOptions, mul)]
-    sg = S.SubGraphT()
-    sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = tensors, ops, [x], [y], "main"
-    m = S.ModelT()
-    m.version, m.description = 3, "nnaccel tests/tflite_delegate.py: ADD, CUMSUM, MUL"
-    m.operatorCodes, m.subgraphs, m.buffers = codes, [sg], buffers
-    b = flatbuffers.Builder(1024)
-    b.Finish(m.Pack(b), file_identifier=b"TFL3")
-    with open(path, "wb") as fh:
-        fh.write(bytes(b.Output()))
+    g = Graph()
+    S, f32 = g.S, g.S.TensorType.FLOAT32
+    x = g.tensor("x", [1, 8], f32)
+    c1 = g.tensor("c1", [1, 8], f32, np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8))
+    a = g.tensor("a", [1, 8], f32)
+    axis = g.tensor("axis", [], S.TensorType.INT32, np.array(1, dtype=np.int32))
+    s = g.tensor("s", [1, 8], f32)
+    c2 = g.tensor("c2", [1, 8], f32, np.full((1, 8), 0.5, dtype=np.float32))
+    y = g.tensor("y", [1, 8], f32)
+    g.op(S.BuiltinOperator.ADD, 1, [x, c1], [a], "AddOptions")
+    g.op(S.BuiltinOperator.CUMSUM, 1, [a, axis], [s], "CumsumOptions")
+    g.op(S.BuiltinOperator.MUL, 1, [s, c2], [y], "MulOptions")
+    g.write(path, [x], [y], "ADD, CUMSUM, MUL")
 
 
 def dequantize_model(path):
     """x[1,8] + DEQUANTIZE(w: float16 constant [1,8]) -> y: DEQUANTIZE of a constant lowers to
     no operation (it folds at import), so the delegate claims it with the ADD reading it."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as S
-
+    g = Graph()
+    S, f32 = g.S, g.S.TensorType.FLOAT32
     w16 = np.linspace(-2, 2, 8, dtype=np.float16).reshape(1, 8)
-    buffers = [S.BufferT(), S.BufferT()]
-    buffers[1].data = np.frombuffer(w16.tobytes(), dtype=np.uint8).tolist()
-    tensors = []
-    for name, ttype, buf in (("x", S.TensorType.FLOAT32, 0), ("w16", S.TensorType.FLOAT16, 1),
-                             ("w", S.TensorType.FLOAT32, 0), ("y", S.TensorType.FLOAT32, 0)):
-        t = S.TensorT()
-        t.name, t.shape, t.type, t.buffer = name, [1, 8], ttype, buf
-        tensors.append(t)
-    codes = []
-    for code, version in ((S.BuiltinOperator.DEQUANTIZE, 3), (S.BuiltinOperator.ADD, 1)):
-        oc = S.OperatorCodeT()
-        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, code, version
-        codes.append(oc)
-    deq = S.OperatorT()
-    deq.opcodeIndex, deq.inputs, deq.outputs = 0, [1], [2]
-    add = S.OperatorT()
-    add.opcodeIndex, add.inputs, add.outputs = 1, [0, 2], [3]
-    add.builtinOptionsType, add.builtinOptions = S.BuiltinOptions.AddOptions, S.AddOptionsT()
-    sg = S.SubGraphT()
-    sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = tensors, [deq, add], [0], [3], "main"
-    m = S.ModelT()
-    m.version, m.description = 3, "nnaccel tests/tflite_delegate.py: DEQUANTIZE(float16), ADD"
-    m.operatorCodes, m.subgraphs, m.buffers = codes, [sg], buffers
-    b = flatbuffers.Builder(1024)
-    b.Finish(m.Pack(b), file_identifier=b"TFL3")
-    with open(path, "wb") as fh:
-        fh.write(bytes(b.Output()))
+    x = g.tensor("x", [1, 8], f32)
+    wq = g.tensor("w16", [1, 8], S.TensorType.FLOAT16, w16)
+    w = g.tensor("w", [1, 8], f32)
+    y = g.tensor("y", [1, 8], f32)
+    g.op(S.BuiltinOperator.DEQUANTIZE, 3, [wq], [w])
+    g.op(S.BuiltinOperator.ADD, 1, [x, w], [y], "AddOptions")
+    g.write(path, [x], [y], "DEQUANTIZE(float16), ADD")
     return w16
 
 
 def densify_model(path):
     """x[2,4] + DENSIFY(w: a sparse float32 constant [2,4], row 0 dense, row 1 CSR) -> y."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as S
-
-    values = np.array([1.5, -2.0, 3.25], dtype=np.float32)
-    buffers = [S.BufferT(), S.BufferT()]
-    buffers[1].data = np.frombuffer(values.tobytes(), dtype=np.uint8).tolist()
+    g = Graph()
+    S, f32 = g.S, g.S.TensorType.FLOAT32
     sp = S.SparsityParametersT()
     sp.traversalOrder = [0, 1]
     dense = S.DimensionMetadataT()
@@ -239,33 +227,14 @@ def densify_model(path):
     # Row 0 holds columns 1 and 3, row 1 column 0.
     csr.arraySegments.values, csr.arrayIndices.values = [0, 2, 3], [1, 3, 0]
     sp.dimMetadata = [dense, csr]
-    tensors = []
-    for name, buf in (("x", 0), ("w_sparse", 1), ("w", 0), ("y", 0)):
-        t = S.TensorT()
-        t.name, t.shape, t.type, t.buffer = name, [2, 4], S.TensorType.FLOAT32, buf
-        tensors.append(t)
-    tensors[1].sparsity = sp
-    codes = []
-    for code in (S.BuiltinOperator.DENSIFY, S.BuiltinOperator.ADD):
-        oc = S.OperatorCodeT()
-        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, code, 1
-        codes.append(oc)
-    den = S.OperatorT()
-    den.opcodeIndex, den.inputs, den.outputs = 0, [1], [2]
-    den.builtinOptionsType, den.builtinOptions = (S.BuiltinOptions.DensifyOptions,
-                                                  S.DensifyOptionsT())
-    add = S.OperatorT()
-    add.opcodeIndex, add.inputs, add.outputs = 1, [0, 2], [3]
-    add.builtinOptionsType, add.builtinOptions = S.BuiltinOptions.AddOptions, S.AddOptionsT()
-    sg = S.SubGraphT()
-    sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = tensors, [den, add], [0], [3], "main"
-    m = S.ModelT()
-    m.version, m.description = 3, "nnaccel tests/tflite_delegate.py: DENSIFY, ADD"
-    m.operatorCodes, m.subgraphs, m.buffers = codes, [sg], buffers
-    b = flatbuffers.Builder(1024)
-    b.Finish(m.Pack(b), file_identifier=b"TFL3")
-    with open(path, "wb") as fh:
-        fh.write(bytes(b.Output()))
+    x = g.tensor("x", [2, 4], f32)
+    ws = g.tensor("w_sparse", [2, 4], f32, np.array([1.5, -2.0, 3.25], dtype=np.float32))
+    g.tensors[ws].sparsity = sp
+    w = g.tensor("w", [2, 4], f32)
+    y = g.tensor("y", [2, 4], f32)
+    g.op(S.BuiltinOperator.DENSIFY, 1, [ws], [w], "DensifyOptions")
+    g.op(S.BuiltinOperator.ADD, 1, [x, w], [y], "AddOptions")
+    g.write(path, [x], [y], "DENSIFY, ADD")
     # The dense constant, by hand.
     return np.array([[0, 1.5, 0, -2.0], [3.25, 0, 0, 0]], dtype=np.float32)
 

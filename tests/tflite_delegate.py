@@ -326,40 +326,34 @@ class Partitions(unittest.TestCase):
 
 
 class Folding(unittest.TestCase):
-    def test_dequantize_of_a_constant_is_claimed_with_the_node_reading_it(self):
+    """A node that folds into constants at import is claimed with the ADD that reads it."""
+
+    def check(self, build, x, expected_from, what):
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "dequantize.tflite")
-            w16 = dequantize_model(path)
+            path = os.path.join(tmp, "folding.tflite")
+            made = build(path)
             ref = reference(path, False)
-            x = [np.linspace(1, -1, 8, dtype=np.float32).reshape(1, 8)]
             theirs = run(ref, x)
-            # By hand: y = x + float32(w16).
-            np.testing.assert_allclose(theirs[0], x[0] + w16.astype(np.float32), rtol=1e-6)
+            np.testing.assert_allclose(theirs[0], expected_from(made), rtol=1e-6)
             before = stats()
             interp, _d = with_delegate(path, {})
             ours = run(interp, x)
             moved = delta(before, stats())
-            assert_agree(self, ours, theirs, False, "DEQUANTIZE, ADD")
-            self.assertEqual(moved["nodes_claimed"], 2)
-            self.assertEqual(moved["partitions"], 1)
-            self.assertEqual(moved["executions"], 1)
+            assert_agree(self, ours, theirs, False, what)
+            self.assertEqual(moved["nodes_claimed"], 2, what)
+            self.assertEqual(moved["partitions"], 1, what)
+            self.assertEqual(moved["executions"], 1, what)
 
+    def test_dequantize_of_a_constant_is_claimed_with_the_node_reading_it(self):
+        x = [np.linspace(1, -1, 8, dtype=np.float32).reshape(1, 8)]
+        # By hand: y = x + float32(w16).
+        self.check(dequantize_model, x, lambda w16: x[0] + w16.astype(np.float32),
+                   "DEQUANTIZE, ADD")
 
     def test_densify_of_a_sparse_constant_is_claimed_with_the_node_reading_it(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "densify.tflite")
-            w = densify_model(path)
-            ref = reference(path, False)
-            x = [np.arange(8, dtype=np.float32).reshape(2, 4)]
-            theirs = run(ref, x)
-            np.testing.assert_allclose(theirs[0], x[0] + w, rtol=1e-6)
-            before = stats()
-            interp, _d = with_delegate(path, {})
-            ours = run(interp, x)
-            moved = delta(before, stats())
-            assert_agree(self, ours, theirs, False, "DENSIFY, ADD")
-            self.assertEqual(moved["nodes_claimed"], 2)
-            self.assertEqual(moved["partitions"], 1)
+        x = [np.arange(8, dtype=np.float32).reshape(2, 4)]
+        # By hand: y = x + the dense constant densify_model spells out.
+        self.check(densify_model, x, lambda w: x[0] + w, "DENSIFY, ADD")
 
 
 class Resize(unittest.TestCase):

@@ -49,6 +49,9 @@ fi
 
 step "build"
 cargo build --workspace --all-targets --locked
+# The external TFLite delegate (a cdylib LiteRT dlopens, target/debug/libnnaccel_tflite_delegate.so)
+# in the profile the tests use: tests/tflite_delegate.rs loads it into LiteRT.
+cargo build -p nnaccel-tflite-delegate --lib --locked
 
 step "operation coverage table (docs/operations.md matches the code and its tests)"
 scripts/gen-operations.sh --check

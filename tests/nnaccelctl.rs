@@ -839,20 +839,17 @@ fn a_refused_model_is_reported_with_the_operation_that_caused_it() {
 // gen_npz.py); the expected values below are worked out by hand from the models' definitions
 // there (and agree with LiteRT on the same files).
 
+/// A file of the repository, by its path from the root.
+fn repo_file(path: &str) -> String {
+    format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
 fn cli_tflite(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("data/tflite")
-        .join(name)
-        .display()
-        .to_string()
+    repo_file(&format!("tests/data/tflite/{name}"))
 }
 
 fn cli_testdata(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../driver/cli/testdata")
-        .join(name)
-        .display()
-        .to_string()
+    repo_file(&format!("driver/cli/testdata/{name}"))
 }
 
 /// cli_add_mul.tflite on x = [1, -2, 3, 4], y = [0.5, 0.5, -5, 1]: its outputs in order,

@@ -203,8 +203,9 @@ fn fortran_to_c(data: &[u8], shape: &[u64], size: usize) -> Vec<u8> {
 }
 
 /// Reads the arrays of an inputs file: an `.npz` archive, or one `.npy` file (array `arr_0`).
-/// At most [`MAX_REQUEST_BYTES`] of array data in all, however well it compresses.
-fn read_arrays(bytes: &[u8]) -> Result<Vec<Array>, String> {
+/// At most `limit` bytes of `.npy` members in all ([`MAX_REQUEST_BYTES`]), however well they
+/// compress.
+fn read_arrays(bytes: &[u8], limit: u64) -> Result<Vec<Array>, String> {
     if is_npy(bytes) {
         return Ok(vec![read_npy("arr_0", bytes)?]);
     }
@@ -213,7 +214,7 @@ fn read_arrays(bytes: &[u8]) -> Result<Vec<Array>, String> {
     }
     let mut archive = zip::ZipArchive::new(Cursor::new(bytes))
         .map_err(|e| format!("not a readable .npz (zip) archive: {e}"))?;
-    let mut budget = MAX_REQUEST_BYTES;
+    let mut budget = limit;
     let mut arrays: Vec<Array> = Vec::with_capacity(archive.len());
     for k in 0..archive.len() {
         let mut entry = archive
@@ -230,7 +231,7 @@ fn read_arrays(bytes: &[u8]) -> Result<Vec<Array>, String> {
         if entry.size() > budget {
             return Err(format!(
                 "array '{name}': {} bytes uncompressed, more than nnaccelctl's limit of \
-                 {MAX_REQUEST_BYTES} bytes for the arrays of one request",
+                 {limit} bytes for the arrays of one request",
                 entry.size()
             ));
         }
@@ -243,7 +244,7 @@ fn read_arrays(bytes: &[u8]) -> Result<Vec<Array>, String> {
         if npy.len() as u64 > budget {
             return Err(format!(
                 "array '{name}': inflates to more than nnaccelctl's limit of \
-                 {MAX_REQUEST_BYTES} bytes for the arrays of one request"
+                 {limit} bytes for the arrays of one request"
             ));
         }
         budget -= npy.len() as u64;
@@ -445,7 +446,7 @@ fn input_value(a: Array, k: usize, spec: &InputSpec) -> Result<InputValue, Strin
 
 /// The request inputs an `.npz` (or `.npy`) file gives for `specs`, in the specs' order.
 pub fn inputs_from_bytes(bytes: &[u8], specs: &[InputSpec]) -> Result<Vec<InputValue>, String> {
-    let arrays = read_arrays(bytes)?;
+    let arrays = read_arrays(bytes, MAX_REQUEST_BYTES)?;
     let target = assign(&arrays, specs)?;
     let mut slots: Vec<Option<InputValue>> = vec![None; specs.len()];
     for (a, k) in arrays.into_iter().zip(target) {
@@ -726,6 +727,33 @@ mod tests {
         // An .npy whose header length runs past the file.
         let e = err(b"\x93NUMPY\x01\x00\xff\x7f{}", &specs());
         assert!(e.contains("header claims 32767 bytes"), "{e}");
+    }
+
+    #[test]
+    fn an_archive_member_that_is_not_an_array_is_refused_by_name() {
+        let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default();
+        zip.start_file("README.txt", options).unwrap();
+        zip.write_all(b"not an array").unwrap();
+        let bytes = zip.finish().unwrap().into_inner();
+        let e = err(&bytes, &specs());
+        assert_eq!(e, "archive entry 'README.txt' is not an array (NAME.npy)");
+    }
+
+    #[test]
+    fn members_that_inflate_past_the_limit_are_refused() {
+        // named.npz holds two members of 144 and 140 bytes (.npy header + data).
+        let named = fixture!("named.npz");
+        assert!(read_arrays(named, 284).is_ok());
+        let e = read_arrays(named, 283).err().unwrap_or_default();
+        assert!(
+            e.contains("array 'y'") && e.contains("limit of 283 bytes"),
+            "{e}"
+        );
+        let e = read_arrays(fixture!("compressed.npz"), 100)
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("limit of 100 bytes"), "{e}");
     }
 
     #[test]

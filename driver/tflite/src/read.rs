@@ -1534,6 +1534,24 @@ mod tests {
     }
 
     #[test]
+    fn a_builtin_code_newer_than_the_schema_is_kept_by_number() {
+        // planus cannot build an out-of-range enum, so build STABLEHLO_CASE (209, the last
+        // code the vendored schema knows) and patch its one little-endian i32 to 300.
+        let mut model = sample();
+        model.operator_codes.as_mut().unwrap()[0] = code(127, Op::StablehloCase, 1);
+        let mut bytes = bytes_of(&model);
+        let at: Vec<usize> = (0..bytes.len() - 3)
+            .filter(|&i| bytes[i..i + 4] == 209i32.to_le_bytes())
+            .collect();
+        assert_eq!(at.len(), 1, "209 occurs once");
+        bytes[at[0]..at[0] + 4].copy_from_slice(&300i32.to_le_bytes());
+        let g = read_bytes(&bytes).unwrap();
+        assert_eq!(g.subgraphs[0].nodes[0].builtin_code, 300);
+        // Its Conv2DOptions table means nothing for an unknown code: no options carried.
+        assert_eq!(g.subgraphs[0].nodes[0].options, Options::None);
+    }
+
+    #[test]
     fn a_wrong_file_identifier_is_refused() {
         let mut bytes = bytes_of(&sample());
         bytes[4..8].copy_from_slice(b"TFL2");
@@ -1694,6 +1712,135 @@ mod tests {
         std::fs::write(&good, bytes_of(&sample())).unwrap();
         assert_eq!(read_file(&good).unwrap().subgraphs.len(), 2);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod wheel_file {
+    use super::*;
+
+    /// `testdata/tiny.tflite`, written by `testdata/make_tiny.py` with the ai-edge-litert
+    /// wheel's own schema module; the values below restate that script's literals.
+    #[test]
+    fn a_file_written_by_the_wheels_schema_module_reads() {
+        let bytes = include_bytes!("../testdata/tiny.tflite");
+        let g = read_bytes(bytes).unwrap();
+        assert_eq!(g.version, 3);
+        assert_eq!(g.description, "nnaccel driver/tflite/testdata/make_tiny.py");
+        let main = &g.subgraphs[0];
+        assert_eq!(main.name, "main");
+        let names: Vec<&str> = main.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "input",
+                "conv/filter",
+                "conv/bias",
+                "conv/out",
+                "pool/out",
+                "flat",
+                "fc/weights_sparse",
+                "fc/weights",
+                "logits",
+                "probs",
+                "state"
+            ]
+        );
+        assert_eq!(
+            (main.inputs.as_slice(), main.outputs.as_slice()),
+            (&[0][..], &[9][..])
+        );
+        let input = &main.tensors[0];
+        assert_eq!(input.element_type, ElementType::Int8);
+        assert_eq!(input.shape_signature, [-1, 4, 4, 2]);
+        assert_eq!(
+            (
+                input.quantization.scales.as_slice(),
+                input.quantization.zero_points.as_slice()
+            ),
+            (&[0.5f32][..], &[-1i64][..])
+        );
+        let filter = &main.tensors[1];
+        assert_eq!(filter.quantization.scales, [0.25, 0.5, 1.0]);
+        assert_eq!(filter.quantization.axis, 0);
+        assert_eq!(
+            filter.data.as_deref(),
+            Some(&[1u8, 0xfe, 3, 0xfc, 5, 0xfa][..])
+        );
+        let bias: Vec<u8> = [10i32, -20, 30]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(main.tensors[2].data.as_deref(), Some(bias.as_slice()));
+        assert_eq!(main.tensors[2].element_type, ElementType::Int32);
+        assert!(main.tensors[10].is_variable);
+        assert_eq!(main.tensors[10].element_type, ElementType::Float32);
+
+        let sparse = &main.tensors[6];
+        assert_eq!(
+            sparse.sparsity,
+            Some(Sparsity {
+                traversal_order: vec![0, 1],
+                block_map: vec![],
+                dim_metadata: vec![
+                    DimensionMetadata::Dense { size: 2 },
+                    DimensionMetadata::SparseCsr {
+                        array_segments: vec![0, 1, 3],
+                        array_indices: vec![3, 0, 11],
+                    },
+                ],
+            })
+        );
+        let mut dense = vec![0u8; 24];
+        dense[3] = 7;
+        dense[12] = (-8i8) as u8;
+        dense[23] = 9;
+        assert_eq!(crate::densify::densify(sparse).unwrap(), dense);
+
+        let codes: Vec<i32> = main.nodes.iter().map(|n| n.builtin_code).collect();
+        assert_eq!(codes, [3, 1, 22, 124, 9, 25]);
+        let versions: Vec<i32> = main.nodes.iter().map(|n| n.version).collect();
+        assert_eq!(versions, [3, 2, 1, 1, 4, 2]);
+        assert_eq!(
+            main.nodes[0].options,
+            Options::Conv2d {
+                padding: Padding::Same,
+                stride_w: 1,
+                stride_h: 1,
+                dilation_w: 1,
+                dilation_h: 1,
+                activation: Activation::Relu6,
+            }
+        );
+        assert_eq!(
+            main.nodes[1].options,
+            Options::Pool2d {
+                padding: Padding::Valid,
+                stride_w: 2,
+                stride_h: 2,
+                filter_w: 2,
+                filter_h: 2,
+                activation: Activation::None,
+            }
+        );
+        assert_eq!(
+            main.nodes[2].options,
+            Options::Reshape {
+                new_shape: vec![1, 12]
+            }
+        );
+        assert_eq!(main.nodes[3].options, Options::None);
+        assert_eq!(main.nodes[4].inputs, [5, 7, -1]);
+        assert_eq!(
+            main.nodes[4].options,
+            Options::FullyConnected {
+                activation: Activation::None,
+                keep_num_dims: true,
+                shuffled_weights: false,
+                asymmetric_quantize_inputs: false,
+            }
+        );
+        assert_eq!(main.nodes[5].options, Options::Softmax { beta: 1.0 });
     }
 }
 

@@ -383,11 +383,23 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         IF => control::if_(b),
         WHILE => control::while_(b),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),
-        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => {
-            Err(b.err("resource variables are only lowered with the whole model (lower_model)"))
-        }
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => Err(whole_model_only(b)),
         _ => Err(b.err("no NNAPI equivalent")),
     }
+}
+
+/// Operations that only the whole model lowers (state and referenced subgraphs).
+fn is_whole_model_only(code: i32) -> bool {
+    use code::*;
+    matches!(
+        code,
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | IF | WHILE
+    )
+}
+
+/// The error for one of [`is_whole_model_only`]'s operations in a partition.
+fn whole_model_only(b: &Builder<'_>) -> LowerError {
+    b.err("resource variables, IF and WHILE are only lowered with the whole model (lower_model)")
 }
 
 /// The TensorInfo of tensor `t`.
@@ -576,6 +588,9 @@ fn lower_partition(sub: &Subgraph, nodes: &[usize], pool: bool) -> Result<Lowere
     for &n in nodes {
         b.node = n;
         let node = b.cur()?;
+        if is_whole_model_only(node.builtin_code) {
+            return Err(whole_model_only(&b));
+        }
         for &t in &node.inputs {
             let Ok(t) = usize::try_from(t) else { continue };
             tensor_index(sub, t as i32, "input")?;

@@ -1071,3 +1071,46 @@ fn malformed_nodes_of_every_builtin_are_errors_not_panics() {
         }
     }
 }
+
+#[test]
+fn a_partition_reads_a_folded_dequantize_as_a_constant() {
+    // 0: w = DEQUANTIZE(w16) (float16 [2, 4] → [2, 4]); 1: y = x * w. A partition of node 1
+    // alone takes x only (w is a constant there); node 0 alone outputs w through a copy.
+    let mut g = G::default();
+    let x = g.f("x", &[2]);
+    let w16 = g.c(
+        "w16",
+        ElementType::Float16,
+        &[2],
+        [0x4000u16, 0x4400]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+    );
+    let w = g.f("w", &[2]);
+    let y = g.f("y", &[2]);
+    g.n(code::DEQUANTIZE, &[w16], &[w], Options::None);
+    g.arith(code::MUL, x, w, y);
+    let graph = g.graph(&[x], &[y]);
+    let sub = &graph.subgraphs[0];
+    let l = lower_nodes(sub, &[1]).unwrap();
+    assert_eq!(l.inputs.len(), 1);
+    assert_eq!(l.inputs[0].name, "x");
+    // x = [1, 3] times w = [2, 4]: [2, 12].
+    assert_close(&to_f32s(&run(&l, &[f32s(&[1.0, 3.0])])[0]), &[2.0, 12.0]);
+    let both = lower_nodes(sub, &[0, 1]).unwrap();
+    assert_eq!(op_types(&both), [OperationType::Mul]);
+    let alone = lower_nodes(sub, &[0]).unwrap();
+    assert_eq!(alone.outputs[0].name, "w");
+    assert_close(&to_f32s(&run(&alone, &[])[0]), &[2.0, 4.0]);
+}
+
+#[test]
+fn variables_and_control_flow_are_not_partition_material() {
+    let graph = counter_graph();
+    let sub = &graph.subgraphs[0];
+    for node in [2, 4] {
+        let e = check_node(sub, node).unwrap_err().to_string();
+        assert!(e.contains("only lowered with the whole model"), "{e}");
+    }
+}

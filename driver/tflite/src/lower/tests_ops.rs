@@ -393,3 +393,20 @@ fn reverse_v2_gathers_reversed_indexes() {
     let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])]);
     assert_close(&to_f32s(&out[0]), &[3.0, 2.0, 1.0, 6.0, 5.0, 4.0]);
 }
+
+#[test]
+fn a_reduction_to_a_scalar_runs_with_a_one_element_output() {
+    // SUM of [1, 2, 3, 4] over both axes: 10, a TFLite scalar (shape []).
+    let l = one_node(
+        code::SUM,
+        &[&[2, 2]],
+        &[(ElementType::Int32, &[2], i32s(&[0, 1]))],
+        &[],
+        Options::Reducer { keep_dims: false },
+    );
+    assert_eq!(l.outputs[0].shape, Vec::<i32>::new());
+    assert_close(
+        &to_f32s(&run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0])])[0]),
+        &[10.0],
+    );
+}

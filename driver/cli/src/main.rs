@@ -48,7 +48,8 @@ Model files: JSON (docs/model-format.md), or TensorFlow Lite flatbuffers (.tflit
 by their TFL3 file identifier, see docs/tflite.md). Inputs files: JSON, or NumPy .npz/.npy
 arrays (see run --help). A JSON model and every inputs file must be a regular file of at most
 64 MiB (a FIFO, a device such as /dev/zero or a directory is refused before anything is read),
-and a key may appear only once in a JSON object. One request (inputs and output buffers together)
+and a key may appear only once in a JSON object; a .tflite must be a regular file of at most
+8 GiB (its constants may follow the flatbuffer). One request (inputs and output buffers together)
 is at most 256 MiB: a model whose shapes need more is refused before anything is allocated.
 A --device that does not answer as an nnaccel device (GET_PARAM, API version) is an error,
 never a silent fall back to the CPU executor.

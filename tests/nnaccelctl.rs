@@ -1062,3 +1062,28 @@ fn bad_npz_inputs_exit_2_naming_the_file_and_the_array() {
     out.expect_code(2);
     assert!(out.stderr.contains("not a readable .npz"), "{}", out.stderr);
 }
+
+#[test]
+fn a_json_model_takes_npz_inputs_by_position_and_writes_arr_k_outputs() {
+    // examples/add.json: out = in + [1, 2, 3, 4]; in = [1, 2, 3, 4].
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("out.npz");
+    let out = ctl(&[
+        "run",
+        &example("add.json"),
+        "--inputs",
+        &cli_testdata("add.inputs.npz"),
+        "--outputs",
+        out_path.to_str().unwrap(),
+        "--cpu",
+    ]);
+    out.expect_code(0);
+    assert_eq!(
+        read_npz_f32(&out_path),
+        vec![(
+            "arr_0".to_string(),
+            vec![1, 2, 2, 1],
+            vec![2.0, 4.0, 6.0, 8.0]
+        )]
+    );
+}

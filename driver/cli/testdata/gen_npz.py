@@ -44,3 +44,5 @@ ay = np.array([0.5, 0.5, -5, 1], dtype="<f4").reshape(1, 2, 2, 1)
 np.savez(out("cli_add_mul.inputs.npz"), x=ax, y=ay)
 np.savez(out("cli_add_mul.positional.npz"), ax, ay)
 np.savez(out("cli_state.inputs.npz"), x=np.ones((1, 4), dtype="<f4"))
+# The input of examples/add.json (a JSON model: by position only).
+np.savez(out("add.inputs.npz"), np.array([1, 2, 3, 4], dtype="<f4").reshape(1, 2, 2, 1))

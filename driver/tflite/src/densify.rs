@@ -49,44 +49,50 @@ pub fn densify(tensor: &Tensor) -> Result<Vec<u8>, String> {
                 tensor.shape
             ))
         })?;
+    // A first walk checks the metadata against the data without writing, so an inconsistent
+    // model costs no allocation of its dense size.
+    let walk = |dest: Option<&mut Vec<u8>>| -> Result<(), String> {
+        let mut walk = Walk {
+            plan: &plan,
+            src: data,
+            size,
+            next: 0,
+            dest,
+            indices: vec![0; plan.levels.len()],
+        };
+        walk.level(0, 0).map_err(&err)?;
+        let used = walk.next;
+        if used * size != data.len() {
+            return Err(err(format!(
+                "the metadata visits {used} values, the data holds {}",
+                data.len() / size
+            )));
+        }
+        Ok(())
+    };
+    walk(None)?;
     let mut out = Vec::new();
     out.try_reserve_exact(total)
         .map_err(|e| err(format!("{total} bytes: {e}")))?;
     out.resize(total, 0);
-    let mut walk = Walk {
-        plan: &plan,
-        src: data,
-        size,
-        next: 0,
-        dest: &mut out,
-        indices: vec![0; plan.levels.len()],
-    };
-    walk.level(0, 0).map_err(&err)?;
-    let used = walk.next;
-    if used * size != data.len() {
-        return Err(err(format!(
-            "the metadata visits {used} values, the data holds {}",
-            data.len() / size
-        )));
-    }
+    walk(Some(&mut out))?;
     Ok(out)
 }
 
 /// The checked shape of the walk.
 struct Plan<'a> {
-    /// The dense shape.
-    shape: Vec<usize>,
-    /// Per level (traversed dimension), its metadata and the number of indices it spans.
+    /// Per level (traversed dimension), in traversal order.
     levels: Vec<Level<'a>>,
-    /// Per level, the dimension it indexes: original `0..n` or block `n..n+k`.
-    order: Vec<usize>,
-    /// Per block dimension, its original dimension and size.
-    blocks: Vec<(usize, usize)>,
     dense_elements: usize,
 }
 
 struct Level<'a> {
+    /// How many indices the level spans.
     extent: usize,
+    /// What one step of its index moves in the dense row-major result, in elements: the
+    /// dimension's stride, times the block size for a blocked original dimension.
+    step: usize,
+    /// Segments and indices of a compressed level; `None` for a dense one.
     csr: Option<(&'a [i32], &'a [i32])>,
 }
 
@@ -157,22 +163,51 @@ impl<'a> Plan<'a> {
                     "block size {block} does not divide dimension {orig} of size {dim}"
                 ));
             }
+            if blocks.iter().any(|&(o, _)| o == orig) {
+                return Err(format!(
+                    "block map {:?} blocks dimension {orig} twice",
+                    sparsity.block_map
+                ));
+            }
             blocks.push((orig, block));
         }
+        // The block size of original dimension d (1 when it is not blocked).
+        let block_of = |d: usize| {
+            blocks
+                .iter()
+                .find(|(orig, _)| *orig == d)
+                .map_or(1, |(_, b)| *b)
+        };
         let extent_of = |d: usize| -> usize {
             if d < n {
-                let block = blocks
-                    .iter()
-                    .find(|(orig, _)| *orig == d)
-                    .map_or(1, |(_, b)| *b);
-                shape[d] / block
+                shape[d] / block_of(d)
             } else {
                 blocks[d - n].1
+            }
+        };
+        let overflow = || format!("shape {shape:?} overflows");
+        let dense_elements = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(overflow)?;
+        // Row-major strides (checked: with a zero dimension the element count bounds nothing).
+        let mut strides = vec![1usize; n];
+        for d in (0..n.saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1]
+                .checked_mul(shape[d + 1])
+                .ok_or_else(overflow)?;
+        }
+        let step_of = |d: usize| -> Option<usize> {
+            if d < n {
+                strides[d].checked_mul(block_of(d))
+            } else {
+                Some(strides[blocks[d - n].0])
             }
         };
         let mut plan_levels = Vec::with_capacity(levels);
         for (level, (meta, &d)) in sparsity.dim_metadata.iter().zip(&order).enumerate() {
             let extent = extent_of(d);
+            let step = step_of(d).ok_or_else(overflow)?;
             let csr = match meta {
                 DimensionMetadata::Dense { size } => {
                     if as_index(*size) != extent {
@@ -187,37 +222,24 @@ impl<'a> Plan<'a> {
                     array_indices,
                 } => Some((array_segments.as_slice(), array_indices.as_slice())),
             };
-            plan_levels.push(Level { extent, csr });
+            plan_levels.push(Level { extent, step, csr });
         }
-        let dense_elements = shape
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .ok_or_else(|| format!("shape {shape:?} overflows"))?;
         Ok(Plan {
-            shape,
             levels: plan_levels,
-            order,
-            blocks,
             dense_elements,
         })
     }
 
-    /// The row-major element index in the dense shape of the traversal indices `indices`.
+    /// The row-major element index in the dense shape of the traversal indices `indices`
+    /// (each below its level's extent, so the sum stays below the element count).
     fn flat_index(&self, indices: &[usize]) -> Option<usize> {
-        let n = self.shape.len();
-        let mut orig = vec![0usize; n];
-        for (&i, &d) in indices.iter().zip(&self.order) {
-            if d < n {
-                orig[d] += i * self.blocks.iter().find(|(o, _)| *o == d).map_or(1, |b| b.1);
-            } else {
-                orig[self.blocks[d - n].0] += i;
-            }
-        }
-        orig.iter()
-            .zip(&self.shape)
-            .try_fold(0usize, |flat, (&i, &dim)| {
-                (i < dim).then_some(flat * dim + i)
+        indices
+            .iter()
+            .zip(&self.levels)
+            .try_fold(0usize, |flat, (&i, l)| {
+                flat.checked_add(i.checked_mul(l.step)?)
             })
+            .filter(|&flat| flat < self.dense_elements)
     }
 }
 
@@ -228,7 +250,8 @@ struct Walk<'p, 'a> {
     size: usize,
     /// The next stored value.
     next: usize,
-    dest: &'p mut Vec<u8>,
+    /// Where values go; `None` for the checking walk.
+    dest: Option<&'p mut Vec<u8>>,
     /// The index chosen at each level so far.
     indices: Vec<usize>,
 }
@@ -297,8 +320,12 @@ impl Walk<'_, '_> {
                 self.src.len() / self.size
             )
         })?;
-        let to = flat * self.size;
-        self.dest[to..to + self.size].copy_from_slice(value);
+        if let Some(dest) = self.dest.as_deref_mut() {
+            let to = flat * self.size;
+            dest.get_mut(to..to + self.size)
+                .ok_or("a position outside the shape")?
+                .copy_from_slice(value);
+        }
         self.next += 1;
         Ok(())
     }
@@ -368,11 +395,10 @@ mod tests {
         assert_eq!(densify(&csr_4x4()).unwrap(), expected);
     }
 
-    #[test]
-    fn a_block_sparse_matrix_places_each_2x2_block() {
-        // [[0,0,1,2],[0,0,3,4],[5,6,0,0],[0,7,0,0]]: block row 0 holds block column 1,
-        // block row 1 holds block column 0; each stored block is dense, row-major.
-        let t = sparse(
+    /// [[0,0,1,2],[0,0,3,4],[5,6,0,0],[0,7,0,0]] in 2x2 blocks: block row 0 holds block
+    /// column 1, block row 1 holds block column 0; each stored block is dense, row-major.
+    fn block_4x4() -> Tensor {
+        sparse(
             ElementType::Int8,
             &[4, 4],
             Sparsity {
@@ -381,9 +407,13 @@ mod tests {
                 dim_metadata: vec![dense(2), csr(&[0, 1, 2], &[1, 0]), dense(2), dense(2)],
             },
             vec![1, 2, 3, 4, 5, 6, 0, 7],
-        );
+        )
+    }
+
+    #[test]
+    fn a_block_sparse_matrix_places_each_2x2_block() {
         assert_eq!(
-            densify(&t).unwrap(),
+            densify(&block_4x4()).unwrap(),
             vec![0, 0, 1, 2, 0, 0, 3, 4, 5, 6, 0, 0, 0, 7, 0, 0]
         );
     }
@@ -479,11 +509,104 @@ mod tests {
                 }),
                 "block size 3 does not divide dimension 1 of size 4",
             ),
+            (
+                Box::new(|t| {
+                    let s = sparsity_mut(t);
+                    s.block_map = vec![1, 1];
+                    s.traversal_order = vec![0, 1, 2, 3];
+                    s.dim_metadata = vec![dense(4), dense(1), dense(2), dense(2)];
+                }),
+                "blocks dimension 1 twice",
+            ),
+            (
+                // Zero elements, yet the strides of the other dimensions overflow.
+                Box::new(|t| {
+                    t.shape = vec![0, 1 << 30, 1 << 30, 1 << 30];
+                    let s = sparsity_mut(t);
+                    s.traversal_order = vec![0, 1, 2, 3];
+                    s.dim_metadata = vec![dense(0), dense(1), dense(1), dense(1)];
+                }),
+                "overflows",
+            ),
         ];
         for (edit, want) in cases {
             let err = densify_error(edit);
             assert!(err.contains(want), "want {want:?} in {err:?}");
             assert!(err.starts_with("tensor \"w\""), "{err}");
         }
+    }
+
+    /// The hand-worked examples with their metadata, shape and data mutated (edgy numbers,
+    /// entries added and removed): densify gives the dense bytes of the shape or an error,
+    /// never a panic.
+    #[test]
+    fn mutated_sparsity_metadata_densifies_or_fails_cleanly() {
+        use nnaccel_uapi::fuzz;
+        fn edit(rng: &mut fuzz::Rng, v: &mut Vec<i32>) {
+            match rng.below(4) {
+                0 if !v.is_empty() => {
+                    let at = rng.below(v.len());
+                    v[at] = rng.edgy_u32() as i32;
+                }
+                1 if !v.is_empty() => {
+                    let at = rng.below(v.len());
+                    v[at] = v[at].wrapping_add(if rng.chance(1, 2) { 1 } else { -1 });
+                }
+                2 => v.push(rng.below(6) as i32),
+                _ => {
+                    v.pop();
+                }
+            }
+        }
+        let seeds = [csr_4x4(), block_4x4()];
+        fuzz::run("tflite-densify", 3_000, |rng| {
+            let mut t = rng.pick(&seeds).clone();
+            for _ in 0..=rng.below(3) {
+                let s = t.sparsity.as_mut().unwrap();
+                let levels = s.dim_metadata.len();
+                match rng.below(6) {
+                    0 => edit(rng, &mut t.shape),
+                    1 => edit(rng, &mut s.traversal_order),
+                    2 => edit(rng, &mut s.block_map),
+                    3 if levels > 0 => match &mut s.dim_metadata[rng.below(levels)] {
+                        DimensionMetadata::Dense { size } => {
+                            let mut v = vec![*size];
+                            edit(rng, &mut v);
+                            *size = v.first().copied().unwrap_or(0);
+                        }
+                        DimensionMetadata::SparseCsr {
+                            array_segments,
+                            array_indices,
+                        } => {
+                            let v = if rng.chance(1, 2) {
+                                array_segments
+                            } else {
+                                array_indices
+                            };
+                            edit(rng, v);
+                        }
+                    },
+                    4 => {
+                        let data = t.data.as_mut().unwrap();
+                        fuzz::mutate(rng, data);
+                    }
+                    _ => {
+                        s.dim_metadata.swap(0, levels.saturating_sub(1));
+                    }
+                }
+            }
+            // A mutated shape may be valid and claim up to MAX_DENSE_BYTES: not in a unit test.
+            let bytes = t
+                .shape
+                .iter()
+                .try_fold(1i64, |n, &d| n.checked_mul(i64::from(d)));
+            if bytes.is_none_or(|b| b > 1 << 20) {
+                return;
+            }
+            if let Ok(out) = densify(&t) {
+                let elements: usize = t.shape.iter().map(|&d| d as usize).product();
+                assert_eq!(out.len(), elements * t.element_type.size().unwrap());
+            }
+        });
     }
 }

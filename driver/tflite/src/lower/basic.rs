@@ -12,9 +12,7 @@ type Result<T> = std::result::Result<T, LowerError>;
 
 /// Unary operation with the same input and output: `op(x) -> y`.
 pub(super) fn unary(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     b.op(ty, vec![x], vec![y]);
     Ok(())
 }
@@ -109,6 +107,11 @@ pub(super) fn reshape(b: &mut Builder<'_>) -> Result<()> {
             _ => reshape_target(b, yt)?,
         },
     };
+    emit_reshape(b, xt, yt, shape)
+}
+
+/// A RESHAPE of tensor `xt` into tensor `yt` with the new shape `shape` (`[]`: `[1]`).
+fn emit_reshape(b: &mut Builder<'_>, xt: usize, yt: usize, shape: Vec<i32>) -> Result<()> {
     let shape = if shape.is_empty() { vec![1] } else { shape };
     let x = b.value(xt)?;
     let y = b.define(yt)?;
@@ -117,19 +120,65 @@ pub(super) fn reshape(b: &mut Builder<'_>) -> Result<()> {
     Ok(())
 }
 
-/// EXPAND_DIMS, SQUEEZE: a RESHAPE to the output's shape.
-pub(super) fn reshape_to_output(b: &mut Builder<'_>) -> Result<()> {
+/// EXPAND_DIMS, SQUEEZE: a RESHAPE to the shape computed from the input's (its signature,
+/// -1 where unknown) with a 1 inserted at the axis or the squeezed dimensions removed; the
+/// output's own shape when that has more than one unknown dimension.
+pub(super) fn expand_or_squeeze(b: &mut Builder<'_>, expand: bool) -> Result<()> {
+    b.arity(if expand { 2..=2 } else { 1..=1 }, 1)?;
     let xt = b.input(0)?;
     let yt = b.output(0)?;
-    if b.cur()?.outputs.len() != 1 {
-        return Err(b.err("more than one output"));
+    let input = reshape_source(b, xt)?;
+    let rank = input.len() as i32;
+    let mut shape = input.clone();
+    if expand {
+        let axis = match b.const_ints(b.input(1)?)?[..] {
+            [a] => a,
+            ref other => return Err(b.err(format!("axis {other:?} is not one value"))),
+        };
+        // EXPAND_DIMS's axis is in [-rank - 1, rank].
+        let at = normalize_axis(b, axis, rank + 1)?;
+        shape.insert(at as usize, 1);
+    } else {
+        let dims = match &b.cur()?.options {
+            Options::Squeeze { squeeze_dims } => squeeze_dims.clone(),
+            _ => Vec::new(),
+        };
+        let mut drop = vec![false; input.len()];
+        if dims.is_empty() {
+            for (d, &n) in drop.iter_mut().zip(&input) {
+                *d = n == 1;
+            }
+        }
+        for d in dims {
+            let a = normalize_axis(b, d, rank)? as usize;
+            if input[a] != 1 {
+                return Err(b.err(format!("dimension {d} of {input:?} is not 1")));
+            }
+            drop[a] = true;
+        }
+        shape = input
+            .iter()
+            .zip(&drop)
+            .filter(|(_, d)| !**d)
+            .map(|(&n, _)| n)
+            .collect();
     }
-    let shape = reshape_target(b, yt)?;
-    let x = b.value(xt)?;
-    let y = b.define(yt)?;
-    let s = b.ints(&shape);
-    b.op(OperationType::Reshape, vec![x, s], vec![y]);
-    Ok(())
+    if shape.iter().filter(|&&d| d < 0).count() > 1 {
+        shape = reshape_target(b, yt)?;
+    }
+    emit_reshape(b, xt, yt, shape)
+}
+
+/// The shape of tensor `t` for computing another from: its signature (-1 where unknown) when
+/// it has one of the same rank, else its stored shape.
+fn reshape_source(b: &Builder<'_>, t: usize) -> Result<Vec<i32>> {
+    let tensor = b.tensor(t)?;
+    let sig = &tensor.shape_signature;
+    Ok(if !sig.is_empty() && sig.len() == tensor.shape.len() {
+        sig.clone()
+    } else {
+        tensor.shape.clone()
+    })
 }
 
 /// SOFTMAX: input, beta (in the input's float precision).
@@ -148,9 +197,7 @@ pub(super) fn softmax(b: &mut Builder<'_>) -> Result<()> {
 
 /// LOG_SOFTMAX: input, beta 1, axis -1.
 pub(super) fn log_softmax(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let beta = b.float_like(b.ty(x), 1.0);
     let axis = b.int(-1);
     b.op(OperationType::LogSoftmax, vec![x, beta, axis], vec![y]);
@@ -159,9 +206,7 @@ pub(super) fn log_softmax(b: &mut Builder<'_>) -> Result<()> {
 
 /// ELU: input, alpha 1.
 pub(super) fn elu(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let alpha = b.float_like(b.ty(x), 1.0);
     b.op(OperationType::Elu, vec![x, alpha], vec![y]);
     Ok(())
@@ -208,9 +253,7 @@ pub(super) fn leaky_relu(b: &mut Builder<'_>) -> Result<()> {
 /// QUANTIZE: float → quantized is NNAPI's QUANTIZE; quantized → quantized (requantizing)
 /// is a DEQUANTIZE to float32 then a QUANTIZE.
 pub(super) fn quantize(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     if is_float(b.ty(x)) {
         b.op(OperationType::Quantize, vec![x], vec![y]);
     } else {
@@ -225,9 +268,7 @@ pub(super) fn quantize(b: &mut Builder<'_>) -> Result<()> {
 /// DEQUANTIZE of a tensor computed at run time (constants are folded): NNAPI's DEQUANTIZE,
 /// or a CAST for FLOAT16 → FLOAT32.
 pub(super) fn dequantize(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let ty = if b.ty(x) == OperandType::TensorFloat16 {
         OperationType::Cast
     } else {

@@ -23,7 +23,8 @@
 //! | fused RELU, RELU_N1_TO_1, RELU6 | the fuse code (a RELU/RELU1/RELU6 operation after CONCATENATION) |
 //! | fused TANH, SIGMOID | TANH / LOGISTIC after the node, through a temporary (float only) |
 //! | CONCATENATION | CONCATENATION |
-//! | RESHAPE, EXPAND_DIMS, SQUEEZE | RESHAPE to the constant/option/output shape |
+//! | RESHAPE | RESHAPE to the constant shape tensor's, else the option's, else the output's shape |
+//! | EXPAND_DIMS, SQUEEZE | RESHAPE to the input's shape with a 1 inserted / the squeezed 1s removed |
 //! | SOFTMAX, LOG_SOFTMAX | SOFTMAX (beta), LOG_SOFTMAX (beta 1, axis -1) |
 //! | LOGISTIC, TANH, RELU, RELU6, RELU_N1_TO_1, HARD_SWISH, ELU | same (RELU_N1_TO_1 → RELU1) |
 //! | ABS, EXP, LOG, SQRT, RSQRT, SIN, NEG, FLOOR | same |
@@ -54,6 +55,8 @@
 //! | SQUARE | MUL of the input with itself |
 //! | ADD_N | a chain of ADDs |
 //! | CEIL | NEG, FLOOR, NEG (float) |
+//! | FLOOR_DIV | DIV (INT32: NNAPI's floors), + FLOOR for floats |
+//! | FLOOR_MOD | a − FLOOR_DIV(a, b) · b: DIV, (FLOOR), MUL, SUB |
 //! | RELU_0_TO_1 | RELU1 then RELU |
 //! | BATCH_MATMUL | FULLY_CONNECTED with the constant right-hand side (transposed at import unless adj_y; + RESHAPE) |
 //! | MIRROR_PAD | a GATHER of the mirrored indexes per padded axis |
@@ -61,6 +64,14 @@
 //! | HASHTABLE_LOOKUP | HASHTABLE_LOOKUP |
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
+//!
+//! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
+//! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;
+//! LiteRT's own ADD and CONV_2D kernels clamp only for the RELU family and leave a fused TANH
+//! out. LOCAL_RESPONSE_NORMALIZATION sums the window [c − radius, c + radius] as NNAPI and
+//! LiteRT's optimized kernel do (its reference kernel stops one short). ARG_MAX/ARG_MIN with an
+//! INT64 output, GATHER with run-time INT64 indices and every other INT64 tensor computed at
+//! run time have no NNAPI type.
 //!
 //! Anything else — other builtins, custom operators, a tensor type without an NNAPI operand
 //! type, a fused SIGN_BIT, parameters that must be constant and are not — is an error naming
@@ -253,8 +264,10 @@ mod code {
         LOGICAL_NOT = 87,
         UNPACK = 88,
         REDUCE_MIN = 89,
+        FLOOR_DIV = 90,
         REDUCE_ANY = 91,
         SQUARE = 92,
+        FLOOR_MOD = 95,
         FILL = 94,
         RESIZE_NEAREST_NEIGHBOR = 97,
         LEAKY_RELU = 98,
@@ -304,7 +317,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         DIV => basic::arithmetic(b, T::Div),
         CONCATENATION => basic::concatenation(b),
         RESHAPE => basic::reshape(b),
-        EXPAND_DIMS | SQUEEZE => basic::reshape_to_output(b),
+        EXPAND_DIMS => basic::expand_or_squeeze(b, true),
+        SQUEEZE => basic::expand_or_squeeze(b, false),
         SOFTMAX => basic::softmax(b),
         LOG_SOFTMAX => basic::log_softmax(b),
         LOGISTIC => basic::unary(b, T::Logistic),
@@ -377,6 +391,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         RELU_0_TO_1 => movement::relu_0_to_1(b),
         CAST => basic::unary(b, T::Cast),
         BATCH_MATMUL => conv::batch_matmul(b),
+        FLOOR_DIV => movement::floor_div_mod(b, false),
+        FLOOR_MOD => movement::floor_div_mod(b, true),
         MIRROR_PAD => movement::mirror_pad(b),
         REVERSE_V2 => movement::reverse(b),
         HASHTABLE_LOOKUP => movement::direct(b, T::HashtableLookup),

@@ -3,7 +3,8 @@
 //! lists them with their scheme, operators and what is expected of each).
 //!
 //! For every model expected to agree, LiteRT runs it (`scripts/tflite/litert_run.py` in the
-//! venv of `scripts/litert-venv.sh`, on TFLite's reference kernels) and `nnaccelctl run
+//! venv of `scripts/litert-venv.sh`, on TFLite's reference kernels, or LiteRT's default path
+//! for the two operators the reference resolver lacks, CEIL and ELU) and `nnaccelctl run
 //! MODEL.tflite --cpu --inputs IN.npz --outputs OUT.npz` runs it on nnaccel's CPU executor;
 //! each output (by its tensor name) must have the same element type and shape, float values
 //! within 1e-5 of the LiteRT output's range (max − min), quantized values within 1 quantum.
@@ -64,6 +65,9 @@ struct Entry {
     name: String,
     scheme: String,
     operators: Vec<String>,
+    /// LiteRT's resolver for it: "ref" (TFLite's reference kernels) or "default" (for the
+    /// few operators the reference resolver lacks).
+    resolver: String,
     /// None: agrees with LiteRT; Some((operator, node)): nnaccelctl refuses it naming them.
     error: Option<(String, u64)>,
 }
@@ -98,6 +102,7 @@ fn manifest() -> Vec<Entry> {
             name: m["name"].as_str().unwrap().to_string(),
             scheme: m["scheme"].as_str().unwrap().to_string(),
             operators: strings(&m["operators"]),
+            resolver: m["resolver"].as_str().unwrap().to_string(),
             error: match m["expect"].as_str().unwrap() {
                 "agree" => None,
                 "error" => Some((
@@ -348,7 +353,8 @@ fn agree(python: &Path, entry: &Entry, dir: &Path) -> Row {
             .arg(repo_root().join("scripts/tflite/litert_run.py"))
             .arg(entry.tflite())
             .arg(entry.inputs())
-            .arg(&theirs_path),
+            .arg(&theirs_path)
+            .args(["--resolver", &entry.resolver]),
         dir,
         &format!("{}.litert", entry.name),
     );
@@ -546,6 +552,7 @@ fn the_manifest_lists_every_model_file_and_covers_the_mapped_operators() {
         .filter(|e| e.error.is_none())
         .flat_map(|e| e.operators.iter().map(String::as_str))
         .collect();
+    // Every TFLite builtin the import maps (driver/tflite/src/lower/mod.rs).
     for op in [
         "CONV_2D",
         "DEPTHWISE_CONV_2D",
@@ -553,34 +560,92 @@ fn the_manifest_lists_every_model_file_and_covers_the_mapped_operators() {
         "FULLY_CONNECTED",
         "AVERAGE_POOL_2D",
         "MAX_POOL_2D",
+        "L2_POOL_2D",
         "ADD",
         "SUB",
         "MUL",
         "DIV",
         "CONCATENATION",
         "RESHAPE",
-        "SQUEEZE",
         "EXPAND_DIMS",
-        "SPLIT",
-        "SPLIT_V",
-        "STRIDED_SLICE",
-        "PAD",
-        "MEAN",
+        "SQUEEZE",
         "SOFTMAX",
+        "LOG_SOFTMAX",
         "LOGISTIC",
         "TANH",
-        "LEAKY_RELU",
+        "RELU",
+        "RELU_N1_TO_1",
+        "RELU6",
         "HARD_SWISH",
+        "ELU",
+        "ABS",
+        "EXP",
+        "LOG",
+        "SQRT",
+        "RSQRT",
+        "SIN",
+        "NEG",
+        "FLOOR",
+        "LOGICAL_NOT",
+        "MAXIMUM",
+        "MINIMUM",
+        "POW",
+        "PRELU",
+        "EQUAL",
+        "NOT_EQUAL",
+        "LESS",
+        "LESS_EQUAL",
+        "GREATER",
+        "GREATER_EQUAL",
+        "LOGICAL_AND",
+        "LOGICAL_OR",
+        "SQUARED_DIFFERENCE",
+        "LEAKY_RELU",
         "RESIZE_BILINEAR",
-        "GATHER",
-        "TRANSPOSE",
+        "RESIZE_NEAREST_NEIGHBOR",
+        "PAD",
+        "PADV2",
+        "MEAN",
+        "SUM",
+        "REDUCE_MAX",
+        "REDUCE_MIN",
+        "REDUCE_PROD",
+        "REDUCE_ANY",
+        "REDUCE_ALL",
         "QUANTIZE",
         "DEQUANTIZE",
+        "SPLIT",
+        "SPLIT_V",
+        "PACK",
+        "UNPACK",
+        "STRIDED_SLICE",
+        "SLICE",
+        "TRANSPOSE",
+        "TILE",
+        "SPACE_TO_BATCH_ND",
+        "BATCH_TO_SPACE_ND",
+        "SPACE_TO_DEPTH",
+        "DEPTH_TO_SPACE",
+        "L2_NORMALIZATION",
+        "LOCAL_RESPONSE_NORMALIZATION",
+        "ARG_MAX",
+        "ARG_MIN",
+        "GATHER",
+        "SELECT",
+        "SELECT_V2",
+        "TOPK_V2",
+        "FILL",
+        "EMBEDDING_LOOKUP",
+        "SQUARE",
+        "ADD_N",
+        "CEIL",
+        "RELU_0_TO_1",
+        "CAST",
         "DENSIFY",
-        "CALL_ONCE",
         "VAR_HANDLE",
         "READ_VARIABLE",
         "ASSIGN_VARIABLE",
+        "CALL_ONCE",
     ] {
         assert!(used.contains(op), "no generated model uses {op}");
     }

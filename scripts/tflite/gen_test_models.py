@@ -180,7 +180,7 @@ class G:
         return t
 
     def _const(self, name, array, ttype, q=None):
-        array = np.ascontiguousarray(array, dtype=NP_TYPES[ttype])
+        array = np.asarray(array, dtype=NP_TYPES[ttype])  # 0-d stays 0-d (a scalar)
         self.buffers.append(array.tobytes())
         t = self._tensor(name, array.shape, ttype, q)
         t.buffer = len(self.buffers) - 1
@@ -189,13 +189,22 @@ class G:
     def input(self, name, shape, lo=-1.0, hi=1.0, ttype=None, q=None):
         """A model input with values drawn uniformly from [lo, hi]; quantized by that range
         in a quantized scheme (or by `q` with element type `ttype`)."""
+        if ttype == S.TensorType.BOOL:
+            values = self.rng.uniform(size=shape) < 0.5
+            return self._feed(name, shape, ttype, None, values)
+        if ttype == S.TensorType.INT32 and q is None:
+            values = self.rng.integers(int(lo), int(hi), endpoint=True, size=shape)
+            return self._feed(name, shape, ttype, None, values.astype(np.int32))
         real = round3(self.rng.uniform(lo, hi, size=shape))
         if ttype is None:
             ttype = self.act_type()
             q = self.act_q(lo, hi) if self.quantized else None
+        return self._feed(name, shape, ttype, q, quantize(real, ttype, q))
+
+    def _feed(self, name, shape, ttype, q, values):
         t = self._tensor(name, shape, ttype, q)
         self.sub.inputs.append(t.index)
-        self.feeds[name] = quantize(real, ttype, q)
+        self.feeds[name] = np.asarray(values).reshape(shape)
         return t
 
     def output(self, *ts):
@@ -542,6 +551,58 @@ def with_consts(code, consts, options=None, same=True, shape=(1, 4, 5, 3), outpu
     return build
 
 
+BOOL, INT32, FLOAT32 = S.TensorType.BOOL, S.TensorType.INT32, S.TensorType.FLOAT32
+
+
+def generic(code, ins, outs=("y",), options=None, version=(1, 2, 3)):
+    """One operator. `ins`, in operand order: ("name", shape[, lo, hi[, type]]) an input
+    (type BOOL or INT32 for non-float ones, else the scheme's), ("@name", values) an int32
+    constant, ("=name", values) a float32 constant, None an omitted operand. `outs`: names,
+    or (name, how): how "same" keeps input 0's quantization, "softmax"/"logistic"/"tanh" the
+    fixed one, BOOL/INT32/FLOAT32 a plain type; plain names are calibrated."""
+    def build(g):
+        operands, first = [], None
+        for spec in ins:
+            if spec is None:
+                operands.append(None)
+            elif spec[0].startswith("@"):
+                operands.append(g.i32(spec[0][1:], spec[1]))
+            elif spec[0].startswith("="):
+                operands.append(g.const(spec[0][1:], np.array(spec[1], dtype=np.float32)))
+            else:
+                name, shape = spec[0], list(spec[1])
+                lo, hi = (spec[2], spec[3]) if len(spec) > 2 else (-1.0, 1.0)
+                ttype = spec[4] if len(spec) > 4 else None
+                t = g.input(name, shape, lo, hi, ttype=ttype)
+                first = first or t
+                operands.append(t)
+        ys = []
+        for o in outs:
+            name, how = (o, None) if isinstance(o, str) else o
+            if how == "same":
+                ys.append(g.act(name, like=first if g.quantized else None))
+            elif how in FIXED_INT8:
+                ys.append(g.act(name, fixed=how))
+            elif how is not None:
+                ys.append(g.act(name, ttype=how))
+            else:
+                ys.append(g.act(name))
+        g.op(code, operands, ys, options, versions(g, *version))
+        g.output(*ys)
+    return build
+
+
+def fill_then_add(g):
+    """FILL of constant dims and value, added to an input (a constant output says little)."""
+    x = g.input("x", [2, 3])
+    f = g.act("filled")
+    g.op(OP.FILL, [g.i32("dims", [2, 3]), g.const("value", np.array(0.75, np.float32))], [f],
+         ("FillOptions", {}))
+    y = g.act("y")
+    g.op(OP.ADD, [x, f], [y], ("AddOptions", {}))
+    g.output(y)
+
+
 def reshape_by_option(g):
     x = g.input("x", [1, 2, 3, 4])
     y = g.act("y", like=x if g.quantized else None)
@@ -706,10 +767,14 @@ AGREE = "agree"
 SPEC = {}
 
 
-def model(name, build, schemes=("f32",), expect=AGREE):
+RESOLVER = {}  # models whose operator TFLite's reference resolver lacks: LiteRT's default
+
+
+def model(name, build, schemes=("f32",), expect=AGREE, resolver="ref"):
     for scheme in schemes:
         full = name if len(schemes) == 1 and scheme in ("f32", "q") else "%s_%s" % (name, scheme)
         SPEC[full] = (build, scheme, expect)
+        RESOLVER[full] = resolver
 
 
 # Convolutions.
@@ -795,6 +860,104 @@ model("resize_bilinear_half_pixel", with_consts(
                                              dict(halfPixelCenters=True))), ("f32", "i8"))
 model("resize_bilinear_align_corners", with_consts(
     OP.RESIZE_BILINEAR, [("size", [7, 9])], ("ResizeBilinearOptions", dict(alignCorners=True))))
+# Element-wise math, comparisons and logic.
+X = ("x", [1, 3, 4, 3], -2.0, 2.0)
+POS = ("x", [1, 3, 4, 3], 0.1, 4.0)
+AB = [("a", [1, 3, 4, 3], -2.0, 2.0), ("b", [1, 1, 4, 3], -2.0, 2.0)]
+BOOLS = [("a", [2, 5], 0, 1, BOOL), ("b", [2, 5], 0, 1, BOOL)]
+model("relu_n1_to_1", generic(OP.RELU_N1_TO_1, [X], [("y", "same")]))
+model("relu_0_to_1", generic(OP.RELU_0_TO_1, [X], [("y", "same")]))
+model("elu", generic(OP.ELU, [X], version=(1, 1, 1)), ("f32", "i8"), resolver="default")
+model("abs", generic(OP.ABS, [X], [("y", "same")]))
+model("neg", generic(OP.NEG, [X]))
+model("exp", generic(OP.EXP, [X]))
+model("log", generic(OP.LOG, [POS]))
+model("sqrt", generic(OP.SQRT, [POS]))
+model("rsqrt", generic(OP.RSQRT, [POS]))
+model("sin", generic(OP.SIN, [X]))
+model("square", generic(OP.SQUARE, [X]))
+model("floor", generic(OP.FLOOR, [X]))
+model("ceil", generic(OP.CEIL, [X]), resolver="default")
+model("log_softmax", generic(OP.LOG_SOFTMAX, [("x", [2, 8], -3.0, 3.0)],
+                             options=("LogSoftmaxOptions", {})))
+model("maximum", generic(OP.MAXIMUM, AB), ("f32", "i8"))
+model("minimum", generic(OP.MINIMUM, AB), ("f32", "i8"))
+model("pow", generic(OP.POW, [("a", [2, 6], 0.5, 2.0), ("b", [2, 6], -2.0, 2.0)]))
+model("squared_difference", generic(OP.SQUARED_DIFFERENCE, AB))
+model("prelu", generic(OP.PRELU, [X, ("=alpha", [[[0.1, 0.25, -0.5]]])]))
+model("add_n", generic(OP.ADD_N, [("a", [2, 5]), ("b", [2, 5]), ("c", [2, 5])]))
+for op in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
+    # One decimal: equal pairs occur.
+    model(op.lower(), generic(getattr(OP, op), [("a", [3, 4], -2, 2, INT32),
+                                                ("b", [3, 4], -2, 2, INT32)], [("y", BOOL)]))
+model("greater_float", generic(OP.GREATER, AB, [("y", BOOL)]))
+model("logical_not", generic(OP.LOGICAL_NOT, BOOLS[:1], [("y", BOOL)]))
+model("logical_and", generic(OP.LOGICAL_AND, BOOLS, [("y", BOOL)]))
+model("logical_or", generic(OP.LOGICAL_OR, BOOLS, [("y", BOOL)]))
+model("select", generic(OP.SELECT, [("cond", [2, 5], 0, 1, BOOL), ("a", [2, 5]),
+                                    ("b", [2, 5])]))
+model("select_v2_broadcast", generic(OP.SELECT_V2, [("cond", [1, 5], 0, 1, BOOL),
+                                                    ("a", [2, 5]), ("b", [2, 1])]))
+model("cast_f32_to_i32", generic(OP.CAST, [("x", [2, 6], -5.0, 5.0)], [("y", INT32)],
+                                 ("CastOptions", dict(inDataType=FLOAT32, outDataType=INT32))))
+model("cast_i32_to_f32", generic(OP.CAST, [("x", [2, 6], -100, 100, INT32)], [("y", FLOAT32)],
+                                 ("CastOptions", dict(inDataType=INT32, outDataType=FLOAT32))))
+# Reductions.
+R4 = ("x", [2, 3, 4, 2], -2.0, 2.0)
+for op, opt_same in (("SUM", False), ("REDUCE_MAX", True), ("REDUCE_MIN", True)):
+    model(op.lower(), generic(getattr(OP, op), [R4, ("@axes", [1, 3])],
+                              [("y", "same") if opt_same else "y"],
+                              ("ReducerOptions", dict(keepDims=False))),
+          ("f32", "i8") if opt_same else ("f32",))
+model("reduce_prod", generic(OP.REDUCE_PROD, [("x", [2, 3, 4], 0.5, 1.5), ("@axes", [2])],
+                             options=("ReducerOptions", dict(keepDims=True))))
+model("reduce_any", generic(OP.REDUCE_ANY, [("x", [6, 2], 0, 1, BOOL), ("@axes", [1])],
+                            [("y", BOOL)], ("ReducerOptions", {})))
+model("reduce_all", generic(OP.REDUCE_ALL, [("x", [3, 2], 0, 1, BOOL), ("@axes", [1])],
+                            [("y", BOOL)], ("ReducerOptions", {})))
+model("arg_max", generic(OP.ARG_MAX, [R4, ("@axis", [3])], [("y", INT32)],
+                         ("ArgMaxOptions", dict(outputType=INT32))), ("f32", "i8"))
+model("arg_min", generic(OP.ARG_MIN, [R4, ("@axis", [1])], [("y", INT32)],
+                         ("ArgMinOptions", dict(outputType=INT32))))
+model("topk_v2", generic(OP.TOPK_V2, [("x", [2, 9]), ("@k", 3)],
+                         [("values", "same"), ("indices", INT32)], ("TopKV2Options", {})),
+      ("f32", "i8"))
+# More data movement.
+IMG = ("x", [1, 4, 6, 2])
+model("pack", generic(OP.PACK, [("a", [2, 3]), ("b", [2, 3])], [("y", "same")],
+                      ("PackOptions", dict(valuesCount=2, axis=1))), ("f32", "i8"))
+model("unpack", generic(OP.UNPACK, [("x", [2, 3, 2])], [("y0", "same"), ("y1", "same"),
+                                                        ("y2", "same")],
+                        ("UnpackOptions", dict(num=3, axis=1))), ("f32", "i8"))
+model("slice", generic(OP.SLICE, [IMG, ("@begin", [0, 1, 2, 0]), ("@size", [1, 2, -1, 1])],
+                       [("y", "same")], ("SliceOptions", {})), ("f32", "i8"))
+model("tile", generic(OP.TILE, [("x", [2, 3]), ("@multiples", [2, 3])], [("y", "same")],
+                      ("TileOptions", {})))
+model("space_to_batch_nd", generic(OP.SPACE_TO_BATCH_ND, [
+    IMG, ("@block", [2, 2]), ("@paddings", [[0, 0], [1, 1]])], [("y", "same")],
+    ("SpaceToBatchNDOptions", {})), ("f32", "i8"))
+model("batch_to_space_nd", generic(OP.BATCH_TO_SPACE_ND, [
+    ("x", [4, 2, 3, 2]), ("@block", [2, 2]), ("@crops", [[0, 0], [0, 0]])], [("y", "same")],
+    ("BatchToSpaceNDOptions", {})), ("f32", "i8"))
+model("space_to_depth", generic(OP.SPACE_TO_DEPTH, [IMG], [("y", "same")],
+                                ("SpaceToDepthOptions", dict(blockSize=2))), ("f32", "i8"))
+model("depth_to_space", generic(OP.DEPTH_TO_SPACE, [("x", [1, 2, 3, 8])], [("y", "same")],
+                                ("DepthToSpaceOptions", dict(blockSize=2)), version=(1, 1, 1)),
+      ("f32", "i8"))
+model("pad_v2", generic(OP.PADV2, [IMG, ("@paddings", [[0, 0], [2, 0], [1, 1], [0, 0]]),
+                                   ("=value", [0.5])], options=("PadV2Options", {})))
+model("resize_nearest_neighbor", generic(OP.RESIZE_NEAREST_NEIGHBOR, [IMG, ("@size", [7, 9])],
+                                         [("y", "same")], ("ResizeNearestNeighborOptions", {})),
+      ("f32", "i8"))
+model("embedding_lookup", generic(OP.EMBEDDING_LOOKUP, [
+    ("ids", [4], 0, 4, INT32), ("=table", round3(np.linspace(-1, 1, 15)).reshape(5, 3))]))
+model("fill", fill_then_add)
+# Normalisations.
+model("l2_normalization", generic(OP.L2_NORMALIZATION, [X], options=("L2NormOptions", {})))
+model("local_response_normalization", generic(
+    OP.LOCAL_RESPONSE_NORMALIZATION, [("x", [1, 2, 2, 6])],
+    options=("LocalResponseNormalizationOptions", dict(radius=2, bias=1.0, alpha=0.5,
+                                                       beta=0.75))))
 # Quantization.
 model("quantize_f32_to_i8", quantize_model("f32", "i8"), ("q",))
 model("quantize_f32_to_u8", quantize_model("f32", "u8"), ("q",))
@@ -816,10 +979,13 @@ model("unsupported_custom", unsupported("NnaccelTestOp"), ("f32",),
 # --- building ---------------------------------------------------------------------------------
 
 
-def litert(content, keep_all):
+def litert(content, keep_all, resolver):
+    import warnings
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    it = Interpreter(model_content=content, num_threads=1,
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+    # Keeping every tensor is what the calibration wants; LiteRT warns about it.
+    warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors")
+    kind = OpResolverType.BUILTIN_REF if resolver == "ref" else OpResolverType.AUTO
+    it = Interpreter(model_content=content, num_threads=1, experimental_op_resolver_type=kind,
                      experimental_preserve_all_tensors=keep_all)
     it.allocate_tensors()
     return it
@@ -827,7 +993,7 @@ def litert(content, keep_all):
 
 def calibrate(g):
     """Runs the first build on LiteRT: every tensor's shape and (min, max) by name."""
-    it = litert(g.to_bytes(), True)
+    it = litert(g.to_bytes(), True, RESOLVER[g.name])
     for d in it.get_input_details():
         it.set_tensor(d["index"], g.feeds[d["name"]])
     it.invoke()
@@ -876,7 +1042,7 @@ def npz_bytes(arrays):
 def check_runs(name, g, content):
     """The final model runs on LiteRT and its outputs vary (a test on constant outputs would
     prove little)."""
-    it = litert(content, False)
+    it = litert(content, False, RESOLVER[name])
     for d in it.get_input_details():
         it.set_tensor(d["index"], g.feeds[d["name"]])
     it.invoke()
@@ -910,7 +1076,8 @@ def generate(out, names):
             write(os.path.join(out, name + ".tflite"), content)
             write(os.path.join(out, name + ".inputs.npz"), npz_bytes(g.feeds))
         entry = {"name": name, "scheme": {"q": "mixed"}.get(scheme, scheme),
-                 "operators": g.ops_used, "inputs": list(g.feeds)}
+                 "operators": g.ops_used, "inputs": list(g.feeds),
+                 "resolver": RESOLVER[name]}
         if expect == AGREE:
             entry["expect"] = "agree"
         else:

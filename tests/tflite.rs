@@ -184,6 +184,14 @@ impl Array {
     }
 }
 
+/// The values of an array of element type `T`, as f64.
+fn to_f64<T: npyz::Deserialize, R: std::io::Read>(
+    npy: npyz::NpyFile<R>,
+    to: impl Fn(T) -> f64,
+) -> std::io::Result<Vec<f64>> {
+    Ok(npy.into_vec::<T>()?.into_iter().map(to).collect())
+}
+
 /// Every array of the .npz at `path`, by name.
 fn read_npz(path: &Path) -> Result<Vec<(String, Array)>, String> {
     let mut archive =
@@ -202,52 +210,18 @@ fn read_npz(path: &Path) -> Result<Vec<(String, Array)>, String> {
         let shape = npy.shape().to_vec();
         let bad = |e: std::io::Error| format!("{}: array {name} ({dtype}): {e}", path.display());
         let values: Vec<f64> = match dtype.as_str() {
-            "<f4" => npy
-                .into_vec::<f32>()
-                .map_err(bad)?
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-            "<f8" => npy.into_vec::<f64>().map_err(bad)?,
-            "|i1" => npy
-                .into_vec::<i8>()
-                .map_err(bad)?
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-            "|u1" => npy
-                .into_vec::<u8>()
-                .map_err(bad)?
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-            "<i2" => npy
-                .into_vec::<i16>()
-                .map_err(bad)?
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-            "<i4" => npy
-                .into_vec::<i32>()
-                .map_err(bad)?
-                .into_iter()
-                .map(f64::from)
-                .collect(),
+            "<f4" => to_f64::<f32, _>(npy, f64::from),
+            "<f8" => to_f64::<f64, _>(npy, f64::from),
+            "|i1" => to_f64::<i8, _>(npy, f64::from),
+            "|u1" => to_f64::<u8, _>(npy, f64::from),
+            "<i2" => to_f64::<i16, _>(npy, f64::from),
+            "<i4" => to_f64::<i32, _>(npy, f64::from),
             // Values of the generated models' int64 tensors fit an f64 exactly.
-            "<i8" => npy
-                .into_vec::<i64>()
-                .map_err(bad)?
-                .into_iter()
-                .map(|v| v as f64)
-                .collect(),
-            "|b1" => npy
-                .into_vec::<bool>()
-                .map_err(bad)?
-                .into_iter()
-                .map(|b| if b { 1.0 } else { 0.0 })
-                .collect(),
+            "<i8" => to_f64::<i64, _>(npy, |v| v as f64),
+            "|b1" => to_f64::<bool, _>(npy, |b| if b { 1.0 } else { 0.0 }),
             other => return Err(format!("{}: array {name}: type {other}", path.display())),
-        };
+        }
+        .map_err(bad)?;
         arrays.push((
             name,
             Array {
@@ -336,6 +310,22 @@ fn compare(name: &str, ours: &[(String, Array)], theirs: &[(String, Array)]) -> 
     row
 }
 
+/// `nnaccelctl run MODEL.tflite --cpu --inputs IN.npz --outputs OUT.npz` for `entry`.
+fn run_ctl(entry: &Entry, outputs: &Path, dir: &Path, tag: &str) -> Ran {
+    run(
+        Command::new(ctl_binary())
+            .arg("run")
+            .arg(entry.tflite())
+            .arg("--cpu")
+            .arg("--inputs")
+            .arg(entry.inputs())
+            .arg("--outputs")
+            .arg(outputs),
+        dir,
+        tag,
+    )
+}
+
 /// Runs one model on LiteRT and on nnaccelctl in `dir`.
 fn agree(python: &Path, entry: &Entry, dir: &Path) -> Row {
     let theirs_path = dir.join(format!("{}.litert.npz", entry.name));
@@ -361,18 +351,7 @@ fn agree(python: &Path, entry: &Entry, dir: &Path) -> Row {
     if litert.code != Some(0) {
         return fail(format!("LiteRT failed: {}", one_line(&litert.stderr)));
     }
-    let ctl = run(
-        Command::new(ctl_binary())
-            .arg("run")
-            .arg(entry.tflite())
-            .arg("--cpu")
-            .arg("--inputs")
-            .arg(entry.inputs())
-            .arg("--outputs")
-            .arg(&ours_path),
-        dir,
-        &format!("{}.nnaccel", entry.name),
-    );
+    let ctl = run_ctl(entry, &ours_path, dir, &format!("{}.nnaccel", entry.name));
     if ctl.code != Some(0) {
         return fail(format!(
             "nnaccelctl exit {:?}: {}",
@@ -476,18 +455,7 @@ fn an_operator_without_an_nnapi_equivalent_exits_2_naming_it_and_its_node() {
             continue;
         };
         let out = dir.path().join(format!("{}.npz", entry.name));
-        let ran = run(
-            Command::new(ctl_binary())
-                .arg("run")
-                .arg(entry.tflite())
-                .arg("--cpu")
-                .arg("--inputs")
-                .arg(entry.inputs())
-                .arg("--outputs")
-                .arg(&out),
-            dir.path(),
-            &entry.name,
-        );
+        let ran = run_ctl(entry, &out, dir.path(), &entry.name);
         assert_eq!(
             ran.code,
             Some(2),

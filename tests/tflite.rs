@@ -68,6 +68,9 @@ struct Entry {
     /// LiteRT's resolver for it: "ref" (TFLite's reference kernels) or "default" (for the
     /// few operators the reference resolver lacks).
     resolver: String,
+    /// The fraction of a float output's range it may differ by (the manifest's
+    /// `float_tolerance`, given with a reason for the hybrid models; else [`FLOAT_TOLERANCE`]).
+    float_tolerance: f64,
     /// None: agrees with LiteRT; Some((operator, node)): nnaccelctl refuses it naming them.
     error: Option<(String, u64)>,
 }
@@ -103,6 +106,9 @@ fn manifest() -> Vec<Entry> {
             scheme: m["scheme"].as_str().unwrap().to_string(),
             operators: strings(&m["operators"]),
             resolver: m["resolver"].as_str().unwrap().to_string(),
+            float_tolerance: m
+                .get("float_tolerance")
+                .map_or(FLOAT_TOLERANCE, |t| t.as_f64().unwrap()),
             error: match m["expect"].as_str().unwrap() {
                 "agree" => None,
                 "error" => Some((
@@ -248,10 +254,10 @@ struct Row {
 }
 
 /// Compares nnaccel's outputs with LiteRT's, output by output (LiteRT's names).
-fn compare(name: &str, ours: &[(String, Array)], theirs: &[(String, Array)]) -> Row {
+fn compare(entry: &Entry, ours: &[(String, Array)], theirs: &[(String, Array)]) -> Row {
     let mut row = Row {
-        name: name.to_string(),
-        scheme: String::new(),
+        name: entry.name.clone(),
+        scheme: entry.scheme.clone(),
         outputs: theirs.len(),
         worst: 0.0,
         relative: None,
@@ -292,7 +298,7 @@ fn compare(name: &str, ours: &[(String, Array)], theirs: &[(String, Array)]) -> 
             let range = if hi > lo { hi - lo } else { hi.abs().max(1.0) };
             let relative = worst / range;
             row.relative = Some(row.relative.map_or(relative, |r: f64| r.max(relative)));
-            FLOAT_TOLERANCE * range
+            entry.float_tolerance * range
         } else {
             QUANTUM_TOLERANCE
         };
@@ -367,9 +373,7 @@ fn agree(python: &Path, entry: &Entry, dir: &Path) -> Row {
         Ok(a) => a,
         Err(e) => return fail(format!("nnaccelctl's --outputs: {e}")),
     };
-    let mut row = compare(&entry.name, &ours, &theirs);
-    row.scheme.clone_from(&entry.scheme);
-    row
+    compare(entry, &ours, &theirs)
 }
 
 fn table(rows: &[Row]) -> String {
@@ -614,6 +618,8 @@ fn the_manifest_lists_every_model_file_and_covers_the_mapped_operators() {
         "READ_VARIABLE",
         "ASSIGN_VARIABLE",
         "CALL_ONCE",
+        "IF",
+        "WHILE",
     ] {
         assert!(used.contains(op), "no generated model uses {op}");
     }

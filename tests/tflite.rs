@@ -618,6 +618,8 @@ fn the_manifest_lists_every_model_file_and_covers_the_mapped_operators() {
         "READ_VARIABLE",
         "ASSIGN_VARIABLE",
         "CALL_ONCE",
+        "MIRROR_PAD",
+        "REVERSE_V2",
         "IF",
         "WHILE",
     ] {

@@ -1052,6 +1052,15 @@ model("depth_to_space", generic(OP.DEPTH_TO_SPACE, [("x", [1, 2, 3, 8])], [("y",
       ("f32", "i8"))
 model("pad_v2", generic(OP.PADV2, [IMG, ("@paddings", [[0, 0], [2, 0], [1, 1], [0, 0]]),
                                    ("=value", [0.5])], options=("PadV2Options", {})))
+model("mirror_pad_reflect", generic(OP.MIRROR_PAD, [IMG, ("@paddings", [[0, 0], [1, 2], [2, 1],
+                                                                      [0, 0]])],
+                                    [("y", "same")], ("MirrorPadOptions", dict(mode=0))),
+      ("f32", "i8"))
+model("mirror_pad_symmetric", generic(OP.MIRROR_PAD, [IMG, ("@paddings", [[0, 0], [2, 2],
+                                                                          [0, 2], [0, 0]])],
+                                      [("y", "same")], ("MirrorPadOptions", dict(mode=1))))
+model("reverse_v2", generic(OP.REVERSE_V2, [IMG, ("@axes", [1, 2])], [("y", "same")],
+                            ("ReverseV2Options", {})), ("f32", "i8"))
 model("resize_nearest_neighbor", generic(OP.RESIZE_NEAREST_NEIGHBOR, [IMG, ("@size", [7, 9])],
                                          [("y", "same")], ("ResizeNearestNeighborOptions", {})),
       ("f32", "i8"))

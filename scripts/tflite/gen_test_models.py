@@ -785,7 +785,8 @@ def densify(g):
     d1.arraySegments.values, d1.arrayIndices.values = segments, indices
     sp.dimMetadata = [d0, d1]
     w.sparsity = sp
-    wd = g.act("w", ttype=S.TensorType.FLOAT32)
+    # LiteRT reports DENSIFY's output under another name: its shape is given here.
+    wd = g.act("w", ttype=S.TensorType.FLOAT32, shape=[units, cin])
     g.op(OP.DENSIFY, [w], [wd])
     b = g.const("b", round3(g.rng.standard_normal(units) * 0.1))
     y = g.act("y", ttype=S.TensorType.FLOAT32)
@@ -858,9 +859,19 @@ def unsupported(code_or_custom):
     return build
 
 
-# name -> (builder, schemes, expectation). Expectation "agree", or ("error", op, node).
+# name -> (builder, scheme, expectation). Expectation "agree", or refused(...): nnaccelctl
+# exits 2 with a message that names each of `mentions`.
 AGREE = "agree"
 SPEC = {}
+
+
+def refused(*mentions, litert_runs=True):
+    return ("error", list(mentions), litert_runs)
+
+
+# NNAPI has no 16x8 CONV_2D / FULLY_CONNECTED: the int64 bias TFLite's 16x8 scheme uses has no
+# NNAPI operand type.
+REFUSED_INT64_BIAS = refused("INT64", "(b)")
 
 
 RESOLVER = {}  # models whose operator TFLite's reference resolver lacks: LiteRT's default
@@ -884,7 +895,8 @@ def model(name, build, schemes=("f32",), expect=AGREE, resolver="ref", tolerance
 
 
 # Convolutions.
-model("conv2d_same_s1_relu", conv2d(SAME, 1, act=ACT.RELU), ("f32", "u8", "i8", "i8t", "i16"))
+model("conv2d_same_s1_relu", conv2d(SAME, 1, act=ACT.RELU), ("f32", "u8", "i8", "i8t"))
+model("conv2d_same_s1_relu", conv2d(SAME, 1, act=ACT.RELU), ("i16",), REFUSED_INT64_BIAS)
 model("conv2d_valid_s2_relu6", conv2d(VALID, 2, act=ACT.RELU6), ("f32", "u8", "i8"))
 model("conv2d_same_dilation2", conv2d(SAME, 1, dilation=2), ("f32", "i8"))
 model("conv2d_valid_dilation2_relu_n1_to_1", conv2d(VALID, 1, dilation=2, act=ACT.RELU_N1_TO_1))
@@ -893,8 +905,9 @@ model("depthwise_m2_valid_s2", depthwise(VALID, 2, 2), ("f32", "u8", "i8"))
 model("depthwise_m1_same_dilation2", depthwise(SAME, 1, 1, dilation=2))
 model("transpose_conv_same_s2", transpose_conv(SAME, 2), ("f32", "u8", "i8"))
 model("transpose_conv_valid_s1_nobias", transpose_conv(VALID, 1, bias=False))
-model("fully_connected_relu", fully_connected([2, 16], 8, act=ACT.RELU),
-      ("f32", "u8", "i8", "i16"))
+model("fully_connected_relu", fully_connected([2, 16], 8, act=ACT.RELU), ("f32", "u8", "i8"))
+model("fully_connected_relu", fully_connected([2, 16], 8, act=ACT.RELU), ("i16",),
+      REFUSED_INT64_BIAS)
 model("fully_connected_keep_num_dims", fully_connected([1, 3, 16], 8, keep_num_dims=True),
       ("f32", "i8"))
 model("fully_connected_nobias", fully_connected([3, 10], 5, bias=False), ("f32", "i8"))
@@ -1002,8 +1015,12 @@ model("logical_and", generic(OP.LOGICAL_AND, BOOLS, [("y", BOOL)]))
 model("logical_or", generic(OP.LOGICAL_OR, BOOLS, [("y", BOOL)]))
 model("select", generic(OP.SELECT, [("cond", [2, 5], 0, 1, BOOL), ("a", [2, 5]),
                                     ("b", [2, 5])]))
+model("select_v2", generic(OP.SELECT_V2, [("cond", [2, 5], 0, 1, BOOL), ("a", [2, 5]),
+                                          ("b", [2, 5])]))
+# NNAPI's SELECT does not broadcast; the import says so.
 model("select_v2_broadcast", generic(OP.SELECT_V2, [("cond", [1, 5], 0, 1, BOOL),
-                                                    ("a", [2, 5]), ("b", [2, 1])]))
+                                                    ("a", [2, 5]), ("b", [2, 1])]),
+      expect=refused("SELECT_V2", "node 0"))
 model("cast_f32_to_i32", generic(OP.CAST, [("x", [2, 6], -5.0, 5.0)], [("y", INT32)],
                                  ("CastOptions", dict(inDataType=FLOAT32, outDataType=INT32))))
 model("cast_i32_to_f32", generic(OP.CAST, [("x", [2, 6], -100, 100, INT32)], [("y", FLOAT32)],
@@ -1093,9 +1110,9 @@ model("densify_sparse_weights", densify, ("q",))
 model("variables_call_once", variables, ("q",))
 model("small_net", small_net, ("f32", "u8", "i8"))
 # What nnaccel refuses: an operator with no NNAPI equivalent, and a custom operator.
-model("unsupported_cumsum", unsupported("CUMSUM"), ("f32",), ("error", "CUMSUM", 1))
-model("unsupported_custom", unsupported("NnaccelTestOp"), ("f32",),
-      ("error", "NnaccelTestOp", 1))
+model("unsupported_cumsum", unsupported("CUMSUM"), expect=refused("CUMSUM", "node 1"))
+model("unsupported_custom", unsupported("NnaccelTestOp"),
+      expect=refused("NnaccelTestOp", "node 1", litert_runs=False))
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -1139,7 +1156,7 @@ def build(name):
     fn, scheme, expect = SPEC[name]
     scheme = "f32" if scheme == "q" else scheme
     shapes, ranges = {}, {}
-    if expect == AGREE or expect[1] == "CUMSUM":
+    if expect == AGREE or expect[2]:
         first = G(name, "f32")
         fn(first)
         shapes, ranges = calibrate(first)
@@ -1168,6 +1185,15 @@ def check_runs(name, g, content):
     for d in it.get_input_details():
         it.set_tensor(d["index"], g.feeds[d["name"]])
     it.invoke()
+    # Every tensor of the main subgraph has in the file the shape LiteRT gives it (the
+    # import reads the file's shapes).
+    for d in it.get_tensor_details():
+        if d["index"] >= len(g.subs[0].tensors):
+            continue  # a kernel's own temporaries
+        t = g.subs[0].tensors[d["index"]]
+        if [int(x) for x in d["shape"]] != t.shape:
+            raise ValueError("tensor %s: shape %s in the file, %s on LiteRT"
+                             % (t.name, t.shape, list(d["shape"])))
     for d in it.get_output_details():
         v = it.get_tensor(d["index"])
         if v.size > 1 and len(np.unique(v)) < 2:
@@ -1189,7 +1215,7 @@ def generate(out, names):
         try:
             g = build(name)
             content = g.to_bytes()
-            if expect == AGREE:
+            if expect == AGREE or expect[2]:
                 check_runs(name, g, content)
         except (RuntimeError, ValueError) as e:
             failed.append("%s: %s" % (name, str(e).strip().replace("\n", " ")))
@@ -1206,7 +1232,7 @@ def generate(out, names):
             entry["expect"] = "agree"
         else:
             entry["expect"] = "error"
-            entry["error"] = {"operator": expect[1], "node": expect[2]}
+            entry["mentions"] = expect[1]
         manifest.append(entry)
     if failed:
         raise SystemExit("gen_test_models.py: LiteRT cannot run these models:\n  "

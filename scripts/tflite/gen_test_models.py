@@ -999,8 +999,10 @@ model("floor", generic(OP.FLOOR, [X]))
 model("ceil", generic(OP.CEIL, [X]), resolver="default")
 model("log_softmax", generic(OP.LOG_SOFTMAX, [("x", [2, 8], -3.0, 3.0)],
                              options=("LogSoftmaxOptions", {})))
-model("maximum", generic(OP.MAXIMUM, AB), ("f32", "i8"))
-model("minimum", generic(OP.MINIMUM, AB), ("f32", "i8"))
+# TFLite's quantized MAXIMUM/MINIMUM compare and copy the raw integers, so their output must
+# share the inputs' quantization (as the converter writes it) to mean anything.
+model("maximum", generic(OP.MAXIMUM, AB, [("y", "same")]), ("f32", "i8"))
+model("minimum", generic(OP.MINIMUM, AB, [("y", "same")]), ("f32", "i8"))
 model("pow", generic(OP.POW, [("a", [2, 6], 0.5, 2.0), ("b", [2, 6], -2.0, 2.0)]))
 model("squared_difference", generic(OP.SQUARED_DIFFERENCE, AB))
 model("prelu", generic(OP.PRELU, [X, ("=alpha", [[[0.1, 0.25, -0.5]]])]))

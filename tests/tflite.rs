@@ -3,8 +3,9 @@
 //! lists them with their scheme, operators and what is expected of each).
 //!
 //! For every model expected to agree, LiteRT runs it (`scripts/tflite/litert_run.py` in the
-//! venv of `scripts/litert-venv.sh`, on TFLite's reference kernels, or LiteRT's default path
-//! for the two operators the reference resolver lacks, CEIL and ELU) and `nnaccelctl run
+//! venv of `scripts/litert-venv.sh`, on TFLite's reference kernels; on LiteRT's default path
+//! for CEIL and ELU, which the reference resolver lacks, and LOCAL_RESPONSE_NORMALIZATION,
+//! whose reference kernel leaves the window's last channel out) and `nnaccelctl run
 //! MODEL.tflite --cpu --inputs IN.npz --outputs OUT.npz` runs it on nnaccel's CPU executor;
 //! each output (by its tensor name) must have the same element type and shape, float values
 //! within 1e-5 of the LiteRT output's range (max − min), quantized values within 1 quantum.

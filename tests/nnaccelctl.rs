@@ -832,3 +832,258 @@ fn a_refused_model_is_reported_with_the_operation_that_caused_it() {
         out.stderr
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// .tflite models and .npz inputs and outputs. The models are tests/data/tflite/cli_*.tflite and
+// their inputs driver/cli/testdata/cli_*.npz (written by driver/cli/testdata/gen_tflite.py and
+// gen_npz.py); the expected values below are worked out by hand from the models' definitions
+// there (and agree with LiteRT on the same files).
+
+/// A file of the repository, by its path from the root.
+fn repo_file(path: &str) -> String {
+    format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cli_tflite(name: &str) -> String {
+    repo_file(&format!("tests/data/tflite/{name}"))
+}
+
+fn cli_testdata(name: &str) -> String {
+    repo_file(&format!("driver/cli/testdata/{name}"))
+}
+
+/// cli_add_mul.tflite on x = [1, -2, 3, 4], y = [0.5, 0.5, -5, 1]: its outputs in order,
+/// 'scaled' = x * [0.5, 1, 2, -1] and 'sum' = relu(x + y).
+const ADD_MUL_OUTPUTS: [(&str, [f32; 4]); 2] = [
+    ("scaled", [0.5, -2.0, 6.0, -4.0]),
+    ("sum", [1.5, 0.0, 0.0, 5.0]),
+];
+
+/// The arrays of an .npz: name → (shape, float32 values), read with npyz's typed reader.
+fn read_npz_f32(path: &Path) -> Vec<(String, Vec<u64>, Vec<f32>)> {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut archive = zip::ZipArchive::new(file).unwrap();
+    let mut arrays = Vec::new();
+    for k in 0..archive.len() {
+        let mut member = archive.by_index(k).unwrap();
+        let name = member.name().strip_suffix(".npy").unwrap().to_string();
+        let mut bytes = Vec::new();
+        member.read_to_end(&mut bytes).unwrap();
+        let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+        let shape = npy.shape().to_vec();
+        arrays.push((name, shape, npy.into_vec::<f32>().unwrap()));
+    }
+    arrays
+}
+
+/// The `data` of each output of a `run --json` object, as f32.
+fn json_outputs(v: &Value) -> Vec<(Option<String>, Vec<f32>)> {
+    v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let data = o["data"].as_array().unwrap();
+            (
+                o["name"].as_str().map(str::to_string),
+                data.iter().map(|x| x.as_f64().unwrap() as f32).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_tflite_model_runs_on_npz_inputs_and_writes_npz_outputs_named_by_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("out.npz");
+    let model = cli_tflite("cli_add_mul.tflite");
+    for inputs in ["cli_add_mul.inputs.npz", "cli_add_mul.positional.npz"] {
+        let out = ctl(&[
+            "run",
+            &model,
+            "--inputs",
+            &cli_testdata(inputs),
+            "--outputs",
+            out_path.to_str().unwrap(),
+            "--cpu",
+        ]);
+        out.expect_code(0);
+        assert!(out.stdout.contains("TFLite, 2 nodes"), "{}", out.stdout);
+        assert!(out.stdout.contains("output 1 'sum'"), "{}", out.stdout);
+        let arrays = read_npz_f32(&out_path);
+        assert_eq!(arrays.len(), 2, "{inputs}: {arrays:?}");
+        for ((name, values), (got_name, shape, got)) in ADD_MUL_OUTPUTS.iter().zip(&arrays) {
+            assert_eq!(got_name, name, "{inputs}");
+            assert_eq!(shape, &[1, 2, 2, 1], "{inputs}: {name}");
+            assert_eq!(got, values, "{inputs}: {name}");
+        }
+    }
+    // --json names the outputs and carries the same values; the default backend too.
+    let out = ctl(&[
+        "run",
+        &model,
+        "--inputs",
+        &cli_testdata("cli_add_mul.inputs.npz"),
+        "--json",
+    ]);
+    out.expect_code(0);
+    let outputs = json_outputs(&out.json());
+    let expected: Vec<(Option<String>, Vec<f32>)> = ADD_MUL_OUTPUTS
+        .iter()
+        .map(|(n, v)| (Some(n.to_string()), v.to_vec()))
+        .collect();
+    assert_eq!(outputs, expected);
+}
+
+#[test]
+fn import_writes_a_json_model_that_runs_to_the_same_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("add_mul.json");
+    let json = json.to_str().unwrap();
+    let model = cli_tflite("cli_add_mul.tflite");
+    let out = ctl(&["import", &model, "-o", json]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("input 0: 'x'"), "{}", out.stdout);
+    assert!(out.stdout.contains("output 0: 'scaled'"), "{}", out.stdout);
+    // The JSON model has no names: its inputs are arr_0 and arr_1.
+    let inputs = cli_testdata("cli_add_mul.positional.npz");
+    let from_json = ctl(&["run", json, "--inputs", &inputs, "--json", "--cpu"]);
+    from_json.expect_code(0);
+    let from_tflite = ctl(&["run", &model, "--inputs", &inputs, "--json", "--cpu"]);
+    from_tflite.expect_code(0);
+    let values = |v: Vec<(Option<String>, Vec<f32>)>| -> Vec<Vec<f32>> {
+        v.into_iter().map(|(_, d)| d).collect()
+    };
+    let json_values = values(json_outputs(&from_json.json()));
+    assert_eq!(json_values, values(json_outputs(&from_tflite.json())));
+    assert_eq!(json_values[1], ADD_MUL_OUTPUTS[1].1);
+    // An existing file is kept unless --force.
+    let before = std::fs::read(json).unwrap();
+    std::fs::write(json, "keep me").unwrap();
+    let again = ctl(&["import", &model, "-o", json]);
+    again.expect_code(2);
+    assert!(again.stderr.contains("--force"), "{}", again.stderr);
+    assert_eq!(std::fs::read_to_string(json).unwrap(), "keep me");
+    ctl(&["import", &model, "-o", json, "--force"]).expect_code(0);
+    assert_eq!(std::fs::read(json).unwrap(), before);
+    // A JSON model is not something to import.
+    let not = ctl(&["import", &example("add.json"), "-o", json, "--force"]);
+    not.expect_code(2);
+    assert!(
+        not.stderr.contains("not a TFLite flatbuffer"),
+        "{}",
+        not.stderr
+    );
+}
+
+#[test]
+fn info_maps_each_tflite_node_and_names_every_unsupported_one() {
+    let out = ctl(&["info", &cli_tflite("cli_add_mul.tflite"), "--cpu"]);
+    out.expect_code(0);
+    let lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with(['0', '1']))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("ADD") && l.contains("cpu")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("MUL") && l.contains("cpu")),
+        "{}",
+        out.stdout
+    );
+    let bad = ctl(&["info", &cli_tflite("cli_unsupported.tflite"), "--cpu"]);
+    bad.expect_code(2);
+    assert!(bad.stderr.contains("node 1 (CUSTOM"), "{}", bad.stderr);
+    assert!(bad.stderr.contains("NnaccelNoSuchOp"), "{}", bad.stderr);
+    assert!(bad.stderr.contains("node 2 (RFFT2D)"), "{}", bad.stderr);
+    assert!(!bad.stderr.contains("node 0"), "{}", bad.stderr);
+    assert!(bad.stdout.is_empty(), "{}", bad.stdout);
+    // run and import refuse it the same way, before anything runs.
+    let run = ctl(&[
+        "run",
+        &cli_tflite("cli_unsupported.tflite"),
+        "--inputs",
+        &cli_testdata("single.npy"),
+    ]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("node 2 (RFFT2D)"), "{}", run.stderr);
+}
+
+#[test]
+fn a_tflite_state_variable_starts_from_its_initial_value() {
+    // y = x + acc with acc initialised to [1, 2, 3, 4], x = ones.
+    let model = cli_tflite("cli_state.tflite");
+    let inputs = cli_testdata("cli_state.inputs.npz");
+    let out = ctl(&["run", &model, "--inputs", &inputs, "--json", "--cpu"]);
+    out.expect_code(0);
+    assert_eq!(
+        json_outputs(&out.json()),
+        vec![(Some("y".to_string()), vec![2.0, 3.0, 4.0, 5.0])]
+    );
+    // bench carries the state from one execution to the next, with and without inputs.
+    for extra in [&["--inputs", inputs.as_str()][..], &[]] {
+        let mut args = vec!["bench", model.as_str(), "-n", "5", "--cpu"];
+        args.extend_from_slice(extra);
+        let bench = ctl(&args);
+        bench.expect_code(0);
+        assert!(
+            bench.stdout.contains("1 state variable"),
+            "{}",
+            bench.stdout
+        );
+        assert!(bench.stdout.contains("throughput"), "{}", bench.stdout);
+    }
+}
+
+#[test]
+fn bad_npz_inputs_exit_2_naming_the_file_and_the_array() {
+    let model = cli_tflite("cli_add_mul.tflite");
+    for (file, message) in [
+        ("wrong_dtype.npz", "dtype <f8 does not match"),
+        ("unknown.npz", "unknown array 'z'"),
+        ("missing.npz", "no array for input 1: expected 'y'"),
+    ] {
+        let path = cli_testdata(file);
+        let out = ctl(&["run", &model, "--inputs", &path, "--cpu"]);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains(&path) && out.stderr.contains(message),
+            "{file}: {}",
+            out.stderr
+        );
+    }
+    // A file that starts like a zip archive but is not one.
+    let (_dir, path) = temp_file("in.npz", "PK\u{3}\u{4} and then nothing of a zip");
+    let out = ctl(&["run", &model, "--inputs", &path, "--cpu"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("not a readable .npz"), "{}", out.stderr);
+}
+
+#[test]
+fn a_json_model_takes_npz_inputs_by_position_and_writes_arr_k_outputs() {
+    // examples/add.json: out = in + [1, 2, 3, 4]; in = [1, 2, 3, 4].
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("out.npz");
+    let out = ctl(&[
+        "run",
+        &example("add.json"),
+        "--inputs",
+        &cli_testdata("add.inputs.npz"),
+        "--outputs",
+        out_path.to_str().unwrap(),
+        "--cpu",
+    ]);
+    out.expect_code(0);
+    assert_eq!(
+        read_npz_f32(&out_path),
+        vec![(
+            "arr_0".to_string(),
+            vec![1, 2, 2, 1],
+            vec![2.0, 4.0, 6.0, 8.0]
+        )]
+    );
+}

@@ -190,8 +190,8 @@ impl Array {
 }
 
 /// The values of an array of element type `T`, as f64.
-fn to_f64<T: npyz::Deserialize, R: std::io::Read>(
-    npy: npyz::NpyFile<R>,
+fn to_f64<T: npyz::Deserialize>(
+    npy: npyz::NpyFile<&[u8]>,
     to: impl Fn(T) -> f64,
 ) -> std::io::Result<Vec<f64>> {
     Ok(npy.into_vec::<T>()?.into_iter().map(to).collect())
@@ -199,15 +199,19 @@ fn to_f64<T: npyz::Deserialize, R: std::io::Read>(
 
 /// Every array of the .npz at `path`, by name.
 fn read_npz(path: &Path) -> Result<Vec<(String, Array)>, String> {
-    let mut archive =
-        npyz::npz::NpzArchive::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut arrays = Vec::new();
-    for name in names {
-        let npy = archive
-            .by_name(&name)
-            .map_err(|e| format!("{}: array {name}: {e}", path.display()))?
-            .ok_or_else(|| format!("{}: array {name} vanished", path.display()))?;
+    for k in 0..archive.len() {
+        let mut member = archive
+            .by_index(k)
+            .map_err(|e| format!("{}: member {k}: {e}", path.display()))?;
+        let name = member.name().trim_end_matches(".npy").to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut member, &mut bytes)
+            .map_err(|e| format!("{}: array {name}: {e}", path.display()))?;
+        let npy = npyz::NpyFile::new(&bytes[..])
+            .map_err(|e| format!("{}: array {name}: {e}", path.display()))?;
         let dtype = match npy.dtype() {
             npyz::DType::Plain(ty) => ty.to_string(),
             other => return Err(format!("{}: array {name}: type {other:?}", path.display())),
@@ -215,15 +219,15 @@ fn read_npz(path: &Path) -> Result<Vec<(String, Array)>, String> {
         let shape = npy.shape().to_vec();
         let bad = |e: std::io::Error| format!("{}: array {name} ({dtype}): {e}", path.display());
         let values: Vec<f64> = match dtype.as_str() {
-            "<f4" => to_f64::<f32, _>(npy, f64::from),
-            "<f8" => to_f64::<f64, _>(npy, f64::from),
-            "|i1" => to_f64::<i8, _>(npy, f64::from),
-            "|u1" => to_f64::<u8, _>(npy, f64::from),
-            "<i2" => to_f64::<i16, _>(npy, f64::from),
-            "<i4" => to_f64::<i32, _>(npy, f64::from),
+            "<f4" => to_f64::<f32>(npy, f64::from),
+            "<f8" => to_f64::<f64>(npy, f64::from),
+            "|i1" => to_f64::<i8>(npy, f64::from),
+            "|u1" => to_f64::<u8>(npy, f64::from),
+            "<i2" => to_f64::<i16>(npy, f64::from),
+            "<i4" => to_f64::<i32>(npy, f64::from),
             // Values of the generated models' int64 tensors fit an f64 exactly.
-            "<i8" => to_f64::<i64, _>(npy, |v| v as f64),
-            "|b1" => to_f64::<bool, _>(npy, |b| if b { 1.0 } else { 0.0 }),
+            "<i8" => to_f64::<i64>(npy, |v| v as f64),
+            "|b1" => to_f64::<bool>(npy, |b| if b { 1.0 } else { 0.0 }),
             other => return Err(format!("{}: array {name}: type {other}", path.display())),
         }
         .map_err(bad)?;

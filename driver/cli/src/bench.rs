@@ -6,21 +6,24 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nnaccel_hal::{ErrorStatus, MeasureTiming, Model};
-use nnaccel_protocol::modelfile::{self, InputValue};
+use nnaccel_protocol::modelfile::InputValue;
 
 use crate::exec::{self, PooledRequest, known_size};
+use crate::model::{self, LoadedModel};
 use crate::{CliError, Outcome, backend};
 
 /// Untimed executions before the timed ones.
 const WARMUP: u32 = 3;
 
-/// Zero-filled inputs at the model's input dimensions.
-fn zero_inputs(model: &Model) -> Result<Vec<InputValue>, CliError> {
-    model
-        .input_indexes
-        .iter()
-        .enumerate()
-        .map(|(k, &idx)| {
+/// Zero-filled inputs at the model's input dimensions (a TFLite model's state inputs: their
+/// initial values).
+fn zero_inputs(loaded: &LoadedModel) -> Result<Vec<InputValue>, CliError> {
+    let model = &loaded.model;
+    let user = loaded
+        .user_inputs()
+        .into_iter()
+        .map(|k| {
+            let idx = model.input_indexes.get(k).copied().unwrap_or(u32::MAX);
             let o = model.operands.get(idx as usize).ok_or_else(|| {
                 CliError(format!(
                     "model input {k} names operand {idx}, which does not exist"
@@ -51,7 +54,8 @@ fn zero_inputs(model: &Model) -> Result<Vec<InputValue>, CliError> {
                 has_no_value: false,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, CliError>>()?;
+    Ok(loaded.with_state(user))
 }
 
 use nnaccel_protocol::bench::percentile;
@@ -70,11 +74,11 @@ pub fn bench(
     service: Option<PathBuf>,
     threads: Option<u32>,
 ) -> Result<Outcome, CliError> {
-    let loaded = modelfile::load_model(model_path)?;
+    let loaded = model::load(model_path)?;
     let model = &loaded.model;
     let inputs = match inputs_path {
-        Some(p) => modelfile::load_inputs(p, model)?,
-        None => zero_inputs(model)?,
+        Some(p) => loaded.load_inputs(p)?,
+        None => zero_inputs(&loaded)?,
     };
     exec::check_request_fits(model, &inputs)?;
     let selected = backend::select_with_threads(device, cpu, service, threads)?;
@@ -106,11 +110,27 @@ pub fn bench(
         return Ok(Outcome::Failed);
     }
     let sizes: Vec<u64> = first.outputs.iter().map(|o| o.bytes.len() as u64).collect();
+    // State variables: each execution reads what the one before wrote, starting with the
+    // sizing run's.
+    let mut inputs = inputs;
+    for s in &loaded.state {
+        if let (Some(i), Some(o)) = (inputs.get_mut(s.input), first.outputs.get(s.output)) {
+            if i.bytes.len() == o.bytes.len() {
+                i.bytes.clone_from(&o.bytes);
+            }
+        }
+    }
     let req = PooledRequest::new(model, &inputs, Some(&sizes))?;
+    let carry_state = || -> Result<(), CliError> {
+        for s in &loaded.state {
+            req.carry(s.output, s.input)?;
+        }
+        Ok(())
+    };
     println!(
-        "model: {} ({} operations, {}), {iterations} iterations after {WARMUP} warm-up",
+        "model: {} ({}, {}), {iterations} iterations after {WARMUP} warm-up",
         model_path.display(),
-        model.operations.len(),
+        loaded.summary(),
         if prepared.runs_on_device() {
             "on the device"
         } else {
@@ -119,6 +139,7 @@ pub fn bench(
     );
     for _ in 0..WARMUP {
         prepared.execute_synchronously(&req.request, MeasureTiming::No, None);
+        carry_state()?;
     }
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(u64::from(iterations));
@@ -147,6 +168,7 @@ pub fn bench(
         if r.timing.time_on_device_us != u64::MAX {
             on_device.push(Duration::from_micros(r.timing.time_on_device_us));
         }
+        carry_state()?;
         bar.inc(1);
     }
     let total = start.elapsed();
@@ -282,7 +304,7 @@ pub fn bench_burst(
     println!("backend: {}", selected.describe());
     println!("threads: {}", selected.threads_label(threads));
     let models = match model_path {
-        Some(p) => vec![(p.display().to_string(), modelfile::load_model(p)?.model)],
+        Some(p) => vec![(p.display().to_string(), model::load(p)?.model)],
         None => vec![
             (
                 "tiny: ADD of 4 floats".to_string(),

@@ -101,6 +101,8 @@ pub struct PooledRequest {
     map: Mapping,
     /// Per output: (offset, capacity in bytes).
     outputs: Vec<(u64, u64)>,
+    /// Per input: (offset, length in bytes), None for an omitted one.
+    inputs: Vec<Option<(u64, u64)>>,
 }
 
 /// One output read back.
@@ -143,7 +145,7 @@ impl PooledRequest {
             }
             let len = input.bytes.len() as u64;
             let offset = layout.place(len, || format!("input {k}"))?;
-            in_offsets.push(Some(offset));
+            in_offsets.push(Some((offset, len)));
             in_args.push(RequestArgument {
                 has_no_value: false,
                 location: location(offset, len)?,
@@ -181,8 +183,8 @@ impl PooledRequest {
             .map_err(|e| CliError(format!("cannot create the request's memory pool: {e}")))?;
         let map = Mapping::map_shared(fd.as_fd(), 0, size, true)
             .map_err(|e| CliError(format!("cannot map the request's memory pool: {e}")))?;
-        for (input, offset) in inputs.iter().zip(&in_offsets) {
-            if let Some(offset) = offset {
+        for (input, place) in inputs.iter().zip(&in_offsets) {
+            if let Some((offset, _)) = place {
                 map.write_at(*offset as usize, &input.bytes)?;
             }
         }
@@ -199,7 +201,31 @@ impl PooledRequest {
             request,
             map,
             outputs,
+            inputs: in_offsets,
         })
+    }
+
+    /// Copies what the last execution wrote to output `output` into input `input` (a state
+    /// variable's new value becomes the next execution's): the input's length in bytes, which
+    /// the output buffer must hold.
+    pub fn carry(&self, output: usize, input: usize) -> Result<(), CliError> {
+        let (Some(&(from, capacity)), Some(&Some((to, len)))) =
+            (self.outputs.get(output), self.inputs.get(input))
+        else {
+            return Err(CliError(format!(
+                "state: no output {output} or input {input} in the request"
+            )));
+        };
+        if capacity < len {
+            return Err(CliError(format!(
+                "state: output {output} holds {capacity} bytes, input {input} needs {len}"
+            )));
+        }
+        // At most the input's length, itself within MAX_REQUEST_BYTES.
+        let mut bytes = vec![0; len as usize];
+        self.map.read_at(from as usize, &mut bytes)?;
+        self.map.write_at(to as usize, &bytes)?;
+        Ok(())
     }
 
     /// Reads the outputs back per the shapes in `result` (bytes only on success).
@@ -297,4 +323,51 @@ pub fn execute(
     }
     let outputs = req.outputs(model, &result);
     Ok(RunResult { result, outputs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nnaccel_hal::{Backend, Driver};
+    use nnaccel_protocol::modelfile;
+
+    fn f32s(bytes: &[u8]) -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    #[test]
+    fn carry_feeds_an_output_into_an_input_for_the_next_execution() {
+        // examples/add.json: out = in + [1, 2, 3, 4].
+        let text = include_str!("../../../examples/add.json");
+        let model = modelfile::parse_model(text).map(|l| l.model);
+        let model = model.unwrap_or_else(|e| panic!("{e}"));
+        let input = InputValue {
+            bytes: [1.0f32, 2.0, 3.0, 4.0]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+            element_count: 4,
+            dimensions: Vec::new(),
+            has_no_value: false,
+        };
+        let driver = Driver::new(Backend::CpuOnly);
+        let prepared = prepare(&driver, &model).unwrap_or_else(|s| panic!("{}", s.name()));
+        let req = PooledRequest::new(&model, &[input], None).unwrap_or_else(|e| panic!("{}", e.0));
+        let run = |req: &PooledRequest| {
+            let result = prepared.execute_synchronously(&req.request, MeasureTiming::No, None);
+            assert_eq!(result.status, ErrorStatus::None);
+            f32s(&req.outputs(&model, &result)[0].bytes)
+        };
+        assert_eq!(run(&req), [2.0, 4.0, 6.0, 8.0]);
+        req.carry(0, 0).unwrap_or_else(|e| panic!("{}", e.0));
+        assert_eq!(run(&req), [3.0, 6.0, 9.0, 12.0]);
+        req.carry(0, 0).unwrap_or_else(|e| panic!("{}", e.0));
+        assert_eq!(run(&req), [4.0, 8.0, 12.0, 16.0]);
+        // Positions that are not in the request are an error, not a panic.
+        assert!(req.carry(1, 0).is_err());
+        assert!(req.carry(0, 1).is_err());
+    }
 }

@@ -2,13 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use nnaccel_hal::{Capabilities, PerformanceInfo};
-use nnaccel_protocol::modelfile;
+use nnaccel_hal::{Capabilities, PerformanceInfo, Placement};
 use nnaccel_uapi::abi::{
     CAP_BO_CREATE, CAP_BO_EXPORT, CAP_BO_IMPORT, CAP_BO_IMPORT_DMABUF, CAP_FAULT_INJECTION,
     CAP_QUEUE_RING,
 };
 
+use crate::model::{self, TfliteMap};
 use crate::{CliError, Outcome, backend};
 
 fn cap_names(bits: u64) -> String {
@@ -92,7 +92,7 @@ pub fn info(
     service: Option<PathBuf>,
 ) -> Result<Outcome, CliError> {
     // A malformed model is reported before any device is opened.
-    let loaded = model.map(modelfile::load_model).transpose()?;
+    let loaded = model.map(model::load).transpose()?;
     let selected = backend::select(device, cpu, service)?;
     let driver = &selected.driver;
     println!("device: {}", selected.source.device_label());
@@ -184,14 +184,14 @@ pub fn info(
     let name = model.map(|p| p.display().to_string()).unwrap_or_default();
     match driver.operation_placement(m) {
         Ok(placement) => {
-            println!("placement of {name} ({} operations):", m.operations.len());
-            for (i, (op, p)) in m.operations.iter().zip(&placement).enumerate() {
-                let label = match p {
-                    nnaccel_hal::Placement::Device => "device",
-                    nnaccel_hal::Placement::Cpu => "cpu fallback",
-                    nnaccel_hal::Placement::Unsupported => "unsupported",
-                };
-                println!("  {i:>3} {:<28} {label}", op.operation_type.name());
+            println!("placement of {name} ({}):", loaded.summary());
+            match &loaded.tflite {
+                Some(map) => print_node_placement(map, m, &placement),
+                None => {
+                    for (i, (op, p)) in m.operations.iter().zip(&placement).enumerate() {
+                        println!("  {i:>3} {:<28} {}", op.operation_type.name(), where_(*p));
+                    }
+                }
             }
             Ok(Outcome::Ok)
         }
@@ -203,5 +203,39 @@ pub fn info(
             );
             Ok(Outcome::Failed)
         }
+    }
+}
+
+/// Where an operation runs, for the placement lines.
+fn where_(p: Placement) -> &'static str {
+    match p {
+        Placement::Device => "device",
+        Placement::Cpu => "cpu fallback",
+        Placement::Unsupported => "unsupported",
+    }
+}
+
+/// A TFLite model's placement: per node, the NNAPI operations it became and where each runs
+/// (a node folded at import, such as a DEQUANTIZE of a constant, became none).
+fn print_node_placement(map: &TfliteMap, m: &nnaccel_hal::Model, placement: &[Placement]) {
+    println!("  node TFLite operator             NNAPI operation (where it runs)");
+    for (node, op_name) in map.nodes.iter().enumerate() {
+        let ops: Vec<String> = map
+            .origins
+            .iter()
+            .enumerate()
+            .filter(|&(_, &origin)| origin == node)
+            .filter_map(|(i, _)| {
+                let op = m.operations.get(i)?;
+                let p = placement.get(i).copied().unwrap_or(Placement::Unsupported);
+                Some(format!("{i}: {} ({})", op.operation_type.name(), where_(p)))
+            })
+            .collect();
+        let ops = if ops.is_empty() {
+            "none (folded at import)".to_string()
+        } else {
+            ops.join(", ")
+        };
+        println!("  {node:>4} {op_name:<26} {ops}");
     }
 }

@@ -9,7 +9,10 @@ mod backend;
 mod bench;
 mod cache;
 mod exec;
+mod import;
 mod info;
+mod model;
+mod npz;
 mod run;
 
 use std::path::PathBuf;
@@ -41,9 +44,12 @@ Device choice: --device PATH opens that device node; --cpu runs on the CPU execu
 otherwise /dev/nnaccel is used if it exists, else the embedded default: the simulated device,
 in-process.
 
-Model and inputs files: JSON, see docs/model-format.md. Each must be a regular file of at most
+Model files: JSON (docs/model-format.md), or TensorFlow Lite flatbuffers (.tflite, recognised
+by their TFL3 file identifier, see docs/tflite.md). Inputs files: JSON, or NumPy .npz/.npy
+arrays (see run --help). A JSON model and every inputs file must be a regular file of at most
 64 MiB (a FIFO, a device such as /dev/zero or a directory is refused before anything is read),
-and a key may appear only once in an object. One request (inputs and output buffers together)
+and a key may appear only once in a JSON object; a .tflite must be a regular file of at most
+8 GiB (its constants may follow the flatbuffer). One request (inputs and output buffers together)
 is at most 256 MiB: a model whose shapes need more is refused before anything is allocated.
 A --device that does not answer as an nnaccel device (GET_PARAM, API version) is an error,
 never a silent fall back to the CPU executor.
@@ -94,11 +100,16 @@ enum Command {
     /// Prepare a model, execute it once on the given inputs and print its outputs.
     #[command(after_help = run::AFTER_HELP)]
     Run {
-        /// The model file (JSON, model format version 1).
+        /// The model file: JSON (model format version 1 or 2) or a .tflite flatbuffer.
         model: PathBuf,
-        /// The inputs file (JSON: {"inputs": [[...], ...], "inputDimensions": [[...], ...]}).
-        #[arg(long, value_name = "INPUTS.json")]
+        /// The inputs file: JSON ({"inputs": [[...], ...], "inputDimensions": [[...], ...]}),
+        /// an .npz archive (arrays named by input tensor name, or arr_0, arr_1, ...) or an .npy.
+        #[arg(long, value_name = "INPUTS.json|.npz")]
         inputs: PathBuf,
+        /// Also write the outputs to this .npz archive (arrays named by output tensor name
+        /// for a .tflite model, arr_0, arr_1, ... for a JSON model); replaces an existing file.
+        #[arg(long, value_name = "OUTPUTS.npz")]
+        outputs: Option<PathBuf>,
         /// Print one JSON object (status, outputs, timing) instead of a table.
         #[arg(long)]
         json: bool,
@@ -119,7 +130,8 @@ enum Command {
     /// Show the device, its parameters and capabilities, the operations the driver runs, and,
     /// given a model, where each of its operations would run.
     Info {
-        /// A model file to show per-operation placement for (device / cpu / unsupported).
+        /// A model file (JSON or .tflite) to show per-operation placement for (device / cpu /
+        /// unsupported); for a .tflite, per TFLite node the NNAPI operations it became.
         model: Option<PathBuf>,
         /// Print only the operation coverage table (every NNAPI operation type × tensor
         /// operand type: supported by the CPU executor, and executed by its unit tests) and
@@ -135,12 +147,14 @@ enum Command {
     /// Prepare a model once and execute it repeatedly: executions per second and latency
     /// percentiles (p50/p90/p99), with a progress bar on a terminal.
     Bench {
-        /// The model file (optional with --burst).
+        /// The model file, JSON or .tflite (optional with --burst).
         #[arg(required_unless_present = "burst")]
         model: Option<PathBuf>,
-        /// The inputs file; without it every input is zero-filled (which needs the model's
-        /// input dimensions fully specified).
-        #[arg(long, value_name = "INPUTS.json")]
+        /// The inputs file (JSON, .npz or .npy, as for run); without it every input is
+        /// zero-filled (which needs the model's input dimensions fully specified). A .tflite
+        /// model's state variables start from their initial values, and each execution's
+        /// new values feed the next.
+        #[arg(long, value_name = "INPUTS.json|.npz")]
         inputs: Option<PathBuf>,
         /// Timed executions (after a few untimed warm-up runs).
         #[arg(long, short = 'n', default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
@@ -170,6 +184,19 @@ enum Command {
         #[arg(long)]
         parent: u32,
     },
+    /// Convert a .tflite model to an nnaccel JSON model file (the NN HAL model `run` would
+    /// prepare), printing which model input and output each TFLite tensor became.
+    #[command(after_help = import::AFTER_HELP)]
+    Import {
+        /// The .tflite file.
+        model: PathBuf,
+        /// The JSON model file to write.
+        #[arg(short = 'o', long = "output", value_name = "MODEL.json")]
+        output: PathBuf,
+        /// Replace OUTPUT if it exists (without it, an existing file is an error).
+        #[arg(long)]
+        force: bool,
+    },
     /// List or clear the service's driver-managed compilation cache.
     #[command(after_help = cache::AFTER_HELP)]
     Cache {
@@ -191,6 +218,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
         Command::Run {
             model,
             inputs,
+            outputs,
             json,
             measure,
             cache_dir,
@@ -199,6 +227,7 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
         } => run::run(&run::RunArgs {
             model,
             inputs,
+            outputs,
             json,
             measure,
             cache_dir,
@@ -249,6 +278,11 @@ fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             device.service,
             threads.threads,
         ),
+        Command::Import {
+            model,
+            output,
+            force,
+        } => import::import(&model, &output, force),
         Command::BusyLoop { parent } => Ok(bench::busy_loop(parent)),
         Command::Cache {
             action,

@@ -1,24 +1,43 @@
 //! `nnaccelctl run`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nnaccel_hal::validate::{ValidationError, validate_request};
 use nnaccel_hal::{ErrorStatus, MeasureTiming, Timing};
-use nnaccel_protocol::modelfile::{self, output_values};
+use nnaccel_protocol::modelfile::output_values;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::exec::{self, OutputData, PooledRequest};
+use crate::model::{self, LoadedModel};
+use crate::npz::{self, OutputArray};
 use crate::{CliError, Outcome, backend};
 
 pub const AFTER_HELP: &str = "\
+MODEL is a JSON model file or a TensorFlow Lite flatbuffer (.tflite, told by its TFL3
+identifier, not its name), lowered to an NN HAL model as NNAPI's TFLite delegate maps it; an
+operation with no NNAPI equivalent is an error naming it and its node index (docs/tflite.md).
+
+INPUTS is a JSON inputs file, an .npz archive (numpy.savez) or one .npy file (the first
+input). The arrays of an .npz are named by the model's input tensor names, or arr_0, arr_1, ...
+in input order (all one way or all the other); each array's dtype must be the input's
+(float32 <f4, float16 <f2, int32 <i4, uint8 |u1, int8 |i1, int16 <i2, bool |b1; big-endian
+and Fortran-order arrays are converted), its shape the input's, where an open (-1) dimension
+takes the array's. A TFLite model's state variables start from their initial values and are
+not given in INPUTS.
+
+--outputs OUT.npz writes the outputs as an .npz: arrays named by the output tensor names of a
+TFLite model, arr_0, arr_1, ... for a JSON model (or when names repeat); state variables'
+outputs are not written. An existing file is replaced.
+
 With --json, stdout is exactly one JSON object:
   {\"status\": \"NONE\",
    \"outputs\": [{\"dimensions\": [1, 2, 2, 1], \"isSufficient\": true, \"data\": [2.0, 4.0, 6.0, 8.0]}],
    \"timing\": {\"timeOnDeviceUs\": 12, \"timeInDriverUs\": 30}}
 Output data are flat row-major numbers: floats as numbers (null for NaN/infinity), quantized
-and integer types as their raw integer values, booleans as 0/1. A timing field the driver did
-not measure is 18446744073709551615 (UINT64_MAX), as in the NN HAL.
+and integer types as their raw integer values, booleans as 0/1. A TFLite model's outputs also
+carry their tensor \"name\"; its state variables' outputs are left out. A timing field the
+driver did not measure is 18446744073709551615 (UINT64_MAX), as in the NN HAL.
 
 On an ErrorStatus other than NONE (preparing or executing) the same object carries that status
 and no \"data\", and the exit status is 1. A malformed model or inputs file is reported on
@@ -29,6 +48,8 @@ stderr with exit status 2.";
 pub struct RunArgs {
     pub model: PathBuf,
     pub inputs: PathBuf,
+    /// `--outputs`: an .npz to write the outputs to.
+    pub outputs: Option<PathBuf>,
     pub json: bool,
     pub measure: bool,
     pub cache_dir: Option<PathBuf>,
@@ -42,6 +63,8 @@ pub struct RunArgs {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonOutput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
     dimensions: Vec<u32>,
     is_sufficient: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,13 +85,38 @@ struct JsonResult {
     timing: JsonTiming,
 }
 
-fn json_result(status: ErrorStatus, outputs: &[OutputData], timing: Timing) -> JsonResult {
+/// The outputs shown and written: all but a TFLite model's state outputs, with their names.
+fn shown<'a>(loaded: &'a LoadedModel, outputs: &'a [OutputData]) -> Vec<Shown<'a>> {
+    loaded
+        .user_outputs()
+        .into_iter()
+        .filter_map(|k| {
+            Some(Shown {
+                k,
+                name: loaded.output_label(k),
+                data: outputs.get(k)?,
+            })
+        })
+        .collect()
+}
+
+/// One output as shown.
+struct Shown<'a> {
+    /// Its position among the model's outputs.
+    k: usize,
+    /// Its tensor name, for a TFLite model.
+    name: Option<&'a str>,
+    data: &'a OutputData,
+}
+
+fn json_result(status: ErrorStatus, outputs: &[Shown], timing: Timing) -> JsonResult {
     let ok = status == ErrorStatus::None;
     JsonResult {
         status: status.name(),
         outputs: outputs
             .iter()
-            .map(|o| JsonOutput {
+            .map(|&Shown { name, data: o, .. }| JsonOutput {
+                name: name.map(str::to_string),
                 dimensions: o.dimensions.clone(),
                 is_sufficient: o.is_sufficient,
                 data: ok.then(|| output_values(o.ty, &o.bytes)),
@@ -83,9 +131,9 @@ fn json_result(status: ErrorStatus, outputs: &[OutputData], timing: Timing) -> J
 
 /// `nnaccelctl run`.
 pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
-    let loaded = modelfile::load_model(&args.model)?;
+    let loaded = model::load(&args.model)?;
     let model = &loaded.model;
-    let inputs = modelfile::load_inputs(&args.inputs, model)?;
+    let inputs = loaded.load_inputs(&args.inputs)?;
     exec::check_request_fits(model, &inputs)?;
     let selected = backend::select_with_threads(
         args.device.clone(),
@@ -116,10 +164,9 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
     };
     if !args.json {
         println!(
-            "model: {} ({} operation{}, {})",
+            "model: {} ({}, {})",
             args.model.display(),
-            model.operations.len(),
-            if model.operations.len() == 1 { "" } else { "s" },
+            loaded.summary(),
             if prepared.runs_on_device() {
                 "runs on the device"
             } else {
@@ -145,19 +192,36 @@ pub fn run(args: &RunArgs) -> Result<Outcome, CliError> {
         return report_failure(
             args,
             status,
-            &run.outputs,
+            &shown(&loaded, &run.outputs),
             run.result.timing,
             "executing",
             why,
         );
     }
+    let outputs = shown(&loaded, &run.outputs);
+    if let Some(path) = &args.outputs {
+        write_outputs(path, &outputs)?;
+    }
     if args.json {
-        print_json(&json_result(status, &run.outputs, run.result.timing))?;
+        print_json(&json_result(status, &outputs, run.result.timing))?;
         return Ok(Outcome::Ok);
     }
     println!("status: {}", status.name());
-    for (k, o) in run.outputs.iter().enumerate() {
-        print_output(k, o);
+    for o in &outputs {
+        print_output(&output_label(o.k, o.name), o.data);
+    }
+    for s in &loaded.state {
+        if let Some(o) = run.outputs.get(s.output) {
+            print_output(&format!("state '{}' after the run", s.name), o);
+        }
+    }
+    if let Some(path) = &args.outputs {
+        println!(
+            "outputs written to {} ({} array{})",
+            path.display(),
+            outputs.len(),
+            if outputs.len() == 1 { "" } else { "s" }
+        );
     }
     if measure == MeasureTiming::Yes {
         println!("timing: {}", human_timing(run.result.timing));
@@ -170,10 +234,37 @@ fn print_json(result: &JsonResult) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Writes `outputs` as an .npz at `path` (replacing a file there).
+fn write_outputs(path: &Path, outputs: &[Shown]) -> Result<(), CliError> {
+    let names = npz::output_names(&outputs.iter().map(|o| o.name).collect::<Vec<_>>());
+    let arrays: Vec<OutputArray> = outputs
+        .iter()
+        .zip(&names)
+        .map(|(o, name)| OutputArray {
+            name,
+            ty: o.data.ty,
+            dims: &o.data.dimensions,
+            bytes: &o.data.bytes,
+        })
+        .collect();
+    let bytes =
+        npz::npz_bytes(&arrays).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    std::fs::write(path, bytes)
+        .map_err(|e| CliError(format!("{}: cannot write the outputs: {e}", path.display())))
+}
+
+/// "output K" or "output K 'name'".
+fn output_label(k: usize, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("output {k} '{n}'"),
+        None => format!("output {k}"),
+    }
+}
+
 fn report_failure(
     args: &RunArgs,
     status: ErrorStatus,
-    outputs: &[OutputData],
+    outputs: &[Shown],
     timing: Timing,
     what: &str,
     why: Option<ValidationError>,
@@ -182,9 +273,10 @@ fn report_failure(
         print_json(&json_result(status, outputs, timing))?;
     } else {
         println!("status: {} ({what})", status.name());
-        for (k, o) in outputs.iter().enumerate() {
+        for &Shown { k, name, data: o } in outputs {
             println!(
-                "output {k}: {} {:?}{}",
+                "{}: {} {:?}{}",
+                output_label(k, name),
                 o.ty,
                 o.dimensions,
                 if o.is_sufficient {
@@ -223,13 +315,13 @@ fn human_timing(t: Timing) -> String {
     )
 }
 
-fn print_output(k: usize, o: &OutputData) {
+fn print_output(label: &str, o: &OutputData) {
     let quant = if o.ty.is_quantized() {
         format!(" scale {} zeroPoint {} (raw values)", o.scale, o.zero_point)
     } else {
         String::new()
     };
-    println!("output {k}: {} {:?}{quant}", o.ty, o.dimensions);
+    println!("{label}: {} {:?}{quant}", o.ty, o.dimensions);
     let values: Vec<String> = output_values(o.ty, &o.bytes)
         .iter()
         .map(|v| v.to_string())

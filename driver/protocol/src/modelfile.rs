@@ -1256,7 +1256,8 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// The file is opened with `O_NONBLOCK` (a FIFO opens without waiting for a writer) and its
 /// kind is checked on the open fd, so a FIFO, a device such as `/dev/zero` or a directory is
 /// refused before any byte is read, and nothing can swap the file between check and read.
-fn read(path: &Path) -> Result<String> {
+/// Public for the other inputs formats of the same rules (`nnaccelctl`'s `.npz` inputs).
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let io_err = |source| ModelFileError::Io {
@@ -1307,7 +1308,16 @@ fn read(path: &Path) -> Result<String> {
             "grew past the limit of {MAX_FILE_BYTES} bytes (64 MiB) while being read"
         )));
     }
-    String::from_utf8(bytes).map_err(|e| {
+    Ok(bytes)
+}
+
+/// [`read_bytes`], as UTF-8 text.
+fn read(path: &Path) -> Result<String> {
+    let io_err = |source| ModelFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    String::from_utf8(read_bytes(path)?).map_err(|e| {
         io_err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("not UTF-8 text ({e})"),

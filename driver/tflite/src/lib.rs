@@ -10,6 +10,7 @@
 //! It sits on top of the client library (`nnaccel-protocol`) and the HAL's types; the service,
 //! the simulated device and the CLI are not its business (docs/tflite.md).
 
+pub mod densify;
 pub mod graph;
 pub mod lower;
 pub mod read;

@@ -117,19 +117,70 @@ pub(super) fn reshape(b: &mut Builder<'_>) -> Result<()> {
     Ok(())
 }
 
-/// EXPAND_DIMS, SQUEEZE: a RESHAPE to the output's shape.
-pub(super) fn reshape_to_output(b: &mut Builder<'_>) -> Result<()> {
+/// EXPAND_DIMS, SQUEEZE: a RESHAPE to the shape computed from the input's (its signature,
+/// -1 where unknown) with a 1 inserted at the axis or the squeezed dimensions removed; the
+/// output's own shape when that has more than one unknown dimension.
+pub(super) fn expand_or_squeeze(b: &mut Builder<'_>, expand: bool) -> Result<()> {
+    b.arity(if expand { 2..=2 } else { 1..=1 }, 1)?;
     let xt = b.input(0)?;
     let yt = b.output(0)?;
-    if b.cur()?.outputs.len() != 1 {
-        return Err(b.err("more than one output"));
+    let input = reshape_source(b, xt)?;
+    let rank = input.len() as i32;
+    let mut shape = input.clone();
+    if expand {
+        let axis = match b.const_ints(b.input(1)?)?[..] {
+            [a] => a,
+            ref other => return Err(b.err(format!("axis {other:?} is not one value"))),
+        };
+        // EXPAND_DIMS's axis is in [-rank - 1, rank].
+        let at = normalize_axis(b, axis, rank + 1)?;
+        shape.insert(at as usize, 1);
+    } else {
+        let dims = match &b.cur()?.options {
+            Options::Squeeze { squeeze_dims } => squeeze_dims.clone(),
+            _ => Vec::new(),
+        };
+        let mut drop = vec![false; input.len()];
+        if dims.is_empty() {
+            for (d, &n) in drop.iter_mut().zip(&input) {
+                *d = n == 1;
+            }
+        }
+        for d in dims {
+            let a = normalize_axis(b, d, rank)? as usize;
+            if input[a] != 1 {
+                return Err(b.err(format!("dimension {d} of {input:?} is not 1")));
+            }
+            drop[a] = true;
+        }
+        shape = input
+            .iter()
+            .zip(&drop)
+            .filter(|(_, d)| !**d)
+            .map(|(&n, _)| n)
+            .collect();
     }
-    let shape = reshape_target(b, yt)?;
+    if shape.iter().filter(|&&d| d < 0).count() > 1 {
+        shape = reshape_target(b, yt)?;
+    }
+    let shape = if shape.is_empty() { vec![1] } else { shape };
     let x = b.value(xt)?;
     let y = b.define(yt)?;
     let s = b.ints(&shape);
     b.op(OperationType::Reshape, vec![x, s], vec![y]);
     Ok(())
+}
+
+/// The shape of tensor `t` for computing another from: its signature (-1 where unknown) when
+/// it has one of the same rank, else its stored shape.
+fn reshape_source(b: &Builder<'_>, t: usize) -> Result<Vec<i32>> {
+    let tensor = b.tensor(t)?;
+    let sig = &tensor.shape_signature;
+    Ok(if !sig.is_empty() && sig.len() == tensor.shape.len() {
+        sig.clone()
+    } else {
+        tensor.shape.clone()
+    })
 }
 
 /// SOFTMAX: input, beta (in the input's float precision).

@@ -254,7 +254,7 @@ impl<'g> Builder<'g> {
         let tensor = self.tensor(t)?;
         if let Some(data) = &tensor.data {
             return match &tensor.sparsity {
-                Some(_) => super::fold::densify(tensor).map_err(|why| LowerError::BadTensor {
+                Some(_) => crate::densify::densify(tensor).map_err(|why| LowerError::BadTensor {
                     tensor: t,
                     name: tensor.name.clone(),
                     why,

@@ -14,10 +14,7 @@ type Result<T> = std::result::Result<T, LowerError>;
 
 /// The SUBGRAPH operand naming TFLite subgraph `k`, lowering it first if no node did.
 fn subgraph_operand(b: &mut Builder<'_>, k: i32) -> Result<u32> {
-    let refs = b
-        .refs
-        .clone()
-        .ok_or_else(|| b.err("IF and WHILE are only lowered with the whole model"))?;
+    let refs = b.refs.clone().ok_or_else(|| super::whole_model_only(b))?;
     let graph = refs.borrow().graph;
     let k = usize::try_from(k)
         .ok()

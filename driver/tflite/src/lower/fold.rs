@@ -1,5 +1,5 @@
 //! Constants computed at import: DEQUANTIZE of a constant (float16 or quantized weights to
-//! float32) and DENSIFY of a sparse constant.
+//! float32). DENSIFY of a sparse constant is [`crate::densify`]'s.
 
 use crate::graph::{ElementType, Tensor};
 
@@ -78,12 +78,4 @@ fn affine(from: &Tensor, q: impl ExactSizeIterator<Item = i32>) -> Result<Vec<f3
             (i64::from(v).saturating_sub(zp) as f32) * scale
         })
         .collect())
-}
-
-/// The dense bytes of a sparse constant.
-pub(super) fn densify(t: &Tensor) -> Result<Vec<u8>, String> {
-    Err(format!(
-        "sparse constant {}: densifying is not available in this build",
-        t.name
-    ))
 }

@@ -23,7 +23,8 @@
 //! | fused RELU, RELU_N1_TO_1, RELU6 | the fuse code (a RELU/RELU1/RELU6 operation after CONCATENATION) |
 //! | fused TANH, SIGMOID | TANH / LOGISTIC after the node, through a temporary (float only) |
 //! | CONCATENATION | CONCATENATION |
-//! | RESHAPE, EXPAND_DIMS, SQUEEZE | RESHAPE to the constant/option/output shape |
+//! | RESHAPE | RESHAPE to the constant shape tensor's, else the option's, else the output's shape |
+//! | EXPAND_DIMS, SQUEEZE | RESHAPE to the input's shape with a 1 inserted / the squeezed 1s removed |
 //! | SOFTMAX, LOG_SOFTMAX | SOFTMAX (beta), LOG_SOFTMAX (beta 1, axis -1) |
 //! | LOGISTIC, TANH, RELU, RELU6, RELU_N1_TO_1, HARD_SWISH, ELU | same (RELU_N1_TO_1 → RELU1) |
 //! | ABS, EXP, LOG, SQRT, RSQRT, SIN, NEG, FLOOR | same |
@@ -61,6 +62,14 @@
 //! | HASHTABLE_LOOKUP | HASHTABLE_LOOKUP |
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
+//!
+//! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
+//! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;
+//! LiteRT's own ADD and CONV_2D kernels clamp only for the RELU family and leave a fused TANH
+//! out. LOCAL_RESPONSE_NORMALIZATION sums the window [c − radius, c + radius] as NNAPI and
+//! LiteRT's optimized kernel do (its reference kernel stops one short). ARG_MAX/ARG_MIN with an
+//! INT64 output, GATHER with run-time INT64 indices and every other INT64 tensor computed at
+//! run time have no NNAPI type.
 //!
 //! Anything else — other builtins, custom operators, a tensor type without an NNAPI operand
 //! type, a fused SIGN_BIT, parameters that must be constant and are not — is an error naming
@@ -304,7 +313,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         DIV => basic::arithmetic(b, T::Div),
         CONCATENATION => basic::concatenation(b),
         RESHAPE => basic::reshape(b),
-        EXPAND_DIMS | SQUEEZE => basic::reshape_to_output(b),
+        EXPAND_DIMS => basic::expand_or_squeeze(b, true),
+        SQUEEZE => basic::expand_or_squeeze(b, false),
         SOFTMAX => basic::softmax(b),
         LOG_SOFTMAX => basic::log_softmax(b),
         LOGISTIC => basic::unary(b, T::Logistic),
@@ -383,11 +393,23 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         IF => control::if_(b),
         WHILE => control::while_(b),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),
-        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => {
-            Err(b.err("resource variables are only lowered with the whole model (lower_model)"))
-        }
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => Err(whole_model_only(b)),
         _ => Err(b.err("no NNAPI equivalent")),
     }
+}
+
+/// Operations that only the whole model lowers (state and referenced subgraphs).
+fn is_whole_model_only(code: i32) -> bool {
+    use code::*;
+    matches!(
+        code,
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | IF | WHILE
+    )
+}
+
+/// The error for one of [`is_whole_model_only`]'s operations in a partition.
+fn whole_model_only(b: &Builder<'_>) -> LowerError {
+    b.err("resource variables, IF and WHILE are only lowered with the whole model (lower_model)")
 }
 
 /// The TensorInfo of tensor `t`.
@@ -576,6 +598,9 @@ fn lower_partition(sub: &Subgraph, nodes: &[usize], pool: bool) -> Result<Lowere
     for &n in nodes {
         b.node = n;
         let node = b.cur()?;
+        if is_whole_model_only(node.builtin_code) {
+            return Err(whole_model_only(&b));
+        }
         for &t in &node.inputs {
             let Ok(t) = usize::try_from(t) else { continue };
             tensor_index(sub, t as i32, "input")?;

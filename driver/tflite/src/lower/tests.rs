@@ -1071,3 +1071,109 @@ fn malformed_nodes_of_every_builtin_are_errors_not_panics() {
         }
     }
 }
+
+#[test]
+fn a_partition_reads_a_folded_dequantize_as_a_constant() {
+    // 0: w = DEQUANTIZE(w16) (float16 [2, 4] → [2, 4]); 1: y = x * w. A partition of node 1
+    // alone takes x only (w is a constant there); node 0 alone outputs w through a copy.
+    let mut g = G::default();
+    let x = g.f("x", &[2]);
+    let w16 = g.c(
+        "w16",
+        ElementType::Float16,
+        &[2],
+        [0x4000u16, 0x4400]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+    );
+    let w = g.f("w", &[2]);
+    let y = g.f("y", &[2]);
+    g.n(code::DEQUANTIZE, &[w16], &[w], Options::None);
+    g.arith(code::MUL, x, w, y);
+    let graph = g.graph(&[x], &[y]);
+    let sub = &graph.subgraphs[0];
+    let l = lower_nodes(sub, &[1]).unwrap();
+    assert_eq!(l.inputs.len(), 1);
+    assert_eq!(l.inputs[0].name, "x");
+    // x = [1, 3] times w = [2, 4]: [2, 12].
+    assert_close(&to_f32s(&run(&l, &[f32s(&[1.0, 3.0])])[0]), &[2.0, 12.0]);
+    let both = lower_nodes(sub, &[0, 1]).unwrap();
+    assert_eq!(op_types(&both), [OperationType::Mul]);
+    let alone = lower_nodes(sub, &[0]).unwrap();
+    assert_eq!(alone.outputs[0].name, "w");
+    assert_close(&to_f32s(&run(&alone, &[])[0]), &[2.0, 4.0]);
+}
+
+#[test]
+fn variables_and_control_flow_are_not_partition_material() {
+    let graph = counter_graph();
+    let sub = &graph.subgraphs[0];
+    for node in [2, 4] {
+        let e = check_node(sub, node).unwrap_err().to_string();
+        assert!(e.contains("only lowered with the whole model"), "{e}");
+    }
+}
+
+#[test]
+fn densify_of_a_sparse_constant_is_folded_and_executes() {
+    // CSR [[0, 5, 0], [7, 0, 0]]: rows dense (2), columns compressed: row 0 holds column 1,
+    // row 1 column 0; values [5, 7]. y = x + dense with x = [1, 1, 1, 2, 2, 2]:
+    // [1, 6, 1, 9, 2, 2].
+    use crate::graph::{DimensionMetadata, Sparsity};
+    let mut g = G::default();
+    let x = g.f("x", &[2, 3]);
+    let s = g.c("s", ElementType::Float32, &[2, 3], f32s(&[5.0, 7.0]));
+    g.sub.tensors[s as usize].sparsity = Some(Sparsity {
+        traversal_order: vec![0, 1],
+        block_map: vec![],
+        dim_metadata: vec![
+            DimensionMetadata::Dense { size: 2 },
+            DimensionMetadata::SparseCsr {
+                array_segments: vec![0, 1, 2],
+                array_indices: vec![1, 0],
+            },
+        ],
+    });
+    let d = g.f("d", &[2, 3]);
+    let y = g.f("y", &[2, 3]);
+    g.n(code::DENSIFY, &[s], &[d], Options::None);
+    g.arith(code::ADD, x, d, y);
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    assert_eq!(op_types(&l), [OperationType::Add]);
+    let out = run(&l, &[f32s(&[1.0, 1.0, 1.0, 2.0, 2.0, 2.0])]);
+    assert_close(&to_f32s(&out[0]), &[1.0, 6.0, 1.0, 9.0, 2.0, 2.0]);
+}
+
+#[test]
+fn densify_then_dequantize_of_sparse_int8_weights_folds_both() {
+    // Sparse int8 [[0, 4], [-2, 0]] at scale 0.5: dense [0, 4, -2, 0] → [0, 2, -1, 0].
+    // y = x * w with x = [1, 2, 3, 4]: [0, 4, -3, 0].
+    use crate::graph::{DimensionMetadata, Sparsity};
+    let mut g = G::default();
+    let x = g.f("x", &[2, 2]);
+    let s = g.c("s", ElementType::Int8, &[2, 2], vec![4, (-2i8) as u8]);
+    g.q(s, &[0.5], &[0], 0);
+    g.sub.tensors[s as usize].sparsity = Some(Sparsity {
+        traversal_order: vec![0, 1],
+        block_map: vec![],
+        dim_metadata: vec![
+            DimensionMetadata::Dense { size: 2 },
+            DimensionMetadata::SparseCsr {
+                array_segments: vec![0, 1, 2],
+                array_indices: vec![1, 0],
+            },
+        ],
+    });
+    let dq = g.t("dq", ElementType::Int8, &[2, 2]);
+    g.q(dq, &[0.5], &[0], 0);
+    let w = g.f("w", &[2, 2]);
+    let y = g.f("y", &[2, 2]);
+    g.n(code::DENSIFY, &[s], &[dq], Options::None);
+    g.n(code::DEQUANTIZE, &[dq], &[w], Options::None);
+    g.arith(code::MUL, x, w, y);
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    assert_eq!(op_types(&l), [OperationType::Mul]);
+    let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0])]);
+    assert_close(&to_f32s(&out[0]), &[0.0, 4.0, -3.0, 0.0]);
+}

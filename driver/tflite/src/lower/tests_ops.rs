@@ -393,3 +393,72 @@ fn reverse_v2_gathers_reversed_indexes() {
     let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])]);
     assert_close(&to_f32s(&out[0]), &[3.0, 2.0, 1.0, 6.0, 5.0, 4.0]);
 }
+
+#[test]
+fn a_reduction_to_a_scalar_runs_with_a_one_element_output() {
+    // SUM of [1, 2, 3, 4] over both axes: 10, a TFLite scalar (shape []).
+    let l = one_node(
+        code::SUM,
+        &[&[2, 2]],
+        &[(ElementType::Int32, &[2], i32s(&[0, 1]))],
+        &[],
+        Options::Reducer { keep_dims: false },
+    );
+    assert_eq!(l.outputs[0].shape, Vec::<i32>::new());
+    assert_close(
+        &to_f32s(&run(&l, &[f32s(&[1.0, 2.0, 3.0, 4.0])])[0]),
+        &[10.0],
+    );
+}
+
+#[test]
+fn expand_dims_and_squeeze_compute_their_shape_from_the_input() {
+    // x [2, 3] with an unknown batch (signature [-1, 3]); EXPAND_DIMS at -1 gives [-1, 3, 1],
+    // SQUEEZE of that at 2 gives [-1, 3] back: the RESHAPE shapes carry the -1.
+    let mut g = G::default();
+    let x = g.f("x", &[2, 3]);
+    g.sub.tensors[x as usize].shape_signature = vec![-1, 3];
+    let axis = g.c("axis", ElementType::Int32, &[], i32s(&[-1]));
+    let e = g.f("e", &[2, 3, 1]);
+    g.sub.tensors[e as usize].shape_signature = vec![-1, 3, 1];
+    let y = g.f("y", &[2, 3]);
+    g.n(code::EXPAND_DIMS, &[x, axis], &[e], Options::None);
+    g.n(
+        code::SQUEEZE,
+        &[e],
+        &[y],
+        Options::Squeeze {
+            squeeze_dims: vec![2],
+        },
+    );
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    let shapes: Vec<Vec<i32>> = l
+        .model
+        .operations
+        .iter()
+        .map(|op| {
+            let o = &l.model.operands[op.inputs[1] as usize];
+            let at = o.location.offset as usize;
+            let len = o.location.length as usize;
+            l.model.operand_values[at..at + len]
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+        .collect();
+    assert_eq!(shapes, [vec![-1, 3, 1], vec![-1, 3]]);
+    assert_eq!(
+        l.model.operands[l.model.input_indexes[0] as usize].dimensions,
+        [0, 3]
+    );
+    // Squeezing a dimension that is not 1 is an error naming it.
+    let mut g = G::default();
+    let x = g.f("x", &[2, 3]);
+    let y = g.f("y", &[3]);
+    let squeeze = Options::Squeeze {
+        squeeze_dims: vec![0],
+    };
+    g.n(code::SQUEEZE, &[x], &[y], squeeze);
+    let err = lower_model(&g.graph(&[x], &[y])).unwrap_err().to_string();
+    assert!(err.starts_with("node 0 (SQUEEZE): dimension 0"), "{err}");
+}

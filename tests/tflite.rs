@@ -8,7 +8,9 @@
 //! whose reference kernel leaves the window's last channel out) and `nnaccelctl run
 //! MODEL.tflite --cpu --inputs IN.npz --outputs OUT.npz` runs it on nnaccel's CPU executor;
 //! each output (by its tensor name) must have the same element type and shape, float values
-//! within 1e-5 of the LiteRT output's range (max − min), quantized values within 1 quantum.
+//! within 1e-5 of the LiteRT output's range (max − min), quantized values within 1 quantum
+//! (the manifest may give a model a wider float tolerance, or a function nnaccel applies on top
+//! of LiteRT's result, each with its reason).
 //! The test prints one row per model (the largest difference, in quanta for quantized
 //! outputs) and fails naming every model that does not agree. The models that use an
 //! operator with no NNAPI equivalent must make `nnaccelctl run` exit 2 with a message naming
@@ -72,6 +74,9 @@ struct Entry {
     /// The fraction of a float output's range it may differ by (the manifest's
     /// `float_tolerance`, given with a reason for the hybrid models; else [`FLOAT_TOLERANCE`]).
     float_tolerance: f64,
+    /// A function nnaccel deliberately applies on top of what LiteRT computes (the manifest's
+    /// `litert_then`: "tanh" for a fused TANH, which TFLite's kernels leave out).
+    litert_then: Option<String>,
     /// None: agrees with LiteRT; Some(mentions): nnaccelctl refuses it (exit 2) with a
     /// message naming each of these (the operator and its node, or the tensor type).
     error: Option<Vec<String>>,
@@ -111,6 +116,9 @@ fn manifest() -> Vec<Entry> {
             float_tolerance: m
                 .get("float_tolerance")
                 .map_or(FLOAT_TOLERANCE, |t| t.as_f64().unwrap()),
+            litert_then: m
+                .get("litert_then")
+                .map(|f| f.as_str().unwrap().to_string()),
             error: match m["expect"].as_str().unwrap() {
                 "agree" => None,
                 "error" => Some(strings(&m["mentions"])),
@@ -368,10 +376,19 @@ fn agree(python: &Path, entry: &Entry, dir: &Path) -> Row {
             one_line(&ctl.stderr)
         ));
     }
-    let theirs = match read_npz(&theirs_path) {
+    let mut theirs = match read_npz(&theirs_path) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
+    match entry.litert_then.as_deref() {
+        None => {}
+        Some("tanh") => {
+            for (_, a) in &mut theirs {
+                a.values.iter_mut().for_each(|v| *v = v.tanh());
+            }
+        }
+        Some(other) => return fail(format!("unknown litert_then {other:?} in the manifest")),
+    }
     let ours = match read_npz(&ours_path) {
         Ok(a) => a,
         Err(e) => return fail(format!("nnaccelctl's --outputs: {e}")),

@@ -888,8 +888,18 @@ HYBRID_WHY = ("LiteRT's hybrid kernels quantize the float input to int8 on the f
               "Measured on the generated inputs: 2e-3 to 4e-3 of the output's range")
 
 
-def model(name, build, schemes=("f32",), expect=AGREE, resolver="ref", tolerance=None):
+# Models where nnaccel deliberately computes f(LiteRT's output): (f, why).
+THEN = {}
+FUSED_TANH_WHY = ("TFLite's ADD/DIV kernels ignore a fused TANH (CalculateActivationRange "
+                  "knows only RELU, RELU_N1_TO_1, RELU6); nnaccel applies it as NNAPI's "
+                  "TFLite delegate does, so the test compares with tanh of LiteRT's output")
+
+
+def model(name, build, schemes=("f32",), expect=AGREE, resolver="ref", tolerance=None,
+          then=None):
     for scheme in schemes:
+        if then is not None:
+            THEN["%s_%s" % (name, scheme) if len(schemes) > 1 else name] = then
         full = name if len(schemes) == 1 and scheme in ("f32", "q") else "%s_%s" % (name, scheme)
         SPEC[full] = (build, scheme, expect)
         RESOLVER[full] = resolver
@@ -921,12 +931,15 @@ model("max_pool_valid_s2_relu", pool(OP.MAX_POOL_2D, VALID, 2, 2, ACT.RELU), ("f
 model("l2_pool_same_s1", pool(OP.L2_POOL_2D, SAME, 1, 2))
 # Element-wise arithmetic with fused activations.
 model("add_relu", binary(OP.ADD, "AddOptions", ACT.RELU), ("f32", "u8", "i8", "i16"))
-model("add_tanh", binary(OP.ADD, "AddOptions", ACT.TANH))
+# TFLite's kernels leave a fused TANH out (their activation range knows only the RELU
+# family); nnaccel applies it as NNAPI's delegate does: the test takes tanh of LiteRT's output.
+model("add_tanh", binary(OP.ADD, "AddOptions", ACT.TANH), then=("tanh", FUSED_TANH_WHY))
 model("sub_relu6", binary(OP.SUB, "SubOptions", ACT.RELU6), ("f32", "u8", "i8"))
 model("mul_relu_n1_to_1", binary(OP.MUL, "MulOptions", ACT.RELU_N1_TO_1), ("f32", "u8", "i8"))
 model("mul_same_shape", binary(OP.MUL, "MulOptions", b_shape=(1, 3, 3, 4)), ("f32", "i8"))
 model("div_relu", binary(OP.DIV, "DivOptions", ACT.RELU, b_range=(0.5, 2.0)))
-model("div_tanh", binary(OP.DIV, "DivOptions", ACT.TANH, b_range=(0.5, 2.0)))
+model("div_tanh", binary(OP.DIV, "DivOptions", ACT.TANH, b_range=(0.5, 2.0)),
+      then=("tanh", FUSED_TANH_WHY))
 model("concatenation", concatenation, ("f32", "u8", "i8"))
 # Shapes and data movement.
 model("reshape", with_consts(OP.RESHAPE, [("shape", [1, 20, 3])], version=(1, 1, 1)), ("f32", "u8", "i8"))
@@ -1089,6 +1102,16 @@ model("resize_nearest_neighbor", generic(OP.RESIZE_NEAREST_NEIGHBOR, [IMG, ("@si
 model("embedding_lookup", generic(OP.EMBEDDING_LOOKUP, [
     ("ids", [4], 0, 4, INT32), ("=table", round3(np.linspace(-1, 1, 15)).reshape(5, 3))]))
 model("fill", fill_then_add)
+model("hashtable_lookup", generic(OP.HASHTABLE_LOOKUP, [
+    ("lookup", [6], 0, 10, INT32), ("@keys", [2, 4, 5, 7, 9]),
+    ("=values", round3(np.linspace(-2, 2, 10)).reshape(5, 2))],
+    [("y", FLOAT32), ("hits", S.TensorType.UINT8)]))
+model("batch_matmul", generic(OP.BATCH_MATMUL, [
+    ("x", [2, 3, 4]), ("=rhs", round3(np.linspace(-1, 1, 20)).reshape(4, 5))],
+    options=("BatchMatMulOptions", {})), ("f32",))
+model("batch_matmul_adj_y", generic(OP.BATCH_MATMUL, [
+    ("x", [3, 4]), ("=rhs", round3(np.linspace(1, -1, 24)).reshape(6, 4))],
+    options=("BatchMatMulOptions", dict(adjY=True))))
 # Normalisations.
 model("l2_normalization", generic(OP.L2_NORMALIZATION, [X], options=("L2NormOptions", {})))
 # TFLite's reference LRN kernel sums the window [c - radius, c + radius) (its end exclusive);
@@ -1234,6 +1257,8 @@ def generate(out, names):
         entry = {"name": name, "scheme": {"q": "mixed"}.get(scheme, scheme),
                  "operators": g.ops_used, "inputs": list(g.feeds),
                  "resolver": RESOLVER[name]}
+        if name in THEN:
+            entry["litert_then"], entry["why"] = THEN[name]
         if name in TOLERANCE:
             entry["float_tolerance"], entry["why"] = TOLERANCE[name]
         if expect == AGREE:

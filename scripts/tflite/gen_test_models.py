@@ -668,14 +668,21 @@ def if_model(cond):
     return build
 
 
-def while_model(g):
-    """WHILE i < 3: i += 1, x = x * 0.5 + x0 (x0 the input: a loop-invariant carried along)."""
+def while_model(shared, passthrough=True):
+    """WHILE i < 3: i += 1, x = x * 0.5 + x0, x0 a loop invariant carried along: its own
+    input, or (`shared`) the same tensor as x's start (one tensor passed twice); the body
+    returns its x0 input as it is (`passthrough`), or through a MAXIMUM with itself."""
+    return lambda g: while_body(g, shared, passthrough)
+
+
+def while_body(g, shared, passthrough):
     i = g.input("i", [1], ttype=INT32, values=np.array([0], np.int32))
     x = g.input("x", [2, 3])
+    x0 = x if shared else g.input("x0", [2, 3])
     i_out = g.act("i_out", ttype=INT32)
     x_out = g.act("y")
     x0_out = g.act("x0_out")
-    g.op(OP.WHILE, [i, x, x], [i_out, x_out, x0_out],
+    g.op(OP.WHILE, [i, x, x0], [i_out, x_out, x0_out],
          ("WhileOptions", dict(condSubgraphIndex=1, bodySubgraphIndex=2)))
     g.output(i_out, x_out)
     g.new_subgraph("cond")
@@ -695,6 +702,10 @@ def while_model(g):
     g.op(OP.MUL, [bx, g.const("k", np.array([0.5], np.float32))], [half], ("MulOptions", {}))
     nx = g.act("x_next", ttype=FLOAT32, shape=[2, 3])
     g.op(OP.ADD, [half, bx0], [nx], ("AddOptions", {}))
+    if not passthrough:
+        same = g.act("x0_next", ttype=FLOAT32, shape=[2, 3])
+        g.op(OP.MAXIMUM, [bx0, bx0], [same])
+        bx0 = same
     g.sub.outputs.extend([ni.index, nx.index, bx0.index])
     g.use_subgraph(0)
 
@@ -1127,7 +1138,9 @@ model("hybrid_conv2d", hybrid("conv"), ("q",), tolerance=(1e-2, HYBRID_WHY))
 model("hybrid_depthwise_m2", hybrid("dw"), ("q",), tolerance=(1e-2, HYBRID_WHY))
 model("if_then", if_model(True), ("q",))
 model("if_else", if_model(False), ("q",))
-model("while_loop", while_model, ("q",))
+model("while_loop", while_model(False), ("q",))
+model("while_loop_input_passed_twice", while_model(True), ("q",))
+model("while_loop_no_passthrough", while_model(False, passthrough=False), ("q",))
 # Quantization.
 model("quantize_f32_to_i8", quantize_model("f32", "i8"), ("q",))
 model("quantize_f32_to_u8", quantize_model("f32", "u8"), ("q",))

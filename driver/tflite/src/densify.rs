@@ -387,11 +387,10 @@ mod tests {
         assert_eq!(densify(&csr_4x4()).unwrap(), expected);
     }
 
-    #[test]
-    fn a_block_sparse_matrix_places_each_2x2_block() {
-        // [[0,0,1,2],[0,0,3,4],[5,6,0,0],[0,7,0,0]]: block row 0 holds block column 1,
-        // block row 1 holds block column 0; each stored block is dense, row-major.
-        let t = sparse(
+    /// [[0,0,1,2],[0,0,3,4],[5,6,0,0],[0,7,0,0]] in 2x2 blocks: block row 0 holds block
+    /// column 1, block row 1 holds block column 0; each stored block is dense, row-major.
+    fn block_4x4() -> Tensor {
+        sparse(
             ElementType::Int8,
             &[4, 4],
             Sparsity {
@@ -400,9 +399,13 @@ mod tests {
                 dim_metadata: vec![dense(2), csr(&[0, 1, 2], &[1, 0]), dense(2), dense(2)],
             },
             vec![1, 2, 3, 4, 5, 6, 0, 7],
-        );
+        )
+    }
+
+    #[test]
+    fn a_block_sparse_matrix_places_each_2x2_block() {
         assert_eq!(
-            densify(&t).unwrap(),
+            densify(&block_4x4()).unwrap(),
             vec![0, 0, 1, 2, 0, 0, 3, 4, 5, 6, 0, 0, 0, 7, 0, 0]
         );
     }
@@ -528,17 +531,7 @@ mod tests {
                 }
             }
         }
-        let block = sparse(
-            ElementType::Int8,
-            &[4, 4],
-            Sparsity {
-                traversal_order: vec![0, 1, 2, 3],
-                block_map: vec![0, 1],
-                dim_metadata: vec![dense(2), csr(&[0, 1, 2], &[1, 0]), dense(2), dense(2)],
-            },
-            vec![1, 2, 3, 4, 5, 6, 0, 7],
-        );
-        let seeds = [csr_4x4(), block];
+        let seeds = [csr_4x4(), block_4x4()];
         fuzz::run("tflite-densify", 3_000, |rng| {
             let mut t = rng.pick(&seeds).clone();
             for _ in 0..=rng.below(3) {

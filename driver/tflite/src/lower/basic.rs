@@ -12,9 +12,7 @@ type Result<T> = std::result::Result<T, LowerError>;
 
 /// Unary operation with the same input and output: `op(x) -> y`.
 pub(super) fn unary(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     b.op(ty, vec![x], vec![y]);
     Ok(())
 }
@@ -109,6 +107,11 @@ pub(super) fn reshape(b: &mut Builder<'_>) -> Result<()> {
             _ => reshape_target(b, yt)?,
         },
     };
+    emit_reshape(b, xt, yt, shape)
+}
+
+/// A RESHAPE of tensor `xt` into tensor `yt` with the new shape `shape` (`[]`: `[1]`).
+fn emit_reshape(b: &mut Builder<'_>, xt: usize, yt: usize, shape: Vec<i32>) -> Result<()> {
     let shape = if shape.is_empty() { vec![1] } else { shape };
     let x = b.value(xt)?;
     let y = b.define(yt)?;
@@ -163,12 +166,7 @@ pub(super) fn expand_or_squeeze(b: &mut Builder<'_>, expand: bool) -> Result<()>
     if shape.iter().filter(|&&d| d < 0).count() > 1 {
         shape = reshape_target(b, yt)?;
     }
-    let shape = if shape.is_empty() { vec![1] } else { shape };
-    let x = b.value(xt)?;
-    let y = b.define(yt)?;
-    let s = b.ints(&shape);
-    b.op(OperationType::Reshape, vec![x, s], vec![y]);
-    Ok(())
+    emit_reshape(b, xt, yt, shape)
 }
 
 /// The shape of tensor `t` for computing another from: its signature (-1 where unknown) when
@@ -199,9 +197,7 @@ pub(super) fn softmax(b: &mut Builder<'_>) -> Result<()> {
 
 /// LOG_SOFTMAX: input, beta 1, axis -1.
 pub(super) fn log_softmax(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let beta = b.float_like(b.ty(x), 1.0);
     let axis = b.int(-1);
     b.op(OperationType::LogSoftmax, vec![x, beta, axis], vec![y]);
@@ -210,9 +206,7 @@ pub(super) fn log_softmax(b: &mut Builder<'_>) -> Result<()> {
 
 /// ELU: input, alpha 1.
 pub(super) fn elu(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let alpha = b.float_like(b.ty(x), 1.0);
     b.op(OperationType::Elu, vec![x, alpha], vec![y]);
     Ok(())
@@ -259,9 +253,7 @@ pub(super) fn leaky_relu(b: &mut Builder<'_>) -> Result<()> {
 /// QUANTIZE: float → quantized is NNAPI's QUANTIZE; quantized → quantized (requantizing)
 /// is a DEQUANTIZE to float32 then a QUANTIZE.
 pub(super) fn quantize(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     if is_float(b.ty(x)) {
         b.op(OperationType::Quantize, vec![x], vec![y]);
     } else {
@@ -276,9 +268,7 @@ pub(super) fn quantize(b: &mut Builder<'_>) -> Result<()> {
 /// DEQUANTIZE of a tensor computed at run time (constants are folded): NNAPI's DEQUANTIZE,
 /// or a CAST for FLOAT16 → FLOAT32.
 pub(super) fn dequantize(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let ty = if b.ty(x) == OperandType::TensorFloat16 {
         OperationType::Cast
     } else {

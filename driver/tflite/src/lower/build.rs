@@ -170,6 +170,14 @@ impl<'g> Builder<'g> {
         }
     }
 
+    /// The operands of a one-input, one-output node: its input's value and its new output.
+    pub fn unary_io(&mut self) -> Result<(u32, u32)> {
+        self.arity(1..=1, 1)?;
+        let x = self.value(self.input(0)?)?;
+        let y = self.define(self.output(0)?)?;
+        Ok((x, y))
+    }
+
     /// Requires exactly `n` inputs (counting omitted ones) and `m` outputs.
     pub fn arity(&self, inputs: std::ops::RangeInclusive<usize>, outputs: usize) -> Result<()> {
         let n = self.cur()?;

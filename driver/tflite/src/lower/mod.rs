@@ -55,6 +55,8 @@
 //! | SQUARE | MUL of the input with itself |
 //! | ADD_N | a chain of ADDs |
 //! | CEIL | NEG, FLOOR, NEG (float) |
+//! | FLOOR_DIV | DIV (INT32: NNAPI's floors), + FLOOR for floats |
+//! | FLOOR_MOD | a − FLOOR_DIV(a, b) · b: DIV, (FLOOR), MUL, SUB |
 //! | RELU_0_TO_1 | RELU1 then RELU |
 //! | BATCH_MATMUL | FULLY_CONNECTED with the constant right-hand side (transposed at import unless adj_y; + RESHAPE) |
 //! | MIRROR_PAD | a GATHER of the mirrored indexes per padded axis |
@@ -262,8 +264,10 @@ mod code {
         LOGICAL_NOT = 87,
         UNPACK = 88,
         REDUCE_MIN = 89,
+        FLOOR_DIV = 90,
         REDUCE_ANY = 91,
         SQUARE = 92,
+        FLOOR_MOD = 95,
         FILL = 94,
         RESIZE_NEAREST_NEIGHBOR = 97,
         LEAKY_RELU = 98,
@@ -387,6 +391,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         RELU_0_TO_1 => movement::relu_0_to_1(b),
         CAST => basic::unary(b, T::Cast),
         BATCH_MATMUL => conv::batch_matmul(b),
+        FLOOR_DIV => movement::floor_div_mod(b, false),
+        FLOOR_MOD => movement::floor_div_mod(b, true),
         MIRROR_PAD => movement::mirror_pad(b),
         REVERSE_V2 => movement::reverse(b),
         HASHTABLE_LOOKUP => movement::direct(b, T::HashtableLookup),

@@ -421,9 +421,7 @@ pub(super) fn embedding_lookup(b: &mut Builder<'_>) -> Result<()> {
 
 /// SQUARE: MUL of the input with itself.
 pub(super) fn square(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let none = b.int(0);
     b.op(OperationType::Mul, vec![x, x, none], vec![y]);
     Ok(())
@@ -455,9 +453,7 @@ pub(super) fn add_n(b: &mut Builder<'_>) -> Result<()> {
 
 /// CEIL: −floor(−x) (float).
 pub(super) fn ceil(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     if !is_float(b.ty(x)) {
         return Err(b.err("CEIL of a quantized tensor"));
     }
@@ -471,9 +467,7 @@ pub(super) fn ceil(b: &mut Builder<'_>) -> Result<()> {
 
 /// RELU_0_TO_1: RELU1 (clamp to [-1, 1]) then RELU.
 pub(super) fn relu_0_to_1(b: &mut Builder<'_>) -> Result<()> {
-    b.arity(1..=1, 1)?;
-    let x = b.value(b.input(0)?)?;
-    let y = b.define(b.output(0)?)?;
+    let (x, y) = b.unary_io()?;
     let t = b.temp_same(y);
     b.op(OperationType::Relu1, vec![x], vec![t]);
     b.op(OperationType::Relu, vec![t], vec![y]);
@@ -584,4 +578,33 @@ pub(super) fn reverse(b: &mut Builder<'_>) -> Result<()> {
     }
     let x = b.value(xt)?;
     gathers(b, x, per_axis)
+}
+
+/// FLOOR_DIV (`mod_too` false) and FLOOR_MOD: NNAPI's DIV floors for TENSOR_INT32; a float
+/// quotient gets a FLOOR. FLOOR_MOD is a − floor(a / b) · b.
+pub(super) fn floor_div_mod(b: &mut Builder<'_>, mod_too: bool) -> Result<()> {
+    b.arity(2..=2, 1)?;
+    let x = b.value(b.input(0)?)?;
+    let d = b.value(b.input(1)?)?;
+    let y = b.define(b.output(0)?)?;
+    let float = is_float(b.ty(y));
+    if !float && b.ty(y) != OperandType::TensorInt32 {
+        return Err(b.err("a quantized FLOOR_DIV/FLOOR_MOD (NNAPI's DIV has no quantized form)"));
+    }
+    let none = b.int(0);
+    let quotient = if float || mod_too { b.temp_same(y) } else { y };
+    b.op(OperationType::Div, vec![x, d, none], vec![quotient]);
+    let floored = if float {
+        let f = if mod_too { b.temp_same(y) } else { y };
+        b.op(OperationType::Floor, vec![quotient], vec![f]);
+        f
+    } else {
+        quotient
+    };
+    if mod_too {
+        let product = b.temp_same(y);
+        b.op(OperationType::Mul, vec![floored, d, none], vec![product]);
+        b.op(OperationType::Sub, vec![x, product, none], vec![y]);
+    }
+    Ok(())
 }

@@ -30,6 +30,11 @@ pub(super) fn i32s(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// Little-endian bytes of float16 bit patterns.
+pub(super) fn f16_bits(v: &[u16]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
 pub(super) fn to_f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -470,15 +475,7 @@ fn dequantize_of_float16_and_int8_constants_is_folded_and_executes() {
     // (10-2)*0.25 = 2, (-4-2)*0.25 = -1.5. y = x + h + q with x = [1, 2]: [4, 1].
     let mut g = G::default();
     let x = g.f("x", &[2]);
-    let h = g.c(
-        "h",
-        ElementType::Float16,
-        &[2],
-        [0x3C00u16, 0x3800]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-    );
+    let h = g.c("h", ElementType::Float16, &[2], f16_bits(&[0x3C00, 0x3800]));
     let hf = g.f("hf", &[2]);
     let q = g.c("q", ElementType::Int8, &[2], vec![10, (-4i8) as u8]);
     g.q(q, &[0.25], &[2], 0);
@@ -1082,10 +1079,7 @@ fn a_partition_reads_a_folded_dequantize_as_a_constant() {
         "w16",
         ElementType::Float16,
         &[2],
-        [0x4000u16, 0x4400]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
+        f16_bits(&[0x4000, 0x4400]),
     );
     let w = g.f("w", &[2]);
     let y = g.f("y", &[2]);
@@ -1115,26 +1109,31 @@ fn variables_and_control_flow_are_not_partition_material() {
     }
 }
 
-#[test]
-fn densify_of_a_sparse_constant_is_folded_and_executes() {
-    // CSR [[0, 5, 0], [7, 0, 0]]: rows dense (2), columns compressed: row 0 holds column 1,
-    // row 1 column 0; values [5, 7]. y = x + dense with x = [1, 1, 1, 2, 2, 2]:
-    // [1, 6, 1, 9, 2, 2].
+/// Two dense rows, each holding one value, at column `columns[row]` (CSR).
+fn two_rows_csr(columns: &[i32]) -> crate::graph::Sparsity {
     use crate::graph::{DimensionMetadata, Sparsity};
-    let mut g = G::default();
-    let x = g.f("x", &[2, 3]);
-    let s = g.c("s", ElementType::Float32, &[2, 3], f32s(&[5.0, 7.0]));
-    g.sub.tensors[s as usize].sparsity = Some(Sparsity {
+    Sparsity {
         traversal_order: vec![0, 1],
         block_map: vec![],
         dim_metadata: vec![
             DimensionMetadata::Dense { size: 2 },
             DimensionMetadata::SparseCsr {
                 array_segments: vec![0, 1, 2],
-                array_indices: vec![1, 0],
+                array_indices: columns.to_vec(),
             },
         ],
-    });
+    }
+}
+
+#[test]
+fn densify_of_a_sparse_constant_is_folded_and_executes() {
+    // CSR [[0, 5, 0], [7, 0, 0]]: rows dense (2), columns compressed: row 0 holds column 1,
+    // row 1 column 0; values [5, 7]. y = x + dense with x = [1, 1, 1, 2, 2, 2]:
+    // [1, 6, 1, 9, 2, 2].
+    let mut g = G::default();
+    let x = g.f("x", &[2, 3]);
+    let s = g.c("s", ElementType::Float32, &[2, 3], f32s(&[5.0, 7.0]));
+    g.sub.tensors[s as usize].sparsity = Some(two_rows_csr(&[1, 0]));
     let d = g.f("d", &[2, 3]);
     let y = g.f("y", &[2, 3]);
     g.n(code::DENSIFY, &[s], &[d], Options::None);
@@ -1149,22 +1148,11 @@ fn densify_of_a_sparse_constant_is_folded_and_executes() {
 fn densify_then_dequantize_of_sparse_int8_weights_folds_both() {
     // Sparse int8 [[0, 4], [-2, 0]] at scale 0.5: dense [0, 4, -2, 0] → [0, 2, -1, 0].
     // y = x * w with x = [1, 2, 3, 4]: [0, 4, -3, 0].
-    use crate::graph::{DimensionMetadata, Sparsity};
     let mut g = G::default();
     let x = g.f("x", &[2, 2]);
     let s = g.c("s", ElementType::Int8, &[2, 2], vec![4, (-2i8) as u8]);
     g.q(s, &[0.5], &[0], 0);
-    g.sub.tensors[s as usize].sparsity = Some(Sparsity {
-        traversal_order: vec![0, 1],
-        block_map: vec![],
-        dim_metadata: vec![
-            DimensionMetadata::Dense { size: 2 },
-            DimensionMetadata::SparseCsr {
-                array_segments: vec![0, 1, 2],
-                array_indices: vec![1, 0],
-            },
-        ],
-    });
+    g.sub.tensors[s as usize].sparsity = Some(two_rows_csr(&[1, 0]));
     let dq = g.t("dq", ElementType::Int8, &[2, 2]);
     g.q(dq, &[0.5], &[0], 0);
     let w = g.f("w", &[2, 2]);

@@ -462,3 +462,28 @@ fn expand_dims_and_squeeze_compute_their_shape_from_the_input() {
     let err = lower_model(&g.graph(&[x], &[y])).unwrap_err().to_string();
     assert!(err.starts_with("node 0 (SQUEEZE): dimension 0"), "{err}");
 }
+
+#[test]
+fn floor_div_and_floor_mod_round_toward_minus_infinity() {
+    // a = [7, -7, 7.5], b = [2, 2, -2]: floor(a / b) = [3, -4, -4]; a − that · b =
+    // [1, 1, -0.5].
+    let a = f32s(&[7.0, -7.0, 7.5]);
+    let d = f32s(&[2.0, 2.0, -2.0]);
+    let div = one_node(code::FLOOR_DIV, &[&[3], &[3]], &[], &[3], Options::None);
+    assert_eq!(op_types(&div), [OperationType::Div, OperationType::Floor]);
+    assert_close(
+        &to_f32s(&run(&div, &[a.clone(), d.clone()])[0]),
+        &[3.0, -4.0, -4.0],
+    );
+    let m = one_node(code::FLOOR_MOD, &[&[3], &[3]], &[], &[3], Options::None);
+    assert_close(&to_f32s(&run(&m, &[a, d])[0]), &[1.0, 1.0, -0.5]);
+    // INT32: -7 floor-div 2 = -4, -7 floor-mod 2 = 1.
+    let mut g = G::default();
+    let x = g.t("x", ElementType::Int32, &[2]);
+    let c = g.c("c", ElementType::Int32, &[2], i32s(&[2, -3]));
+    let y = g.t("y", ElementType::Int32, &[2]);
+    g.n(code::FLOOR_MOD, &[x, c], &[y], Options::None);
+    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    // [-7 mod 2, 7 mod -3] = [1, -2] (the sign of the divisor).
+    assert_eq!(run(&l, &[i32s(&[-7, 7])])[0], i32s(&[1, -2]));
+}

@@ -1032,6 +1032,19 @@ model("maximum", generic(OP.MAXIMUM, AB, [("y", "same")]), ("f32", "i8"))
 model("minimum", generic(OP.MINIMUM, AB, [("y", "same")]), ("f32", "i8"))
 model("pow", generic(OP.POW, [("a", [2, 6], 0.5, 2.0), ("b", [2, 6], -2.0, 2.0)]))
 model("squared_difference", generic(OP.SQUARED_DIFFERENCE, AB))
+# Floor division and modulo, with divisors of both signs.
+model("floor_div_i32", generic(OP.FLOOR_DIV, [("a", [3, 4], -20, 20, INT32),
+                                              ("@b", [[3, -2, 5, -4]])],
+                               [("y", INT32)], ("FloorDivOptions", {})))
+model("floor_mod_i32", generic(OP.FLOOR_MOD, [("a", [3, 4], -20, 20, INT32),
+                                              ("@b", [[3, -2, 5, -4]])],
+                               [("y", INT32)], ("FloorModOptions", {})))
+model("floor_div_f32", generic(OP.FLOOR_DIV, [("a", [2, 3], -3.0, 3.0),
+                                              ("=b", [[0.7, -1.3, 2.1]])],
+                               options=("FloorDivOptions", {})))
+model("floor_mod_f32", generic(OP.FLOOR_MOD, [("a", [2, 3], -3.0, 3.0),
+                                              ("=b", [[0.7, -1.3, 2.1]])],
+                               options=("FloorModOptions", {})))
 model("prelu", generic(OP.PRELU, [X, ("=alpha", [[[0.1, 0.25, -0.5]]])]))
 model("add_n", generic(OP.ADD_N, [("a", [2, 5]), ("b", [2, 5]), ("c", [2, 5])]))
 for op in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use nnaccel_protocol::modelfile;
 
-use crate::model::{self, LoadedModel};
+use crate::model;
 use crate::{CliError, Outcome};
 
 pub const AFTER_HELP: &str = "\
@@ -46,7 +46,13 @@ pub fn import(model_path: &Path, output: &Path, force: bool) -> Result<Outcome, 
         loaded.summary(),
         output.display()
     );
-    print_ports(&loaded);
+    loaded.print_ports();
+    if !loaded.state.is_empty() {
+        println!(
+            "the JSON model has no initial values: an inputs file for it gives the state \
+             inputs too (the last ones)"
+        );
+    }
     Ok(Outcome::Ok)
 }
 
@@ -95,40 +101,4 @@ fn write_new(output: &Path, bytes: &[u8], force: bool) -> Result<(), CliError> {
     // After a rename there is nothing left to remove; otherwise the temporary file goes.
     let _ = std::fs::remove_file(&tmp);
     result
-}
-
-/// Which model input and output each TFLite tensor became.
-fn print_ports(loaded: &LoadedModel) {
-    let name = |n: Option<&String>| n.map_or(String::new(), |n| format!(" '{n}'"));
-    let operand = |idx: Option<&u32>| {
-        idx.and_then(|&i| loaded.model.operands.get(i as usize))
-            .map_or(String::new(), |o| {
-                format!(" {} {:?}", o.operand_type, o.dimensions)
-            })
-    };
-    for k in 0..loaded.model.input_indexes.len() {
-        let state = loaded.state.iter().find(|s| s.input == k);
-        println!(
-            "input {k}:{}{}{}",
-            name(loaded.input_names.get(k).and_then(Option::as_ref)),
-            operand(loaded.model.input_indexes.get(k)),
-            state.map_or(String::new(), |s| format!(
-                " (state variable '{}': give its initial value, {} bytes)",
-                s.name,
-                s.initial.len()
-            ))
-        );
-    }
-    for k in 0..loaded.model.output_indexes.len() {
-        println!(
-            "output {k}:{}{}{}",
-            name(loaded.output_names.get(k).and_then(Option::as_ref)),
-            operand(loaded.model.output_indexes.get(k)),
-            if loaded.is_state_output(k) {
-                " (state variable's new value)"
-            } else {
-                ""
-            }
-        );
-    }
 }

@@ -186,7 +186,10 @@ pub fn info(
         Ok(placement) => {
             println!("placement of {name} ({}):", loaded.summary());
             match &loaded.tflite {
-                Some(map) => print_node_placement(map, m, &placement),
+                Some(map) => {
+                    print_node_placement(map, m, &placement);
+                    loaded.print_ports();
+                }
                 None => {
                     for (i, (op, p)) in m.operations.iter().zip(&placement).enumerate() {
                         println!("  {i:>3} {:<28} {}", op.operation_type.name(), where_(*p));

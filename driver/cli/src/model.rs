@@ -273,6 +273,42 @@ impl LoadedModel {
         self.output_names.get(k).and_then(|n| n.as_deref())
     }
 
+    /// Prints which model input and output each TFLite tensor became (`import`, `info`).
+    pub fn print_ports(&self) {
+        let name = |n: Option<&String>| n.map_or(String::new(), |n| format!(" '{n}'"));
+        let operand = |idx: Option<&u32>| {
+            idx.and_then(|&i| self.model.operands.get(i as usize))
+                .map_or(String::new(), |o| {
+                    format!(" {} {:?}", o.operand_type, o.dimensions)
+                })
+        };
+        for k in 0..self.model.input_indexes.len() {
+            let state = self.state.iter().find(|s| s.input == k);
+            println!(
+                "input {k}:{}{}{}",
+                name(self.input_names.get(k).and_then(Option::as_ref)),
+                operand(self.model.input_indexes.get(k)),
+                state.map_or(String::new(), |s| format!(
+                    " (state variable '{}', an initial value of {} bytes)",
+                    s.name,
+                    s.initial.len()
+                ))
+            );
+        }
+        for k in 0..self.model.output_indexes.len() {
+            println!(
+                "output {k}:{}{}{}",
+                name(self.output_names.get(k).and_then(Option::as_ref)),
+                operand(self.model.output_indexes.get(k)),
+                if self.is_state_output(k) {
+                    " (state variable's new value)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+
     /// Operations, and for a TFLite model its nodes, for the "model:" lines.
     pub fn summary(&self) -> String {
         let ops = self.model.operations.len();

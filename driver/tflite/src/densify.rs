@@ -163,43 +163,51 @@ impl<'a> Plan<'a> {
                     "block size {block} does not divide dimension {orig} of size {dim}"
                 ));
             }
+            if blocks.iter().any(|&(o, _)| o == orig) {
+                return Err(format!(
+                    "block map {:?} blocks dimension {orig} twice",
+                    sparsity.block_map
+                ));
+            }
             blocks.push((orig, block));
         }
+        // The block size of original dimension d (1 when it is not blocked).
+        let block_of = |d: usize| {
+            blocks
+                .iter()
+                .find(|(orig, _)| *orig == d)
+                .map_or(1, |(_, b)| *b)
+        };
         let extent_of = |d: usize| -> usize {
             if d < n {
-                let block = blocks
-                    .iter()
-                    .find(|(orig, _)| *orig == d)
-                    .map_or(1, |(_, b)| *b);
-                shape[d] / block
+                shape[d] / block_of(d)
             } else {
                 blocks[d - n].1
             }
         };
+        let overflow = || format!("shape {shape:?} overflows");
         let dense_elements = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .ok_or_else(|| format!("shape {shape:?} overflows"))?;
-        // Row-major strides; none exceeds the element count, so no product below overflows.
+            .ok_or_else(overflow)?;
+        // Row-major strides (checked: with a zero dimension the element count bounds nothing).
         let mut strides = vec![1usize; n];
         for d in (0..n.saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * shape[d + 1];
+            strides[d] = strides[d + 1]
+                .checked_mul(shape[d + 1])
+                .ok_or_else(overflow)?;
         }
-        let step_of = |d: usize| -> usize {
+        let step_of = |d: usize| -> Option<usize> {
             if d < n {
-                let block = blocks
-                    .iter()
-                    .find(|(orig, _)| *orig == d)
-                    .map_or(1, |(_, b)| *b);
-                strides[d] * block
+                strides[d].checked_mul(block_of(d))
             } else {
-                strides[blocks[d - n].0]
+                Some(strides[blocks[d - n].0])
             }
         };
         let mut plan_levels = Vec::with_capacity(levels);
         for (level, (meta, &d)) in sparsity.dim_metadata.iter().zip(&order).enumerate() {
             let extent = extent_of(d);
-            let step = step_of(d);
+            let step = step_of(d).ok_or_else(overflow)?;
             let csr = match meta {
                 DimensionMetadata::Dense { size } => {
                     if as_index(*size) != extent {
@@ -500,6 +508,25 @@ mod tests {
                     s.dim_metadata = vec![dense(4), dense(1), dense(3)];
                 }),
                 "block size 3 does not divide dimension 1 of size 4",
+            ),
+            (
+                Box::new(|t| {
+                    let s = sparsity_mut(t);
+                    s.block_map = vec![1, 1];
+                    s.traversal_order = vec![0, 1, 2, 3];
+                    s.dim_metadata = vec![dense(4), dense(1), dense(2), dense(2)];
+                }),
+                "blocks dimension 1 twice",
+            ),
+            (
+                // Zero elements, yet the strides of the other dimensions overflow.
+                Box::new(|t| {
+                    t.shape = vec![0, 1 << 30, 1 << 30, 1 << 30];
+                    let s = sparsity_mut(t);
+                    s.traversal_order = vec![0, 1, 2, 3];
+                    s.dim_metadata = vec![dense(0), dense(1), dense(1), dense(1)];
+                }),
+                "overflows",
             ),
         ];
         for (edit, want) in cases {

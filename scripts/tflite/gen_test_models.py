@@ -13,9 +13,11 @@ For each model NAME it writes:
                    the tensor's own element type (a quantized input holds the quantized
                    integers);
 
-and manifest.json lists every model: its quantization scheme, the TFLite operators it uses
-and what the test expects of it ("agree" with LiteRT, or an error naming an operator and its
-node index).
+and manifest.json lists every model: its quantization scheme, the TFLite operators it uses,
+the LiteRT resolver to compare with ("ref", TFLite's reference kernels, or "default"), and
+what the test expects of it: "agree" with LiteRT (a few with a wider `float_tolerance` or a
+`litert_then` function, each with its `why`), or "error": nnaccelctl exits 2 with a message
+naming each of `mentions` (the operator and its node index, or the tensor type).
 
 Everything is deterministic: weights and inputs come from numpy generators seeded with the
 model's name, float values are rounded to 3 significant digits, the .npz files are zip

@@ -882,9 +882,10 @@ def refused(*mentions, litert_runs=True):
     return ("error", list(mentions), litert_runs)
 
 
-# NNAPI has no 16x8 CONV_2D / FULLY_CONNECTED: the int64 bias TFLite's 16x8 scheme uses has no
-# NNAPI operand type.
-REFUSED_INT64_BIAS = refused("INT64", "(b)")
+# NNAPI has no arithmetic on 16-bit quantized activations (TFLite's 16x8 scheme): no ADD,
+# CONV_2D, FULLY_CONNECTED, DEQUANTIZE or QUANTIZE takes TENSOR_QUANT16_SYMM.
+def refused_16x8(op):
+    return refused("16-bit quantized", op, "node 0")
 
 
 # Models run on LiteRT's default path instead of the reference kernels: operators the
@@ -922,7 +923,7 @@ def model(name, build, schemes=("f32",), expect=AGREE, resolver="ref", tolerance
 
 # Convolutions.
 model("conv2d_same_s1_relu", conv2d(SAME, 1, act=ACT.RELU), ("f32", "u8", "i8", "i8t"))
-model("conv2d_same_s1_relu", conv2d(SAME, 1, act=ACT.RELU), ("i16",), REFUSED_INT64_BIAS)
+model("conv2d_same_s1_relu", conv2d(SAME, 1, act=ACT.RELU), ("i16",), refused_16x8("CONV_2D"))
 model("conv2d_valid_s2_relu6", conv2d(VALID, 2, act=ACT.RELU6), ("f32", "u8", "i8"))
 model("conv2d_same_dilation2", conv2d(SAME, 1, dilation=2), ("f32", "i8"))
 model("conv2d_valid_dilation2_relu_n1_to_1", conv2d(VALID, 1, dilation=2, act=ACT.RELU_N1_TO_1))
@@ -933,7 +934,7 @@ model("transpose_conv_same_s2", transpose_conv(SAME, 2), ("f32", "u8", "i8"))
 model("transpose_conv_valid_s1_nobias", transpose_conv(VALID, 1, bias=False))
 model("fully_connected_relu", fully_connected([2, 16], 8, act=ACT.RELU), ("f32", "u8", "i8"))
 model("fully_connected_relu", fully_connected([2, 16], 8, act=ACT.RELU), ("i16",),
-      REFUSED_INT64_BIAS)
+      refused_16x8("FULLY_CONNECTED"))
 model("fully_connected_keep_num_dims", fully_connected([1, 3, 16], 8, keep_num_dims=True),
       ("f32", "i8"))
 model("fully_connected_nobias", fully_connected([3, 10], 5, bias=False), ("f32", "i8"))
@@ -943,7 +944,8 @@ model("average_pool_same_s2", pool(OP.AVERAGE_POOL_2D, SAME, 2, 3), ("f32", "u8"
 model("max_pool_valid_s2_relu", pool(OP.MAX_POOL_2D, VALID, 2, 2, ACT.RELU), ("f32", "u8", "i8"))
 model("l2_pool_same_s1", pool(OP.L2_POOL_2D, SAME, 1, 2))
 # Element-wise arithmetic with fused activations.
-model("add_relu", binary(OP.ADD, "AddOptions", ACT.RELU), ("f32", "u8", "i8", "i16"))
+model("add_relu", binary(OP.ADD, "AddOptions", ACT.RELU), ("f32", "u8", "i8"))
+model("add_relu", binary(OP.ADD, "AddOptions", ACT.RELU), ("i16",), refused_16x8("ADD"))
 # TFLite's kernels leave a fused TANH out (their activation range knows only the RELU
 # family); nnaccel applies it as NNAPI's delegate does: the test takes tanh of LiteRT's output.
 model("add_tanh", binary(OP.ADD, "AddOptions", ACT.TANH), then=("tanh", FUSED_TANH_WHY))

@@ -17,6 +17,21 @@ pub(super) fn unary(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
     Ok(())
 }
 
+/// RELU, RELU1, RELU6. NNAPI's quantized forms keep the input's scale and zero point, while
+/// TFLite's may requantize: then the operation writes a temporary with the input's
+/// quantization, and a requantization (DEQUANTIZE, QUANTIZE) makes the output's.
+pub(super) fn relu_family(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
+    let (x, y) = b.unary_io()?;
+    if is_float(b.ty(x)) || b.same_quantization(x, y) {
+        b.op(ty, vec![x], vec![y]);
+        return Ok(());
+    }
+    let t = b.temp_same(x);
+    b.op(ty, vec![x], vec![t]);
+    b.requantize(t, y);
+    Ok(())
+}
+
 /// Binary operation with a fused activation code: ADD, SUB, MUL, DIV.
 pub(super) fn arithmetic(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
     b.arity(2..=2, 1)?;
@@ -204,11 +219,22 @@ pub(super) fn log_softmax(b: &mut Builder<'_>) -> Result<()> {
     Ok(())
 }
 
-/// ELU: input, alpha 1.
+/// ELU: input, alpha 1. NNAPI's ELU is float only: a quantized ELU runs in float32 between a
+/// DEQUANTIZE and a QUANTIZE (TFLite's own kernel is a table of the same float function).
 pub(super) fn elu(b: &mut Builder<'_>) -> Result<()> {
     let (x, y) = b.unary_io()?;
-    let alpha = b.float_like(b.ty(x), 1.0);
-    b.op(OperationType::Elu, vec![x, alpha], vec![y]);
+    if is_float(b.ty(x)) {
+        let alpha = b.float_like(b.ty(x), 1.0);
+        b.op(OperationType::Elu, vec![x, alpha], vec![y]);
+        return Ok(());
+    }
+    let dims = b.dims(x).to_vec();
+    let fx = b.push_operand(plain(OperandType::TensorFloat32, dims.clone()));
+    let fy = b.push_operand(plain(OperandType::TensorFloat32, dims));
+    b.op(OperationType::Dequantize, vec![x], vec![fx]);
+    let alpha = b.float_like(OperandType::TensorFloat32, 1.0);
+    b.op(OperationType::Elu, vec![fx, alpha], vec![fy]);
+    b.op(OperationType::Quantize, vec![fy], vec![y]);
     Ok(())
 }
 
@@ -257,10 +283,7 @@ pub(super) fn quantize(b: &mut Builder<'_>) -> Result<()> {
     if is_float(b.ty(x)) {
         b.op(OperationType::Quantize, vec![x], vec![y]);
     } else {
-        let dims = b.dims(x).to_vec();
-        let f = b.push_operand(plain(OperandType::TensorFloat32, dims));
-        b.op(OperationType::Dequantize, vec![x], vec![f]);
-        b.op(OperationType::Quantize, vec![f], vec![y]);
+        b.requantize(x, y);
     }
     Ok(())
 }

@@ -427,6 +427,44 @@ impl<'g> Builder<'g> {
         Ok(o)
     }
 
+    /// Whether two quantized operands share scale and zero point.
+    pub fn same_quantization(&self, a: u32, c: u32) -> bool {
+        let (a, c) = (&self.operands[a as usize], &self.operands[c as usize]);
+        a.scale == c.scale && a.zero_point == c.zero_point
+    }
+
+    /// Requantizes `x` into `y` (both 8-bit quantized, same shape): NNAPI has no
+    /// quantized-to-quantized QUANTIZE, so a DEQUANTIZE to float32, then a QUANTIZE.
+    pub fn requantize(&mut self, x: u32, y: u32) {
+        let dims = self.dims(x).to_vec();
+        let f = self.push_operand(plain(OperandType::TensorFloat32, dims));
+        self.op(OperationType::Dequantize, vec![x], vec![f]);
+        self.op(OperationType::Quantize, vec![f], vec![y]);
+    }
+
+    /// Refuses a node that reads or writes a 16-bit quantized tensor computed at run time
+    /// (TFLite's 16x8 scheme): NNAPI's TENSOR_QUANT16_SYMM has no arithmetic (no ADD, CONV_2D,
+    /// DEQUANTIZE or QUANTIZE takes it), as NNAPI's own TFLite delegate finds. 16-bit constants
+    /// stay usable where they fold (a DEQUANTIZE of int16 weights).
+    pub fn refuse_16bit_activations(&self) -> Result<()> {
+        let node = self.cur()?;
+        for &t in node.inputs.iter().chain(&node.outputs) {
+            let Ok(t) = usize::try_from(t) else { continue };
+            let tensor = self.tensor(t)?;
+            if tensor.element_type == ElementType::Int16
+                && tensor.quantization.is_quantized()
+                && !self.is_constant(t)
+            {
+                return Err(self.err(format!(
+                    "tensor {t} ({}) is a 16-bit quantized activation (TFLite's 16x8 scheme): \
+                     NNAPI has no operation on TENSOR_QUANT16_SYMM activations",
+                    tensor.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// A new temporary operand like `like` with other dimensions.
     pub fn temp_like(&mut self, like: u32, dims: Vec<u32>) -> u32 {
         let mut o = self.operands[like as usize].clone();
@@ -448,6 +486,13 @@ impl<'g> Builder<'g> {
 
     pub fn dims(&self, o: u32) -> &[u32] {
         &self.operands[o as usize].dimensions
+    }
+
+    /// Gives operand `o` other dimensions (an output whose file stores no shape).
+    pub fn set_dims(&mut self, o: u32, dims: Vec<u32>) {
+        if let Some(operand) = self.operands.get_mut(o as usize) {
+            operand.dimensions = dims;
+        }
     }
 
     /// The stored (concrete) shape of tensor `t`.

@@ -108,6 +108,16 @@ pub(super) fn while_(b: &mut Builder<'_>) -> Result<()> {
     let mut args = vec![cond, body];
     args.extend(operands_from(b, 0)?);
     let ys = outputs(b)?;
+    // TFLite's WHILE gives each output its loop variable's shape at Prepare, so a file may
+    // store none for it; NNAPI needs the loop variable's dimensions there.
+    for (k, &y) in ys.iter().enumerate() {
+        if b.shape(b.output(k)?)?.is_empty() {
+            if let Some(&x) = args.get(2 + k) {
+                let dims = b.dims(x).to_vec();
+                b.set_dims(y, dims);
+            }
+        }
+    }
     b.op(OperationType::While, args, ys);
     Ok(())
 }

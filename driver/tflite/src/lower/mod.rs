@@ -308,6 +308,7 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
     if node.builtin_code == crate::graph::CUSTOM {
         return Err(b.err("custom operators have no NNAPI equivalent"));
     }
+    b.refuse_16bit_activations()?;
     match node.builtin_code {
         CONV_2D => conv::conv(b, false),
         DEPTHWISE_CONV_2D => conv::conv(b, true),
@@ -328,9 +329,9 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         LOG_SOFTMAX => basic::log_softmax(b),
         LOGISTIC => basic::unary(b, T::Logistic),
         TANH => basic::unary(b, T::Tanh),
-        RELU => basic::unary(b, T::Relu),
-        RELU_N1_TO_1 => basic::unary(b, T::Relu1),
-        RELU6 => basic::unary(b, T::Relu6),
+        RELU => basic::relu_family(b, T::Relu),
+        RELU_N1_TO_1 => basic::relu_family(b, T::Relu1),
+        RELU6 => basic::relu_family(b, T::Relu6),
         HARD_SWISH => basic::unary(b, T::HardSwish),
         ELU => basic::elu(b),
         ABS => basic::unary(b, T::Abs),

@@ -29,8 +29,8 @@ pub const MAX_FILE_BYTES: u64 = 8 << 30;
 /// TFLite's file identifier, at bytes 4..8 of every `.tflite` flatbuffer.
 const FILE_IDENTIFIER: &[u8; 4] = b"TFL3";
 
-/// Why a `.tflite` file could not be read. Every message names the file, table and index that
-/// is wrong.
+/// Why a `.tflite` file could not be read. Every message names the part of the model that is
+/// wrong (subgraph, tensor, node, operator code, buffer; the path for I/O errors).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// The file could not be opened or read.

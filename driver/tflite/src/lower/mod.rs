@@ -58,6 +58,8 @@
 //! | FLOOR_DIV | DIV (INT32: NNAPI's floors), + FLOOR for floats |
 //! | FLOOR_MOD | a − FLOOR_DIV(a, b) · b: DIV, (FLOOR), MUL, SUB |
 //! | RELU_0_TO_1 | RELU1 then RELU |
+//! | COS | SIN(x + π/2) (float) |
+//! | GELU | element-wise operations: the tanh form when approximate, else relu(x) − 0.5·|x|·(1 − erf(|x|/√2)) with erf to 1.5e-7 (float) |
 //! | BATCH_MATMUL | FULLY_CONNECTED with the constant right-hand side (transposed at import unless adj_y; + RESHAPE) |
 //! | MIRROR_PAD | a GATHER of the mirrored indexes per padded axis |
 //! | REVERSE_V2 | a GATHER of the reversed indexes per axis |
@@ -82,6 +84,7 @@ mod build;
 mod control;
 mod conv;
 mod fold;
+mod gelu;
 mod movement;
 mod state;
 
@@ -275,6 +278,7 @@ mod code {
         SQUARED_DIFFERENCE = 99,
         ABS = 101,
         REVERSE_V2 = 105,
+        COS = 108,
         SPLIT_V = 102,
         CEIL = 104,
         ADD_N = 106,
@@ -291,6 +295,7 @@ mod code {
         VAR_HANDLE = 142,
         READ_VARIABLE = 143,
         ASSIGN_VARIABLE = 144,
+        GELU = 150,
         RELU_0_TO_1 = 152,
     }
 }
@@ -391,6 +396,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         RELU_0_TO_1 => movement::relu_0_to_1(b),
         CAST => basic::unary(b, T::Cast),
         BATCH_MATMUL => conv::batch_matmul(b),
+        GELU => gelu::gelu(b),
+        COS => gelu::cos(b),
         FLOOR_DIV => movement::floor_div_mod(b, false),
         FLOOR_MOD => movement::floor_div_mod(b, true),
         MIRROR_PAD => movement::mirror_pad(b),

@@ -487,3 +487,50 @@ fn floor_div_and_floor_mod_round_toward_minus_infinity() {
     // [-7 mod 2, 7 mod -3] = [1, -2] (the sign of the divisor).
     assert_eq!(run(&l, &[i32s(&[-7, 7])])[0], i32s(&[1, -2]));
 }
+
+#[test]
+fn gelu_exact_and_approximate_match_their_formulas() {
+    // Exact: 0.5·x·(1 + erf(x/√2)) at x = -2, -0.5, 0, 1, 3, with erf(√2) = 0.9544997,
+    // erf(0.3535534) = 0.3829249, erf(0.7071068) = 0.6826895, erf(2.1213203) = 0.9973002.
+    let x = [-2.0f32, -0.5, 0.0, 1.0, 3.0];
+    let exact = [
+        0.5 * -2.0 * (1.0 - 0.954_499_7),
+        0.5 * -0.5 * (1.0 - 0.382_924_9),
+        0.0,
+        0.5 * (1.0 + 0.682_689_5),
+        0.5 * 3.0 * (1.0 + 0.997_300_2),
+    ];
+    let l = one_node(
+        code::GELU,
+        &[&[5]],
+        &[],
+        &[5],
+        Options::Gelu { approximate: false },
+    );
+    let got = to_f32s(&run(&l, &[f32s(&x)])[0]);
+    for (g, w) in got.iter().zip(exact) {
+        assert!((g - w).abs() < 1e-6, "{got:?} vs {exact:?}");
+    }
+    // Approximate: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) at x = 1 (Python's math):
+    // √(2/π)·1.044715 = 0.8335620, tanh = 0.6823840, 0.5·1.6823840 = 0.8411920. The
+    // erf values above are math.erf's too.
+    let l = one_node(
+        code::GELU,
+        &[&[1]],
+        &[],
+        &[1],
+        Options::Gelu { approximate: true },
+    );
+    assert_close(&to_f32s(&run(&l, &[f32s(&[1.0])])[0]), &[0.841_192]);
+}
+
+#[test]
+fn cos_is_the_sine_a_quarter_turn_on() {
+    // cos 0 = 1, cos π = -1, cos(π/3) = 0.5.
+    let l = one_node(code::COS, &[&[3]], &[], &[3], Options::None);
+    let pi = std::f32::consts::PI;
+    let out = to_f32s(&run(&l, &[f32s(&[0.0, pi, pi / 3.0])])[0]);
+    for (g, w) in out.iter().zip([1.0f32, -1.0, 0.5]) {
+        assert!((g - w).abs() < 1e-6, "{out:?}");
+    }
+}

@@ -5,7 +5,7 @@
 //!
 //! Layouts are for LP64 Linux (x86-64 and aarch64, the same there). The tests at the end pin
 //! every size and every offset the delegate reads or writes, with numbers derived by hand from
-//! the header (docs/tflite-delegate.md, "The ABI"). The delegate never trusts that the
+//! the header (docs/tflite.md, "The ABI, and how it is checked"). The delegate never trusts that the
 //! interpreter in its process has these layouts: [`crate::context`] checks what it reads
 //! against them before it uses anything (the ABI check).
 //!

@@ -1,5 +1,5 @@
 //! `nnaccel-tflite-delegate`: the external delegate LiteRT loads with
-//! `load_delegate("libnnaccel_tflite_delegate.so", options)` (docs/tflite-delegate.md).
+//! `load_delegate("libnnaccel_tflite_delegate.so", options)` (docs/tflite.md, "The external delegate").
 //!
 //! It exports the two functions of TFLite's external delegate plugin interface,
 //! [`tflite_plugin_create_delegate`] and [`tflite_plugin_destroy_delegate`], and

@@ -717,80 +717,8 @@ fn padding(p: fb::Padding) -> Padding {
     }
 }
 
-/// The builtin codes whose options the graph form carries or names (`BuiltinOperator`).
-mod code {
-    pub const ADD: i32 = 0;
-    pub const AVERAGE_POOL_2D: i32 = 1;
-    pub const CONCATENATION: i32 = 2;
-    pub const CONV_2D: i32 = 3;
-    pub const DEPTHWISE_CONV_2D: i32 = 4;
-    pub const DEPTH_TO_SPACE: i32 = 5;
-    pub const FULLY_CONNECTED: i32 = 9;
-    pub const L2_NORMALIZATION: i32 = 11;
-    pub const L2_POOL_2D: i32 = 12;
-    pub const LOCAL_RESPONSE_NORMALIZATION: i32 = 13;
-    pub const LSH_PROJECTION: i32 = 15;
-    pub const LSTM: i32 = 16;
-    pub const MAX_POOL_2D: i32 = 17;
-    pub const MUL: i32 = 18;
-    pub const RESHAPE: i32 = 22;
-    pub const RESIZE_BILINEAR: i32 = 23;
-    pub const RNN: i32 = 24;
-    pub const SOFTMAX: i32 = 25;
-    pub const SPACE_TO_DEPTH: i32 = 26;
-    pub const SVDF: i32 = 27;
-    pub const CONCAT_EMBEDDINGS: i32 = 29;
-    pub const SKIP_GRAM: i32 = 30;
-    pub const CALL: i32 = 31;
-    pub const EMBEDDING_LOOKUP_SPARSE: i32 = 33;
-    pub const UNIDIRECTIONAL_SEQUENCE_RNN: i32 = 35;
-    pub const GATHER: i32 = 36;
-    pub const MEAN: i32 = 40;
-    pub const SUB: i32 = 41;
-    pub const DIV: i32 = 42;
-    pub const SQUEEZE: i32 = 43;
-    pub const UNIDIRECTIONAL_SEQUENCE_LSTM: i32 = 44;
-    pub const STRIDED_SLICE: i32 = 45;
-    pub const BIDIRECTIONAL_SEQUENCE_RNN: i32 = 46;
-    pub const SPLIT: i32 = 49;
-    pub const BIDIRECTIONAL_SEQUENCE_LSTM: i32 = 52;
-    pub const CAST: i32 = 53;
-    pub const ARG_MAX: i32 = 56;
-    pub const TRANSPOSE_CONV: i32 = 67;
-    pub const SPARSE_TO_DENSE: i32 = 68;
-    pub const SUM: i32 = 74;
-    pub const SHAPE: i32 = 77;
-    pub const ARG_MIN: i32 = 79;
-    pub const FAKE_QUANT: i32 = 80;
-    pub const REDUCE_PROD: i32 = 81;
-    pub const REDUCE_MAX: i32 = 82;
-    pub const PACK: i32 = 83;
-    pub const ONE_HOT: i32 = 85;
-    pub const UNPACK: i32 = 88;
-    pub const REDUCE_MIN: i32 = 89;
-    pub const REDUCE_ANY: i32 = 91;
-    pub const RESIZE_NEAREST_NEIGHBOR: i32 = 97;
-    pub const LEAKY_RELU: i32 = 98;
-    pub const MIRROR_PAD: i32 = 100;
-    pub const SPLIT_V: i32 = 102;
-    pub const UNIQUE: i32 = 103;
-    pub const REVERSE_SEQUENCE: i32 = 112;
-    pub const IF: i32 = 118;
-    pub const WHILE: i32 = 119;
-    pub const BATCH_MATMUL: i32 = 126;
-    pub const CUMSUM: i32 = 128;
-    pub const CALL_ONCE: i32 = 129;
-    pub const CONV_3D: i32 = 132;
-    pub const HASHTABLE: i32 = 136;
-    pub const REDUCE_ALL: i32 = 140;
-    pub const CONV_3D_TRANSPOSE: i32 = 141;
-    pub const VAR_HANDLE: i32 = 142;
-    pub const RANDOM_STANDARD_NORMAL: i32 = 146;
-    pub const BUCKETIZE: i32 = 147;
-    pub const RANDOM_UNIFORM: i32 = 148;
-    pub const MULTINOMIAL: i32 = 149;
-    pub const GELU: i32 = 150;
-}
+/// The builtin codes (`BuiltinOperator`): the graph form's one table.
+use crate::graph::op as code;
 
 /// The options table of `union` if it is a `$variant`, converted to its owned form, else the
 /// table's defaults (TFLite reads an absent or mismatched table as all defaults).

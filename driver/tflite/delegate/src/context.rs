@@ -30,71 +30,8 @@ const MAX_SPARSE: c_int = 1 << 28;
 /// The largest per-channel scale count the check accepts.
 const MAX_CHANNELS: c_int = 1 << 20;
 
-/// Builtin codes the delegate reads parameters for (`BuiltinOperator`; a test pins each
-/// against [`nnaccel_tflite::graph::builtin_name`]).
-pub mod code {
-    #![allow(missing_docs)]
-    pub const ADD: i32 = 0;
-    pub const AVERAGE_POOL_2D: i32 = 1;
-    pub const CONCATENATION: i32 = 2;
-    pub const CONV_2D: i32 = 3;
-    pub const DEPTHWISE_CONV_2D: i32 = 4;
-    pub const DEPTH_TO_SPACE: i32 = 5;
-    pub const FULLY_CONNECTED: i32 = 9;
-    pub const L2_NORMALIZATION: i32 = 11;
-    pub const L2_POOL_2D: i32 = 12;
-    pub const LOCAL_RESPONSE_NORMALIZATION: i32 = 13;
-    pub const LSTM: i32 = 16;
-    pub const MAX_POOL_2D: i32 = 17;
-    pub const MUL: i32 = 18;
-    pub const RESHAPE: i32 = 22;
-    pub const RESIZE_BILINEAR: i32 = 23;
-    pub const RNN: i32 = 24;
-    pub const SOFTMAX: i32 = 25;
-    pub const SPACE_TO_DEPTH: i32 = 26;
-    pub const SVDF: i32 = 27;
-    pub const UNIDIRECTIONAL_SEQUENCE_RNN: i32 = 35;
-    pub const GATHER: i32 = 36;
-    pub const MEAN: i32 = 40;
-    pub const SUB: i32 = 41;
-    pub const DIV: i32 = 42;
-    pub const SQUEEZE: i32 = 43;
-    pub const UNIDIRECTIONAL_SEQUENCE_LSTM: i32 = 44;
-    pub const STRIDED_SLICE: i32 = 45;
-    pub const BIDIRECTIONAL_SEQUENCE_RNN: i32 = 46;
-    pub const SPLIT: i32 = 49;
-    pub const DELEGATE: i32 = 51;
-    pub const BIDIRECTIONAL_SEQUENCE_LSTM: i32 = 52;
-    pub const CAST: i32 = 53;
-    pub const ARG_MAX: i32 = 56;
-    pub const TRANSPOSE_CONV: i32 = 67;
-    pub const SUM: i32 = 74;
-    pub const SHAPE: i32 = 77;
-    pub const ARG_MIN: i32 = 79;
-    pub const REDUCE_PROD: i32 = 81;
-    pub const REDUCE_MAX: i32 = 82;
-    pub const PACK: i32 = 83;
-    pub const ONE_HOT: i32 = 85;
-    pub const UNPACK: i32 = 88;
-    pub const REDUCE_MIN: i32 = 89;
-    pub const REDUCE_ANY: i32 = 91;
-    pub const RESIZE_NEAREST_NEIGHBOR: i32 = 97;
-    pub const LEAKY_RELU: i32 = 98;
-    pub const MIRROR_PAD: i32 = 100;
-    pub const SPLIT_V: i32 = 102;
-    pub const IF: i32 = 118;
-    pub const WHILE: i32 = 119;
-    pub const BATCH_MATMUL: i32 = 126;
-    pub const CUMSUM: i32 = 128;
-    pub const CALL_ONCE: i32 = 129;
-    pub const CONV_3D: i32 = 132;
-    pub const REDUCE_ALL: i32 = 140;
-    pub const CONV_3D_TRANSPOSE: i32 = 141;
-    pub const VAR_HANDLE: i32 = 142;
-    pub const GELU: i32 = 150;
-    /// The first StableHLO code: none of them has an NNAPI mapping.
-    pub const STABLEHLO_FIRST: i32 = 162;
-}
+/// Builtin codes (`BuiltinOperator`): the graph form's one table.
+pub use nnaccel_tflite::graph::op as code;
 
 /// The element type of a `TfLiteType` value, or None for one the graph form has no name for
 /// (INT2, UINT4, float8: newer than the named version) and for NO_TYPE.
@@ -525,7 +462,7 @@ pub unsafe fn options(builtin: i32, data: *const c_void) -> Result<Options, Stri
             Options::Other("parameters the delegate does not read")
         }
         c::DELEGATE => Options::Other("another delegate's kernel"),
-        c if c >= c::STABLEHLO_FIRST => Options::Other("StableHLO parameters"),
+        c if c >= c::STABLEHLO_LOGISTIC => Options::Other("StableHLO parameters"),
         _ => Options::None,
     })
 }
@@ -1170,7 +1107,7 @@ mod tests {
             (code::REDUCE_ALL, "REDUCE_ALL"),
             (code::VAR_HANDLE, "VAR_HANDLE"),
             (code::GELU, "GELU"),
-            (code::STABLEHLO_FIRST, "STABLEHLO_LOGISTIC"),
+            (code::STABLEHLO_LOGISTIC, "STABLEHLO_LOGISTIC"),
         ] {
             assert_eq!(builtin_name(c), name, "code {c}");
         }

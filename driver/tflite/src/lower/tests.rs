@@ -617,15 +617,6 @@ fn check_node_agrees_with_lower_nodes() {
     assert!(check_node(sub, 2).is_err(), "no node 2");
 }
 
-// ---- the code table -----------------------------------------------------------------------------
-
-#[test]
-fn builtin_codes_name_the_builtins_they_are_named_for() {
-    for &(name, code) in code::ALL {
-        assert_eq!(crate::graph::builtin_name(code), name, "code {code}");
-    }
-}
-
 // ---- splits, packs, slices ----------------------------------------------------------------
 
 #[test]

@@ -125,7 +125,10 @@ impl LoadedProgram {
         // Only now, with the program found valid, are constants copied out of their BOs.
         let mut graph = graph;
         let pools = copy_bo_constants(&mut graph, &program.bo_refs, &bo_refs)?;
-        let graph = PreparedGraph::new(graph).map_err(|e| {
+        // With the copies at hand, the executor decodes and packs the weights in them now,
+        // once, instead of on every job.
+        let views: Vec<&[u8]> = pools.iter().map(Vec::as_slice).collect();
+        let graph = PreparedGraph::with_pools(graph, &views).map_err(|e| {
             tracing::debug!("PROGRAM_CREATE: cannot prepare: {e}");
             Errno::INVAL
         })?;
@@ -302,6 +305,100 @@ mod tests {
             Arc::strong_count(&bo),
             1,
             "the program keeps no reference to its BO"
+        );
+    }
+
+    #[test]
+    fn weights_in_a_bo_are_packed_at_program_create_and_never_by_a_job() {
+        use nnaccel_uapi::program::{Operand, Operation};
+        let stats = Arc::default();
+        let mem = client_memory(4096, true);
+        // FULLY_CONNECTED of 5 rows of 3: weights [[1, 2, 3], [4, 5, 6]] in the BO.
+        client_write(&mem, 64, &f32_bytes(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        let bo = import(&stats, &mem);
+        let tensor = |dims: Vec<u32>, location| Operand {
+            operand_type: 3, // TENSOR_FLOAT32
+            dims,
+            scale: 0.0,
+            zero_point: 0,
+            location,
+            channel_quant: None,
+        };
+        let bias = tensor(
+            vec![2],
+            Location::Constant {
+                offset: 0,
+                length: 8,
+            },
+        );
+        let fuse = Operand {
+            operand_type: 1, // INT32
+            ..tensor(
+                vec![],
+                Location::Constant {
+                    offset: 8,
+                    length: 4,
+                },
+            )
+        };
+        let mut constants = f32_bytes(&[0.5, -1.0]);
+        constants.extend_from_slice(&0i32.to_le_bytes());
+        let weights = Location::BoRef {
+            slot: 0,
+            offset: 64,
+            length: 24,
+        };
+        let bytes = Program {
+            operands: vec![
+                tensor(vec![5, 3], Location::Input),
+                tensor(vec![2, 3], weights),
+                bias,
+                fuse,
+                tensor(vec![5, 2], Location::Output),
+            ],
+            operations: vec![Operation {
+                operation_type: 9, // FULLY_CONNECTED
+                inputs: vec![0, 1, 2, 3],
+                outputs: vec![4],
+            }],
+            inputs: vec![0],
+            outputs: vec![4],
+            bo_refs: vec![7],
+            constants,
+            relax_f32_to_f16: false,
+        }
+        .encode()
+        .unwrap();
+        let before = nnaccel_cpu::packings_on_this_thread();
+        let p = LoadedProgram::load(&stats, &bytes, |_| Ok(bo.clone())).unwrap();
+        assert_eq!(
+            nnaccel_cpu::packings_on_this_thread() - before,
+            1,
+            "the BO's weights are packed at PROGRAM_CREATE"
+        );
+        let x = f32_bytes(&[
+            1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, -1.0,
+        ]);
+        let before = nnaccel_cpu::packings_on_this_thread();
+        let mut out = vec![0u8; 40];
+        for _ in 0..2 {
+            let input = nnaccel_cpu::InputArg::Value {
+                data: &x,
+                dimensions: vec![],
+            };
+            p.graph
+                .execute(&p.pools(), &[input], &mut [&mut out])
+                .unwrap();
+            // Worked by hand: [x·(1,2,3) + 0.5, x·(4,5,6) - 1] per row.
+            assert_eq!(
+                crate::test_support::f32s(&out),
+                [1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -0.5, 1.0]
+            );
+        }
+        assert_eq!(
+            nnaccel_cpu::packings_on_this_thread() - before,
+            0,
+            "a job packed the weights again"
         );
     }
 

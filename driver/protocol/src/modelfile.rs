@@ -1252,6 +1252,38 @@ pub fn model_to_json(model: &Model) -> Result<String> {
 /// anything is read; the bound also holds for a file that grows while it is read.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
+/// Opens `path` for reading as [`read_bytes`] does: with `O_NONBLOCK` (a FIFO opens without
+/// waiting for a writer) and its kind checked on the open fd. Gives the file and its length,
+/// or in place of the length the kind of a file that is not regular ("a FIFO", ...). Shared
+/// with the readers of other formats under their own size limits (the `.tflite` reader).
+pub fn open_regular(
+    path: &Path,
+) -> std::io::Result<(std::fs::File, std::result::Result<u64, &'static str>)> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    let ft = meta.file_type();
+    let len = if ft.is_file() {
+        Ok(meta.len())
+    } else if ft.is_dir() {
+        Err("a directory")
+    } else if ft.is_fifo() {
+        Err("a FIFO")
+    } else if ft.is_char_device() {
+        Err("a character device")
+    } else if ft.is_block_device() {
+        Err("a block device")
+    } else if ft.is_socket() {
+        Err("a socket")
+    } else {
+        Err("not a regular file")
+    };
+    Ok((file, len))
+}
+
 /// Reads a model or inputs file: a regular file of at most [`MAX_FILE_BYTES`], else an error.
 /// The file is opened with `O_NONBLOCK` (a FIFO opens without waiting for a writer) and its
 /// kind is checked on the open fd, so a FIFO, a device such as `/dev/zero` or a directory is
@@ -1259,7 +1291,6 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// Public for the other inputs formats of the same rules (`nnaccelctl`'s `.npz` inputs).
 pub fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let io_err = |source| ModelFileError::Io {
         path: path.to_path_buf(),
         source,
@@ -1268,35 +1299,15 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>> {
         path: path.to_path_buf(),
         message,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io_err)?;
-    let meta = file.metadata().map_err(io_err)?;
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        let kind = if ft.is_dir() {
-            "a directory"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_char_device() {
-            "a character device"
-        } else if ft.is_block_device() {
-            "a block device"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        };
-        return Err(refuse(format!(
+    let (file, len) = open_regular(path).map_err(io_err)?;
+    let len = len.map_err(|kind| {
+        refuse(format!(
             "{kind}; a model or inputs file must be a regular file"
-        )));
-    }
-    if meta.len() > MAX_FILE_BYTES {
+        ))
+    })?;
+    if len > MAX_FILE_BYTES {
         return Err(refuse(format!(
-            "{} bytes, more than the limit of {MAX_FILE_BYTES} bytes (64 MiB)",
-            meta.len()
+            "{len} bytes, more than the limit of {MAX_FILE_BYTES} bytes (64 MiB)"
         )));
     }
     let mut bytes = Vec::new();

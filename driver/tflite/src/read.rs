@@ -106,36 +106,17 @@ pub fn looks_like_tflite(head: &[u8]) -> bool {
 /// between the check and the read.
 pub fn read_file(path: &Path) -> Result<Graph> {
     use std::io::Read;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    let ft = meta.file_type();
-    let kind = [
-        (ft.is_dir(), "a directory"),
-        (ft.is_fifo(), "a FIFO"),
-        (ft.is_char_device(), "a character device"),
-        (ft.is_block_device(), "a block device"),
-        (ft.is_socket(), "a socket"),
-        (!ft.is_file(), "not a regular file"),
-    ]
-    .into_iter()
-    .find_map(|(is, kind)| is.then_some(kind));
-    if let Some(kind) = kind {
-        return Err(ReadError::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-        });
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(ReadError::TooLarge { size: meta.len() });
+    let (file, len) = nnaccel_protocol::modelfile::open_regular(path).map_err(io)?;
+    let len = len.map_err(|kind| ReadError::NotRegularFile {
+        path: path.to_path_buf(),
+        kind,
+    })?;
+    if len > MAX_FILE_BYTES {
+        return Err(ReadError::TooLarge { size: len });
     }
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)

@@ -1,6 +1,7 @@
 //! The delegate object, its Prepare (which nodes to claim) and the delegate kernel of one
-//! partition (init: lower and prepare through the HAL; invoke: copy the inputs into a memfd
-//! pool, execute, copy the outputs back).
+//! partition (init: lower and prepare through the HAL; prepare: lay the tensors out in a memfd
+//! pool and build the request over it; invoke: copy the inputs in, execute, copy the outputs
+//! back).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
@@ -319,9 +320,20 @@ struct Kernel {
     /// stay in the delegate's pool.
     copy_back: Vec<bool>,
     pool: Option<MappedClientPool>,
+    /// The pool layout and the request over it, made at prepare (which the interpreter calls
+    /// again whenever tensor shapes change), so Invoke only copies and executes.
+    planned: Option<Planned>,
     burst: Option<ExecutionBurstController>,
     use_burst: bool,
     invokes: u64,
+}
+
+/// What kernel prepare works out once for every Invoke until the next prepare.
+#[derive(Debug)]
+struct Planned {
+    ins: Vec<Slot>,
+    outs: Vec<Slot>,
+    request: Request,
 }
 
 /// Prepares `model` through the backend, through the cache directory when one is set.
@@ -422,6 +434,7 @@ impl Kernel {
             outputs: lowered.outputs,
             copy_back,
             pool: None,
+            planned: None,
             burst: None,
             use_burst: state.options.burst,
             invokes: 0,
@@ -477,7 +490,10 @@ impl Kernel {
         Ok((ins, outs, end.max(ALIGN)))
     }
 
-    fn invoke(&mut self, context: Context<'_>) -> Result<(), String> {
+    /// Lays the inputs and outputs out in the pool (growing it when needed) and builds the
+    /// request over it, for every Invoke until the next prepare.
+    fn plan(&mut self, context: Context<'_>) -> Result<(), String> {
+        self.planned = None;
         let (ins, outs, size) = self.layout(context)?;
         if self.pool.as_ref().is_none_or(|p| (p.len() as u64) < size) {
             let memory = pools::ashmem(size).map_err(|e| format!("a pool of {size} bytes: {e}"))?;
@@ -485,19 +501,6 @@ impl Kernel {
                 Some(MappedClientPool::new(&memory).map_err(|e| format!("mapping the pool: {e}"))?);
         }
         let pool = self.pool.as_ref().ok_or("no pool")?;
-        for s in &ins {
-            let t = context.tensor(s.tensor)?;
-            if s.len == 0 {
-                continue;
-            }
-            if t.data.is_null() {
-                return Err(format!("input tensor {} has no data", s.tensor));
-            }
-            // SAFETY: during Invoke an input tensor's data holds `bytes` bytes.
-            let data = unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), s.len as usize) };
-            pool.write(s.offset as usize, data)
-                .map_err(|e| format!("writing input tensor {}: {e}", s.tensor))?;
-        }
         let arg = |s: &Slot| -> Result<RequestArgument, String> {
             Ok(RequestArgument {
                 has_no_value: false,
@@ -515,6 +518,40 @@ impl Kernel {
             outputs: outs.iter().map(arg).collect::<Result<_, _>>()?,
             pools: vec![MemoryPool::Memory(pool.memory().clone())],
         };
+        self.planned = Some(Planned { ins, outs, request });
+        Ok(())
+    }
+
+    fn invoke(&mut self, context: Context<'_>) -> Result<(), String> {
+        let (Some(planned), Some(pool)) = (&self.planned, &self.pool) else {
+            return Err("invoked without a successful prepare".to_string());
+        };
+        let (ins, outs, request) = (&planned.ins, &planned.outs, &planned.request);
+        // The layout holds while the byte counts do (a shape change goes through prepare).
+        let unchanged = |s: &Slot, t: &abi::TfLiteTensor| {
+            if t.bytes as u64 == s.len {
+                Ok(())
+            } else {
+                Err(format!(
+                    "tensor {}: {} bytes, {} at prepare",
+                    s.tensor, t.bytes, s.len
+                ))
+            }
+        };
+        for s in ins {
+            let t = context.tensor(s.tensor)?;
+            unchanged(s, t)?;
+            if s.len == 0 {
+                continue;
+            }
+            if t.data.is_null() {
+                return Err(format!("input tensor {} has no data", s.tensor));
+            }
+            // SAFETY: during Invoke an input tensor's data holds `bytes` bytes.
+            let data = unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), s.len as usize) };
+            pool.write(s.offset as usize, data)
+                .map_err(|e| format!("writing input tensor {}: {e}", s.tensor))?;
+        }
         let through_burst = self.use_burst && self.invokes > 0;
         self.invokes += 1;
         let result = if through_burst {
@@ -526,12 +563,12 @@ impl Kernel {
                 );
             }
             match &self.burst {
-                Some(b) => b.execute(&request, MeasureTiming::No),
+                Some(b) => b.execute(request, MeasureTiming::No),
                 None => return Err("no burst".to_string()),
             }
         } else {
             self.prepared
-                .execute_synchronously(&request, MeasureTiming::No, None)
+                .execute_synchronously(request, MeasureTiming::No, None)
         };
         if result.status != ErrorStatus::None {
             stats::executed(false, through_burst);
@@ -542,6 +579,7 @@ impl Kernel {
                 continue;
             }
             let t = context.tensor(s.tensor)?;
+            unchanged(s, t)?;
             if t.data.is_null() {
                 return Err(format!("output tensor {} has no data", s.tensor));
             }
@@ -626,9 +664,18 @@ unsafe extern "C" fn kernel_prepare(
             return K_TF_LITE_ERROR;
         };
         // SAFETY: the interpreter's node for this kernel.
-        match unsafe { kernel_of(context, node) } {
-            Some(_) => K_TF_LITE_OK,
-            None => K_TF_LITE_ERROR,
+        let Some(kernel) = (unsafe { kernel_of(context, node) }) else {
+            return K_TF_LITE_ERROR;
+        };
+        match kernel.plan(context) {
+            Ok(()) => K_TF_LITE_OK,
+            Err(e) => {
+                context.report(&format!(
+                    "nnaccel delegate: partition {}: {e}",
+                    kernel.index
+                ));
+                K_TF_LITE_ERROR
+            }
         }
     })
 }

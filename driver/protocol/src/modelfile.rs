@@ -1027,31 +1027,18 @@ fn place_references(model: &mut Model, refs: Vec<PendingConstant>) -> Result<()>
     if refs.is_empty() {
         return Ok(());
     }
-    let mut offsets = Vec::with_capacity(refs.len());
-    let mut end = 0usize;
-    for r in &refs {
-        let offset = end.next_multiple_of(POOL_ALIGN);
-        offsets.push(offset);
-        end = offset + r.bytes.len();
+    let blobs: Vec<&[u8]> = refs.iter().map(|r| r.bytes.as_slice()).collect();
+    let pool =
+        ConstantPool::new(c"nnaccel-constants", &blobs).map_err(|e| ModelFileError::Pool {
+            file: None,
+            size: e.size,
+            source: e.source,
+        })?;
+    if u32::try_from(pool.memory.size).is_err() {
+        return Err(too_large());
     }
-    let size = end.max(1).next_multiple_of(POOL_ALIGN);
-    let size_u32 = u32::try_from(size).map_err(|_| too_large())?;
-    let pool_err = |source| ModelFileError::Pool {
-        file: None,
-        size: size as u64,
-        source,
-    };
-    const NAME: &CStr = c"nnaccel-constants";
-    let fd = nnaccel_uapi::sys::memfd_create(NAME, size as u64).map_err(pool_err)?;
-    {
-        let map =
-            nnaccel_uapi::sys::Mapping::map_shared(fd.as_fd(), 0, size, true).map_err(pool_err)?;
-        for (r, &offset) in refs.iter().zip(&offsets) {
-            map.write_at(offset, &r.bytes).map_err(pool_err)?;
-        }
-    }
-    for (r, &offset) in refs.iter().zip(&offsets) {
-        // Both below `size`, which fits u32.
+    for (r, &offset) in refs.iter().zip(&pool.offsets) {
+        // Both below the pool's size, which fits u32.
         if let Some(o) = pending_operand(model, r) {
             o.location = DataLocation {
                 pool_index: 0,
@@ -1061,12 +1048,62 @@ fn place_references(model: &mut Model, refs: Vec<PendingConstant>) -> Result<()>
             };
         }
     }
-    model.pools.push(Memory {
-        kind: MemoryKind::Ashmem,
-        fd: Arc::new(fd),
-        size: u64::from(size_u32),
-    });
+    model.pools.push(pool.memory);
     Ok(())
+}
+
+/// A memfd pool holding constants for CONSTANT_REFERENCE operands: each value at a multiple of
+/// [`POOL_ALIGN`], the size rounded up to it. The JSON model format and the TFLite import
+/// both place their large constants with it.
+#[derive(Debug)]
+pub struct ConstantPool {
+    /// The pool (`ashmem`: a sealed-size memfd, written once here).
+    pub memory: Memory,
+    /// Where each value given to [`ConstantPool::new`] starts, in the same order.
+    pub offsets: Vec<usize>,
+}
+
+/// Why a [`ConstantPool`] could not be made.
+#[derive(Debug)]
+pub struct ConstantPoolError {
+    /// The pool size that was asked for.
+    pub size: u64,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+impl ConstantPool {
+    /// Lays `values` out and copies them into a new memfd named `name`.
+    pub fn new(name: &CStr, values: &[&[u8]]) -> std::result::Result<Self, ConstantPoolError> {
+        let mut offsets = Vec::with_capacity(values.len());
+        let mut end = 0usize;
+        for v in values {
+            let offset = end.next_multiple_of(POOL_ALIGN);
+            offsets.push(offset);
+            end = offset + v.len();
+        }
+        let size = end.max(1).next_multiple_of(POOL_ALIGN);
+        let err = |source| ConstantPoolError {
+            size: size as u64,
+            source,
+        };
+        let fd = nnaccel_uapi::sys::memfd_create(name, size as u64).map_err(err)?;
+        {
+            let map =
+                nnaccel_uapi::sys::Mapping::map_shared(fd.as_fd(), 0, size, true).map_err(err)?;
+            for (v, &offset) in values.iter().zip(&offsets) {
+                map.write_at(offset, v).map_err(err)?;
+            }
+        }
+        Ok(Self {
+            memory: Memory {
+                kind: MemoryKind::Ashmem,
+                fd: Arc::new(fd),
+                size: size as u64,
+            },
+            offsets,
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,15 +4,13 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::CStr;
-use std::os::fd::AsFd;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use nnaccel_hal::{
-    DataLocation, Memory, MemoryKind, Model, Operand, OperandLifetime, OperandType, Operation,
-    OperationType, Subgraph as HalSubgraph, SymmPerChannelQuantParams,
+    DataLocation, Model, Operand, OperandLifetime, OperandType, Operation, OperationType,
+    Subgraph as HalSubgraph, SymmPerChannelQuantParams,
 };
+use nnaccel_protocol::modelfile::ConstantPool;
 
 use super::LowerError;
 use super::code::{DENSIFY, DEQUANTIZE};
@@ -25,8 +23,6 @@ type Result<T> = std::result::Result<T, LowerError>;
 const MAX_COPY_BYTES: usize = 128;
 /// Alignment of each value in `operand_values`.
 const COPY_ALIGN: usize = 4;
-/// Alignment of each value in the constant pool.
-const POOL_ALIGN: usize = 64;
 /// DEQUANTIZE(DENSIFY(constant)) is as deep as folding goes in real models; the bound keeps a
 /// malformed graph whose nodes feed each other from recursing without end.
 const MAX_FOLD_DEPTH: usize = 4;
@@ -641,33 +637,17 @@ pub(super) fn assemble(main: Part, referenced: Vec<Part>, pool: bool) -> Result<
     operand_values.resize(end, 0);
     let mut pools = Vec::new();
     if !big.is_empty() && pool {
-        let mut offsets = Vec::with_capacity(big.len());
-        let mut end = 0usize;
-        for (_, _, b) in &big {
-            let offset = end.next_multiple_of(POOL_ALIGN);
-            offsets.push(offset);
-            end = offset + b.len();
-        }
-        let size = end.max(1).next_multiple_of(POOL_ALIGN);
-        let pool_err = |source| LowerError::Pool {
-            size: size as u64,
-            source,
-        };
-        const NAME: &CStr = c"nnaccel-tflite-constants";
-        let fd = nnaccel_uapi::sys::memfd_create(NAME, size as u64).map_err(pool_err)?;
-        {
-            let map = nnaccel_uapi::sys::Mapping::map_shared(fd.as_fd(), 0, size, true)
-                .map_err(pool_err)?;
-            for ((k, o, b), &offset) in big.iter().zip(&offsets) {
-                map.write_at(offset, b).map_err(pool_err)?;
-                parts[*k].graph.operands[*o as usize].location = location(offset, b.len())?;
+        let values: Vec<&[u8]> = big.iter().map(|(_, _, b)| b.as_slice()).collect();
+        let made = ConstantPool::new(c"nnaccel-tflite-constants", &values).map_err(|e| {
+            LowerError::Pool {
+                size: e.size,
+                source: e.source,
             }
+        })?;
+        for ((k, o, b), &offset) in big.iter().zip(&made.offsets) {
+            parts[*k].graph.operands[*o as usize].location = location(offset, b.len())?;
         }
-        pools.push(Memory {
-            kind: MemoryKind::Ashmem,
-            fd: Arc::new(fd),
-            size: size as u64,
-        });
+        pools.push(made.memory);
     }
     let mut parts = parts.into_iter();
     let main = parts.next().map(|p| p.graph).unwrap_or_default();

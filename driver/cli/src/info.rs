@@ -222,18 +222,15 @@ fn where_(p: Placement) -> &'static str {
 /// (a node folded at import, such as a DEQUANTIZE of a constant, became none).
 fn print_node_placement(map: &TfliteMap, m: &nnaccel_hal::Model, placement: &[Placement]) {
     println!("  node TFLite operator             NNAPI operation (where it runs)");
-    for (node, op_name) in map.nodes.iter().enumerate() {
-        let ops: Vec<String> = map
-            .origins
-            .iter()
-            .enumerate()
-            .filter(|&(_, &origin)| origin == node)
-            .filter_map(|(i, _)| {
-                let op = m.operations.get(i)?;
-                let p = placement.get(i).copied().unwrap_or(Placement::Unsupported);
-                Some(format!("{i}: {} ({})", op.operation_type.name(), where_(p)))
-            })
-            .collect();
+    // One pass over the operations, each to the node it came from.
+    let mut per_node: Vec<Vec<String>> = vec![Vec::new(); map.nodes.len()];
+    for (i, (&origin, op)) in map.origins.iter().zip(&m.operations).enumerate() {
+        let p = placement.get(i).copied().unwrap_or(Placement::Unsupported);
+        if let Some(ops) = per_node.get_mut(origin) {
+            ops.push(format!("{i}: {} ({})", op.operation_type.name(), where_(p)));
+        }
+    }
+    for (node, (op_name, ops)) in map.nodes.iter().zip(per_node).enumerate() {
         let ops = if ops.is_empty() {
             "none (folded at import)".to_string()
         } else {

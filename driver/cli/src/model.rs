@@ -167,9 +167,9 @@ pub fn node_name(node: &nnaccel_tflite::graph::Node) -> String {
 }
 
 impl LoadedModel {
-    /// Whether model input `k` carries a state variable.
-    fn is_state_input(&self, k: usize) -> bool {
-        self.state.iter().any(|s| s.input == k)
+    /// The state variable model input `k` carries, if any.
+    fn state_at_input(&self, k: usize) -> Option<&State> {
+        self.state.iter().find(|s| s.input == k)
     }
 
     /// Whether model output `k` carries a state variable.
@@ -180,7 +180,7 @@ impl LoadedModel {
     /// The positions of the model inputs an inputs file gives: all but the state inputs.
     pub fn user_inputs(&self) -> Vec<usize> {
         (0..self.model.input_indexes.len())
-            .filter(|&k| !self.is_state_input(k))
+            .filter(|&k| self.state_at_input(k).is_none())
             .collect()
     }
 
@@ -244,7 +244,7 @@ impl LoadedModel {
         let mut user = user.into_iter();
         let mut all = Vec::with_capacity(self.model.input_indexes.len());
         for k in 0..self.model.input_indexes.len() {
-            match self.state.iter().find(|s| s.input == k) {
+            match self.state_at_input(k) {
                 Some(s) => all.push(InputValue {
                     element_count: s.initial.len() / self.input_element_size(k),
                     bytes: s.initial.clone(),
@@ -283,7 +283,7 @@ impl LoadedModel {
                 })
         };
         for k in 0..self.model.input_indexes.len() {
-            let state = self.state.iter().find(|s| s.input == k);
+            let state = self.state_at_input(k);
             println!(
                 "input {k}:{}{}{}",
                 name(self.input_names.get(k).and_then(Option::as_ref)),

@@ -67,6 +67,11 @@ pub fn npy_type(ty: OperandType) -> Option<&'static str> {
     })
 }
 
+/// [`npy_type`] parsed, the form the `.npy` reader and writer take.
+fn type_str(ty: OperandType) -> Option<TypeStr> {
+    npy_type(ty)?.parse().ok()
+}
+
 /// Whether `found` holds the same values as `expected` (byte order aside).
 fn same_kind(found: &TypeStr, expected: &TypeStr) -> bool {
     found.type_char() == expected.type_char() && found.size_field() == expected.size_field()
@@ -384,7 +389,7 @@ fn input_value(a: Array, k: usize, spec: &InputSpec) -> Result<InputValue, Strin
         Some(n) => format!("array '{}' (input {k}, '{n}')", a.name),
         None => format!("array '{}' (input {k})", a.name),
     };
-    let Some(expected) = npy_type(spec.ty).and_then(|t| t.parse::<TypeStr>().ok()) else {
+    let Some(expected) = type_str(spec.ty) else {
         return Err(format!("{label}: the input is a {}, not data", spec.ty));
     };
     if !same_kind(&a.type_str, &expected) {
@@ -501,8 +506,7 @@ pub fn npz_bytes(arrays: &[OutputArray]) -> Result<Vec<u8>, String> {
                 .any(|a| a.bytes.len() as u64 >= u64::from(u32::MAX)),
         );
     for a in arrays {
-        let type_str = npy_type(a.ty)
-            .and_then(|t| t.parse::<TypeStr>().ok())
+        let type_str = type_str(a.ty)
             .ok_or_else(|| format!("output '{}': a {} has no array form", a.name, a.ty))?;
         let shape: Vec<u64> = a.dims.iter().map(|&d| u64::from(d)).collect();
         let expected = shape

@@ -289,15 +289,27 @@ fn callback_thread(s: &Shared) {
             let map = s.slots.lock();
             slots.iter().map(|k| map.get(k).cloned()).collect()
         };
-        // Hold the memories alive while their fds are sent.
+        // Send duplicates of the fds, and let go of the client's memories before sending:
+        // the service may answer the execution as soon as it has the fds, and a memory the
+        // client drops after that answer must be dead to the next `sweep`, which a strong
+        // reference held here across the send would make racy.
         let held: Vec<Option<Memory>> = values
             .iter()
             .map(|v| match v {
-                Some(SlotValue::Memory { fd, kind, size }) => fd.upgrade().map(|fd| Memory {
-                    kind: *kind,
-                    fd,
-                    size: *size,
-                }),
+                Some(SlotValue::Memory { fd, kind, size }) => {
+                    let dup = fd.upgrade()?.try_clone();
+                    match dup {
+                        Ok(dup) => Some(Memory {
+                            kind: *kind,
+                            fd: Arc::new(dup),
+                            size: *size,
+                        }),
+                        Err(e) => {
+                            tracing::warn!("cannot duplicate a burst memory's fd: {e}");
+                            None
+                        }
+                    }
+                }
                 _ => None,
             })
             .collect();

@@ -957,6 +957,21 @@ fn options(builtin: i32, op: &fb::OperatorRef<'_>) -> planus::Result<Options> {
         CALL_ONCE => Options::CallOnce {
             init_subgraph: table!(u, CallOnceOptions).init_subgraph_index,
         },
+        RNN => {
+            let o = table!(u, RnnOptions);
+            Options::Rnn {
+                activation: activation(o.fused_activation_function),
+                asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
+            }
+        }
+        SVDF => {
+            let o = table!(u, SvdfOptions);
+            Options::Svdf {
+                rank: o.rank,
+                activation: activation(o.fused_activation_function),
+                asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
+            }
+        }
         VAR_HANDLE => {
             let o = table!(u, VarHandleOptions);
             Options::VarHandle {
@@ -979,8 +994,6 @@ fn other_options(
     let name = match builtin {
         LSH_PROJECTION => "LSHProjectionOptions",
         LSTM => "LSTMOptions",
-        RNN => "RNNOptions",
-        SVDF => "SVDFOptions",
         CONCAT_EMBEDDINGS => "ConcatEmbeddingsOptions",
         SKIP_GRAM => "SkipGramOptions",
         CALL => "CallOptions",

@@ -830,6 +830,37 @@ def variables(g):
     g.use_subgraph(0)
 
 
+def state_tensor(g, name, shape):
+    """A FLOAT32 variable tensor (zero-initialised by LiteRT, which refuses a buffer)."""
+    t = g._tensor(name, shape, S.TensorType.FLOAT32)
+    t.is_variable = True
+    return t
+
+
+def rnn(g):
+    """RNN (batch 2, input 4, units 3, RELU) with its hidden state a variable tensor."""
+    x = g.input("x", [2, 4])
+    w = g.const("w", g.weights([3, 4], 4))
+    r = g.const("r", g.weights([3, 3], 3))
+    b = g.const("b", round3(g.rng.uniform(-0.5, 0.5, size=[3])))
+    h = state_tensor(g, "h", [2, 3])
+    y = g.act("y", ttype=S.TensorType.FLOAT32)
+    g.op(OP.RNN, [x, w, r, b, h], [y], ("RNNOptions", dict(fusedActivationFunction=ACT.RELU)))
+    g.output(y)
+
+
+def svdf(g):
+    """SVDF (batch 2, input 3, rank 2, units 2, memory 3, no activation), state variable."""
+    x = g.input("x", [2, 3])
+    wf = g.const("wf", g.weights([4, 3], 3))
+    wt = g.const("wt", g.weights([4, 3], 3))
+    b = g.const("b", round3(g.rng.uniform(-0.5, 0.5, size=[2])))
+    s = state_tensor(g, "s", [2, 12])
+    y = g.act("y", ttype=S.TensorType.FLOAT32)
+    g.op(OP.SVDF, [x, wf, wt, b, s], [y], ("SVDFOptions", dict(rank=2)))
+    g.output(y)
+
+
 def small_net(g):
     """A few layers in a row (conv, depthwise, pool, fc, softmax): requantization between
     operators of one scheme."""
@@ -1174,6 +1205,9 @@ model("densify_sparse_weights", densify, ("q",))
 # Resource variables, networks.
 model("variables_call_once", variables, ("q",))
 model("small_net", small_net, ("f32", "u8", "i8"))
+# Recurrent builtins: the state a variable tensor (a state input and output in nnaccel).
+model("rnn_relu", rnn)
+model("svdf_rank2", svdf)
 # What nnaccel refuses: an operator with no NNAPI equivalent, and a custom operator.
 model("unsupported_cumsum", unsupported("CUMSUM"), expect=refused("CUMSUM", "node 1"))
 model("unsupported_custom", unsupported("NnaccelTestOp"),

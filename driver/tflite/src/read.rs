@@ -1321,6 +1321,30 @@ mod tests {
         use fb::BuiltinOptions as B;
         let cases: Vec<(Op, B, Options)> = vec![
             (
+                Op::Rnn,
+                B::RnnOptions(Box::new(fb::RnnOptions {
+                    fused_activation_function: fb::ActivationFunctionType::Relu6,
+                    asymmetric_quantize_inputs: true,
+                })),
+                Options::Rnn {
+                    activation: Activation::Relu6,
+                    asymmetric_quantize_inputs: true,
+                },
+            ),
+            (
+                Op::Svdf,
+                B::SvdfOptions(Box::new(fb::SvdfOptions {
+                    rank: 2,
+                    fused_activation_function: fb::ActivationFunctionType::Relu,
+                    asymmetric_quantize_inputs: false,
+                })),
+                Options::Svdf {
+                    rank: 2,
+                    activation: Activation::Relu,
+                    asymmetric_quantize_inputs: false,
+                },
+            ),
+            (
                 Op::MaxPool2d,
                 B::Pool2DOptions(Box::new(fb::Pool2DOptions {
                     padding: fb::Padding::Valid,

@@ -837,28 +837,31 @@ def state_tensor(g, name, shape):
     return t
 
 
-def rnn(g):
-    """RNN (batch 2, input 4, units 3, RELU) with its hidden state a variable tensor."""
-    x = g.input("x", [2, 4])
-    w = g.const("w", g.weights([3, 4], 4))
-    r = g.const("r", g.weights([3, 3], 3))
-    b = g.const("b", round3(g.rng.uniform(-0.5, 0.5, size=[3])))
-    h = state_tensor(g, "h", [2, 3])
-    y = g.act("y", ttype=S.TensorType.FLOAT32)
-    g.op(OP.RNN, [x, w, r, b, h], [y], ("RNNOptions", dict(fusedActivationFunction=ACT.RELU)))
-    g.output(y)
+def recurrent(code, options, x_shape, consts, state):
+    """One recurrent node: input x, constants `consts` ((name, g -> values), in input order),
+    its state a variable tensor `state` (name, shape), output y."""
+    def build(g):
+        x = g.input("x", x_shape)
+        cs = [g.const(name, make(g)) for name, make in consts]
+        s = state_tensor(g, *state)
+        y = g.act("y", ttype=S.TensorType.FLOAT32)
+        g.op(code, [x, *cs, s], [y], options)
+        g.output(y)
+    return build
 
 
-def svdf(g):
-    """SVDF (batch 2, input 3, rank 2, units 2, memory 3, no activation), state variable."""
-    x = g.input("x", [2, 3])
-    wf = g.const("wf", g.weights([4, 3], 3))
-    wt = g.const("wt", g.weights([4, 3], 3))
-    b = g.const("b", round3(g.rng.uniform(-0.5, 0.5, size=[2])))
-    s = state_tensor(g, "s", [2, 12])
-    y = g.act("y", ttype=S.TensorType.FLOAT32)
-    g.op(OP.SVDF, [x, wf, wt, b, s], [y], ("SVDFOptions", dict(rank=2)))
-    g.output(y)
+def bias_values(n):
+    return lambda g: round3(g.rng.uniform(-0.5, 0.5, size=[n]))
+
+
+# RNN: batch 2, input 4, units 3, RELU.
+rnn = recurrent(OP.RNN, ("RNNOptions", dict(fusedActivationFunction=ACT.RELU)), [2, 4],
+                [("w", lambda g: g.weights([3, 4], 4)), ("r", lambda g: g.weights([3, 3], 3)),
+                 ("b", bias_values(3))], ("h", [2, 3]))
+# SVDF: batch 2, input 3, rank 2, units 2 (4 filters), memory 3, no activation.
+svdf = recurrent(OP.SVDF, ("SVDFOptions", dict(rank=2)), [2, 3],
+                 [("wf", lambda g: g.weights([4, 3], 3)), ("wt", lambda g: g.weights([4, 3], 3)),
+                  ("b", bias_values(2))], ("s", [2, 12]))
 
 
 def small_net(g):

@@ -830,6 +830,40 @@ def variables(g):
     g.use_subgraph(0)
 
 
+def state_tensor(g, name, shape):
+    """A FLOAT32 variable tensor (zero-initialised by LiteRT, which refuses a buffer)."""
+    t = g._tensor(name, shape, S.TensorType.FLOAT32)
+    t.is_variable = True
+    return t
+
+
+def recurrent(code, options, x_shape, consts, state):
+    """One recurrent node: input x, constants `consts` ((name, g -> values), in input order),
+    its state a variable tensor `state` (name, shape), output y."""
+    def build(g):
+        x = g.input("x", x_shape)
+        cs = [g.const(name, make(g)) for name, make in consts]
+        s = state_tensor(g, *state)
+        y = g.act("y", ttype=S.TensorType.FLOAT32)
+        g.op(code, [x, *cs, s], [y], options)
+        g.output(y)
+    return build
+
+
+def bias_values(n):
+    return lambda g: round3(g.rng.uniform(-0.5, 0.5, size=[n]))
+
+
+# RNN: batch 2, input 4, units 3, RELU.
+rnn = recurrent(OP.RNN, ("RNNOptions", dict(fusedActivationFunction=ACT.RELU)), [2, 4],
+                [("w", lambda g: g.weights([3, 4], 4)), ("r", lambda g: g.weights([3, 3], 3)),
+                 ("b", bias_values(3))], ("h", [2, 3]))
+# SVDF: batch 2, input 3, rank 2, units 2 (4 filters), memory 3, no activation.
+svdf = recurrent(OP.SVDF, ("SVDFOptions", dict(rank=2)), [2, 3],
+                 [("wf", lambda g: g.weights([4, 3], 3)), ("wt", lambda g: g.weights([4, 3], 3)),
+                  ("b", bias_values(2))], ("s", [2, 12]))
+
+
 def small_net(g):
     """A few layers in a row (conv, depthwise, pool, fc, softmax): requantization between
     operators of one scheme."""
@@ -1174,6 +1208,9 @@ model("densify_sparse_weights", densify, ("q",))
 # Resource variables, networks.
 model("variables_call_once", variables, ("q",))
 model("small_net", small_net, ("f32", "u8", "i8"))
+# Recurrent builtins: the state a variable tensor (a state input and output in nnaccel).
+model("rnn_relu", rnn)
+model("svdf_rank2", svdf)
 # What nnaccel refuses: an operator with no NNAPI equivalent, and a custom operator.
 model("unsupported_cumsum", unsupported("CUMSUM"), expect=refused("CUMSUM", "node 1"))
 model("unsupported_custom", unsupported("NnaccelTestOp"),

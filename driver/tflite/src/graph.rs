@@ -427,6 +427,22 @@ pub enum Options {
         /// The variable's name: handles with the same name are the same variable.
         shared_name: String,
     },
+    /// RNN.
+    Rnn {
+        /// The activation applied inside the recurrence.
+        activation: Activation,
+        /// Hybrid quantization's asymmetric inputs flag.
+        asymmetric_quantize_inputs: bool,
+    },
+    /// SVDF.
+    Svdf {
+        /// Filters per unit.
+        rank: i32,
+        /// The activation applied to the output.
+        activation: Activation,
+        /// Hybrid quantization's asymmetric inputs flag.
+        asymmetric_quantize_inputs: bool,
+    },
     /// Options this form does not carry (a builtin whose parameters the lowering never needs
     /// or cannot map), named for messages.
     Other(&'static str),

@@ -938,6 +938,21 @@ fn options(builtin: i32, op: &fb::OperatorRef<'_>) -> planus::Result<Options> {
         CALL_ONCE => Options::CallOnce {
             init_subgraph: table!(u, CallOnceOptions).init_subgraph_index,
         },
+        RNN => {
+            let o = table!(u, RnnOptions);
+            Options::Rnn {
+                activation: activation(o.fused_activation_function),
+                asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
+            }
+        }
+        SVDF => {
+            let o = table!(u, SvdfOptions);
+            Options::Svdf {
+                rank: o.rank,
+                activation: activation(o.fused_activation_function),
+                asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
+            }
+        }
         VAR_HANDLE => {
             let o = table!(u, VarHandleOptions);
             Options::VarHandle {
@@ -960,8 +975,6 @@ fn other_options(
     let name = match builtin {
         LSH_PROJECTION => "LSHProjectionOptions",
         LSTM => "LSTMOptions",
-        RNN => "RNNOptions",
-        SVDF => "SVDFOptions",
         CONCAT_EMBEDDINGS => "ConcatEmbeddingsOptions",
         SKIP_GRAM => "SkipGramOptions",
         CALL => "CallOptions",
@@ -1288,6 +1301,30 @@ mod tests {
     fn options_tables_convert_to_their_variants() {
         use fb::BuiltinOptions as B;
         let cases: Vec<(Op, B, Options)> = vec![
+            (
+                Op::Rnn,
+                B::RnnOptions(Box::new(fb::RnnOptions {
+                    fused_activation_function: fb::ActivationFunctionType::Relu6,
+                    asymmetric_quantize_inputs: true,
+                })),
+                Options::Rnn {
+                    activation: Activation::Relu6,
+                    asymmetric_quantize_inputs: true,
+                },
+            ),
+            (
+                Op::Svdf,
+                B::SvdfOptions(Box::new(fb::SvdfOptions {
+                    rank: 2,
+                    fused_activation_function: fb::ActivationFunctionType::Relu,
+                    asymmetric_quantize_inputs: false,
+                })),
+                Options::Svdf {
+                    rank: 2,
+                    activation: Activation::Relu,
+                    asymmetric_quantize_inputs: false,
+                },
+            ),
             (
                 Op::MaxPool2d,
                 B::Pool2DOptions(Box::new(fb::Pool2DOptions {

@@ -66,6 +66,7 @@
 //! | HASHTABLE_LOOKUP | HASHTABLE_LOOKUP |
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
+//! | RNN, SVDF (float; fused NONE/RELU/RELU_N1_TO_1/RELU6) | RNN, SVDF; the variable state tensor a state input and output named after it (initial value its buffer, else zeros) |
 //!
 //! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
 //! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;
@@ -86,12 +87,15 @@ mod conv;
 mod fold;
 mod gelu;
 mod movement;
+mod recurrent;
 mod state;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_ops;
+#[cfg(test)]
+mod tests_recurrent;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -292,7 +296,9 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         IF => control::if_(b),
         WHILE => control::while_(b),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),
-        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => Err(whole_model_only(b)),
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | RNN | SVDF => {
+            Err(whole_model_only(b))
+        }
         _ => Err(b.err("no NNAPI equivalent")),
     }
 }
@@ -302,13 +308,16 @@ fn is_whole_model_only(code: i32) -> bool {
     use code::*;
     matches!(
         code,
-        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | IF | WHILE
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | IF | WHILE | RNN | SVDF
     )
 }
 
 /// The error for one of [`is_whole_model_only`]'s operations in a partition.
 fn whole_model_only(b: &Builder<'_>) -> LowerError {
-    b.err("resource variables, IF and WHILE are only lowered with the whole model (lower_model)")
+    b.err(
+        "resource variables, recurrent state (RNN, SVDF), IF and WHILE are only lowered with \
+         the whole model's main subgraph (lower_model)",
+    )
 }
 
 /// The TensorInfo of tensor `t`.

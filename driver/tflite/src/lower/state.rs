@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::build::{Builder, byte_len, node_name};
-use super::code::{ASSIGN_VARIABLE, CALL_ONCE, READ_VARIABLE, VAR_HANDLE};
+use super::code::{ASSIGN_VARIABLE, CALL_ONCE, READ_VARIABLE, RNN, SVDF, VAR_HANDLE};
 use super::{LowerError, StateVariable, TensorInfo, as_output, info};
 use crate::graph::{Graph, Options, Subgraph};
 
@@ -139,8 +139,56 @@ impl Variables {
                 self.current.insert(name, v);
                 Ok(true)
             }
+            RNN | SVDF => {
+                self.recurrent(b)?;
+                Ok(true)
+            }
             _ => Ok(false),
         }
+    }
+
+    /// A recurrent node: its state input is a variable tensor, carried as a state variable
+    /// named after the tensor (initial value: its buffer, zeros when it has none).
+    fn recurrent(&mut self, b: &mut Builder<'_>) -> Result<()> {
+        let t = b.input(super::recurrent::STATE_INPUT)?;
+        let tensor = b.tensor(t)?;
+        if !tensor.is_variable {
+            return Err(b.err(format!(
+                "the state input (tensor {t}, {}) is not a variable tensor",
+                tensor.name
+            )));
+        }
+        let name = tensor.name.clone();
+        let state_in = match self.current.get(&name) {
+            Some(&o) => o,
+            None => {
+                if self.initial.contains_key(&name) || self.assigned.contains(&name) {
+                    return Err(b.err(format!(
+                        "the state tensor's name {name:?} is also a resource variable's"
+                    )));
+                }
+                let want = byte_len(&b.describe(t)?).ok_or_else(|| {
+                    b.err(format!("the state tensor {t} ({name}) has no static size"))
+                })?;
+                let bytes = tensor.data.clone().unwrap_or_else(|| vec![0; want]);
+                if bytes.len() != want {
+                    return Err(b.err(format!(
+                        "the state tensor {t} ({name}) has {} bytes of initial value, its shape \
+                         {want}",
+                        bytes.len()
+                    )));
+                }
+                let bytes = super::recurrent::initial_state(b, bytes)?;
+                let o = b.define(t)?;
+                self.initial.insert(name.clone(), bytes);
+                self.reads.push((name.clone(), o, t));
+                o
+            }
+        };
+        b.values.insert(t, state_in);
+        let state_out = super::recurrent::lower(b, state_in)?;
+        self.current.insert(name, state_out);
+        Ok(())
     }
 
     /// The initial bytes of variable `name`, checked against tensor `t` that reads it.

@@ -1,0 +1,128 @@
+//! RNN and SVDF lowered from hand-built graphs and executed on the CPU-only driver, the
+//! variable state carried between executions as a state input and output. Expected values
+//! are worked by hand in the comments.
+
+use super::code;
+use super::tests::{G, assert_close, f32s, run, to_f32s};
+use super::{LowerError, lower_model, lower_nodes};
+use crate::graph::{Activation, Graph, Options};
+
+/// x [1, 2] → RNN (units 2, RELU) with W = [[0.5, -1], [1, 0.25]], R = [[0.1, 0.2],
+/// [-0.3, 0.4]], bias [0.1, -0.2] and the variable state h (initial `h0`, or none).
+fn rnn_graph(h0: Option<&[f32]>, activation: Activation) -> Graph {
+    let mut g = G::default();
+    let ty = crate::graph::ElementType::Float32;
+    let x = g.f("x", &[1, 2]);
+    let w = g.c("w", ty, &[2, 2], f32s(&[0.5, -1.0, 1.0, 0.25]));
+    let r = g.c("r", ty, &[2, 2], f32s(&[0.1, 0.2, -0.3, 0.4]));
+    let bias = g.c("bias", ty, &[2], f32s(&[0.1, -0.2]));
+    let h = g.f("h", &[1, 2]);
+    g.sub.tensors[h as usize].is_variable = true;
+    g.sub.tensors[h as usize].data = h0.map(f32s);
+    let y = g.f("y", &[1, 2]);
+    let options = Options::Rnn {
+        activation,
+        asymmetric_quantize_inputs: false,
+    };
+    g.n(code::RNN, &[x, w, r, bias, h], &[y], options);
+    g.graph(&[x], &[y])
+}
+
+#[test]
+fn rnn_state_starts_from_the_variable_buffer_and_is_carried_between_executions() {
+    let l = lower_model(&rnn_graph(Some(&[1.0, -1.0]), Activation::Relu)).unwrap();
+    assert_eq!(l.state.len(), 1);
+    let s = &l.state[0];
+    assert_eq!((s.name.as_str(), s.input, s.output), ("h", 1, 1));
+    assert_eq!(s.initial, f32s(&[1.0, -1.0]));
+    // Step 1, x = [1, 2], h = [1, -1]:
+    //   unit 0: 0.5 - 2 = -1.5; 0.1 - 0.2 = -0.1; + 0.1 → -1.5 → RELU 0
+    //   unit 1: 1 + 0.5 = 1.5; -0.3 - 0.4 = -0.7; - 0.2 → 0.6
+    let first = run(&l, &[f32s(&[1.0, 2.0]), s.initial.clone()]);
+    assert_close(&to_f32s(&first[0]), &[0.0, 0.6]);
+    assert_close(&to_f32s(&first[1]), &[0.0, 0.6]);
+    // Step 2, h = [0, 0.6]: unit 0: -1.5 + 0.12 + 0.1 → 0; unit 1: 1.5 + 0.24 - 0.2 = 1.54.
+    let second = run(&l, &[f32s(&[1.0, 2.0]), first[1].clone()]);
+    assert_close(&to_f32s(&second[0]), &[0.0, 1.54]);
+}
+
+#[test]
+fn rnn_state_without_a_buffer_starts_at_zero() {
+    let l = lower_model(&rnn_graph(None, Activation::None)).unwrap();
+    assert_eq!(l.state[0].initial, f32s(&[0.0, 0.0]));
+    // x = [1, 2], h = 0: unit 0: -1.5 + 0.1 = -1.4; unit 1: 1.5 - 0.2 = 1.3.
+    let out = run(&l, &[f32s(&[1.0, 2.0]), l.state[0].initial.clone()]);
+    assert_close(&to_f32s(&out[0]), &[-1.4, 1.3]);
+}
+
+#[test]
+fn rnn_with_a_tanh_inside_the_recurrence_is_refused_naming_the_activation() {
+    let err = lower_model(&rnn_graph(None, Activation::Tanh)).unwrap_err();
+    let LowerError::Unsupported { node, op, why } = err else {
+        panic!("not Unsupported: {err}");
+    };
+    assert_eq!((node, op.as_str()), (0, "RNN"));
+    assert!(why.contains("Tanh"), "{why}");
+}
+
+#[test]
+fn rnn_in_a_delegate_partition_is_refused_as_whole_model_only() {
+    let graph = rnn_graph(None, Activation::None);
+    let err = lower_nodes(&graph.subgraphs[0], &[0]).unwrap_err();
+    assert!(err.to_string().contains("recurrent state"), "{err}");
+}
+
+#[test]
+fn rnn_whose_state_is_not_a_variable_tensor_is_refused() {
+    let mut graph = rnn_graph(Some(&[0.0, 0.0]), Activation::None);
+    graph.subgraphs[0].tensors[4].is_variable = false;
+    let err = lower_model(&graph).unwrap_err();
+    assert!(err.to_string().contains("not a variable tensor"), "{err}");
+}
+
+/// x [1, 2] → SVDF (rank 1, one unit, memory 2) with weights_feature [1, 2], weights_time
+/// [0.5, 1], bias [0.25] (or none), the variable state s [1, 2] initially `s0`.
+fn svdf_graph(s0: &[f32], bias: bool) -> Graph {
+    let mut g = G::default();
+    let ty = crate::graph::ElementType::Float32;
+    let x = g.f("x", &[1, 2]);
+    let wf = g.c("wf", ty, &[1, 2], f32s(&[1.0, 2.0]));
+    let wt = g.c("wt", ty, &[1, 2], f32s(&[0.5, 1.0]));
+    let b = if bias {
+        g.c("bias", ty, &[1], f32s(&[0.25]))
+    } else {
+        -1
+    };
+    let s = g.f("s", &[1, 2]);
+    g.sub.tensors[s as usize].is_variable = true;
+    g.sub.tensors[s as usize].data = Some(f32s(s0));
+    let y = g.f("y", &[1, 1]);
+    let options = Options::Svdf {
+        rank: 1,
+        activation: Activation::None,
+        asymmetric_quantize_inputs: false,
+    };
+    g.n(code::SVDF, &[x, wf, wt, b, s], &[y], options);
+    g.graph(&[x], &[y])
+}
+
+#[test]
+fn svdf_with_a_nonzero_initial_state_matches_tflite_s_shift_then_write_order() {
+    let l = lower_model(&svdf_graph(&[3.0, 4.0], true)).unwrap();
+    let s = &l.state[0];
+    // TFLite: memory [3, 4]; x = [1, 1] → feature 1 + 2 = 3; shift then write → [4, 3];
+    // y = 0.5·4 + 1·3 + 0.25 = 5.25.
+    let first = run(&l, &[f32s(&[1.0, 1.0]), s.initial.clone()]);
+    assert_close(&to_f32s(&first[0]), &[5.25]);
+    // x = [2, 0] → feature 2; memory [3, 2]; y = 1.5 + 2 + 0.25 = 3.75.
+    let second = run(&l, &[f32s(&[2.0, 0.0]), first[1].clone()]);
+    assert_close(&to_f32s(&second[0]), &[3.75]);
+}
+
+#[test]
+fn svdf_without_a_bias_gets_a_zero_bias() {
+    let l = lower_model(&svdf_graph(&[0.0, 0.0], false)).unwrap();
+    // Memory 0 → [0, 3] for x = [1, 1]: y = 1·3 = 3.
+    let out = run(&l, &[f32s(&[1.0, 1.0]), l.state[0].initial.clone()]);
+    assert_close(&to_f32s(&out[0]), &[3.0]);
+}

@@ -854,10 +854,15 @@ def bias_values(n):
     return lambda g: round3(g.rng.uniform(-0.5, 0.5, size=[n]))
 
 
-# RNN: batch 2, input 4, units 3, RELU.
-rnn = recurrent(OP.RNN, ("RNNOptions", dict(fusedActivationFunction=ACT.RELU)), [2, 4],
-                [("w", lambda g: g.weights([3, 4], 4)), ("r", lambda g: g.weights([3, 3], 3)),
-                 ("b", bias_values(3))], ("h", [2, 3]))
+def rnn(act):
+    """RNN: batch 2, input 4, units 3, activation `act`."""
+    return recurrent(OP.RNN, ("RNNOptions", dict(fusedActivationFunction=act)), [2, 4],
+                     [("w", lambda g: g.weights([3, 4], 4)),
+                      ("r", lambda g: g.weights([3, 3], 3)), ("b", bias_values(3))],
+                     ("h", [2, 3]))
+
+
+
 # SVDF: batch 2, input 3, rank 2, units 2 (4 filters), memory 3, no activation.
 svdf = recurrent(OP.SVDF, ("SVDFOptions", dict(rank=2)), [2, 3],
                  [("wf", lambda g: g.weights([4, 3], 3)), ("wt", lambda g: g.weights([4, 3], 3)),
@@ -1209,7 +1214,8 @@ model("densify_sparse_weights", densify, ("q",))
 model("variables_call_once", variables, ("q",))
 model("small_net", small_net, ("f32", "u8", "i8"))
 # Recurrent builtins: the state a variable tensor (a state input and output in nnaccel).
-model("rnn_relu", rnn)
+model("rnn_relu", rnn(ACT.RELU))
+model("rnn_tanh", rnn(ACT.TANH))
 model("svdf_rank2", svdf)
 # What nnaccel refuses: an operator with no NNAPI equivalent, and a custom operator.
 model("unsupported_cumsum", unsupported("CUMSUM"), expect=refused("CUMSUM", "node 1"))

@@ -39,7 +39,7 @@ pub(crate) static DEFS: &[OpDef] = &[
 ];
 
 /// Input 0 is a float tensor type; inputs `same` (and optional inputs `opt`) and every output
-/// have that type; `acts` are INT32 fused activations, valid (0..=3) when constant.
+/// have that type; `acts` are INT32 fused activations, valid ([`valid_activation`]) when constant.
 fn float_family(c: &Ck<'_>, same: &[usize], opt: &[usize], acts: &[usize]) -> Result<(), Issue> {
     let t = c.ty(0)?;
     if !FLOAT.contains(&t) {
@@ -57,9 +57,9 @@ fn float_family(c: &Ck<'_>, same: &[usize], opt: &[usize], acts: &[usize]) -> Re
     for &i in acts {
         c.is(i, T::Int32, "fused activation")?;
         if let Some(a) = const_i32(c, i) {
-            if !(0..=3).contains(&a) {
+            if !valid_activation(a) {
                 return Err(invalid(format!(
-                    "fused activation {a} is not NONE, RELU, RELU1 or RELU6"
+                    "fused activation {a} is not NONE, RELU, RELU1, RELU6, TANH or SIGMOID"
                 )));
             }
         }
@@ -96,12 +96,42 @@ fn mat<'a>(ctx: &OpCtx<'a>, i: usize, rank: usize, what: &str) -> KResult<(Vec<u
     Ok((d.iter().map(|&x| x as usize).collect(), v))
 }
 
-/// The fused activation range of input `i`; an omitted activation is NONE.
-fn act(ctx: &OpCtx<'_>, i: usize) -> KResult<(f32, f32)> {
-    if ctx.has(i) {
-        ctx.act_f32(i)
-    } else {
-        Ok((f32::NEG_INFINITY, f32::INFINITY))
+/// The activation of a recurrent cell. NNAPI documents a fuse code; the reference executor's
+/// RNN family applies its `ActivationFn`, which also takes TANH (4) and SIGMOID (6), the codes
+/// TFLite's RNN carries (a Keras SimpleRNN's default is tanh), as the LSTM cell does here.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    /// NONE, RELU, RELU1, RELU6: a clamp to this range.
+    Clamp(f32, f32),
+    Tanh,
+    Sigmoid,
+}
+
+impl Act {
+    fn apply(self, x: f32) -> f32 {
+        match self {
+            Act::Clamp(lo, hi) => x.clamp(lo, hi),
+            Act::Tanh => x.tanh(),
+            Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        }
+    }
+}
+
+/// Whether `a` is an activation code the RNN family takes: NONE, RELU, RELU1, RELU6, TANH,
+/// SIGMOID.
+fn valid_activation(a: i32) -> bool {
+    matches!(a, 0..=4 | 6)
+}
+
+/// The activation of input `i`; an omitted activation is NONE.
+fn act(ctx: &OpCtx<'_>, i: usize) -> KResult<Act> {
+    if !ctx.has(i) {
+        return Ok(Act::Clamp(f32::NEG_INFINITY, f32::INFINITY));
+    }
+    match ctx.scalar_i32(i)? {
+        4 => Ok(Act::Tanh),
+        6 => Ok(Act::Sigmoid),
+        _ => ctx.act_f32(i).map(|(lo, hi)| Act::Clamp(lo, hi)),
     }
 }
 
@@ -164,7 +194,7 @@ impl Cell<'_> {
         aux: Option<(&[f32], usize)>,
         h: &[f32],
         batch: usize,
-        (lo, hi): (f32, f32),
+        act: Act,
         out: &mut [f32],
     ) {
         let u = self.units;
@@ -178,7 +208,7 @@ impl Cell<'_> {
                     acc += dot(&a[b * n..(b + 1) * n], &aw[o * n..(o + 1) * n]);
                 }
                 acc += dot(hb, &self.r[o * u..(o + 1) * u]);
-                out[b * u + o] = acc.clamp(lo, hi);
+                out[b * u + o] = act.apply(acc);
             }
         }
     }
@@ -368,7 +398,7 @@ fn svdf(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         sd[1],
         width,
     )?;
-    let (lo, hi) = act(ctx, 6)?;
+    let act = act(ctx, 6)?;
     let mut state = state_in.to_vec();
     let n_out = count(ctx, &[to_u32(ctx, batch)?, to_u32(ctx, units)?])?;
     let mut out = vec![0f32; n_out];
@@ -384,7 +414,7 @@ fn svdf(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         for u in 0..units {
             let sum: f32 = scratch[u * rank..(u + 1) * rank].iter().sum();
             let v = bias.map_or(0.0, |bb| bb[u]) + sum;
-            out[b * units + u] = v.clamp(lo, hi);
+            out[b * units + u] = act.apply(v);
         }
         for f in 0..filters {
             let mem_f = &mut sb[f * mem..(f + 1) * mem];
@@ -450,7 +480,7 @@ fn run_sequence(
     in_size: usize,
     aux: Option<(&[f32], usize)>,
     h0: &[f32],
-    (batch, act): (usize, (f32, f32)),
+    (batch, act): (usize, Act),
     steps: impl Iterator<Item = usize>,
     (out, stride, offset): (&mut [f32], usize, usize),
 ) -> Vec<f32> {

@@ -65,6 +65,18 @@ fn rnn_relu_clamps_negative_units() {
 }
 
 #[test]
+fn rnn_tanh_and_sigmoid_codes_apply_to_the_cell_sum() {
+    let sums = [2.5f32, -2.15, -0.05, 1.375];
+    let g = rnn_graph(T::TensorFloat32, &[2, 3], 4);
+    let r = run_outputs(g, &[fb(&X), fb(&H)]).unwrap();
+    close(&bf(&r[1].0), &sums.map(f32::tanh));
+    close(&bf(&r[0].0), &sums.map(f32::tanh));
+    let g = rnn_graph(T::TensorFloat32, &[2, 3], 6);
+    let r = run_outputs(g, &[fb(&X), fb(&H)]).unwrap();
+    close(&bf(&r[1].0), &sums.map(|v| 1.0 / (1.0 + (-v).exp())));
+}
+
+#[test]
 fn rnn_float16() {
     let g = rnn_graph(T::TensorFloat16, &[2, 3], 0);
     let r = run_outputs(g, &[f16_bytes(&X), f16_bytes(&H)]).unwrap();
@@ -192,6 +204,17 @@ fn svdf_float32_with_bias_updates_state_and_output() {
     close(&bf(&r[0].0), &SVDF_STATE1);
     assert_eq!(r[1].1, vec![2, 2]);
     close(&bf(&r[1].0), &[-1.45, 2.175, 1.5125, 2.2375]);
+}
+
+#[test]
+fn svdf_tanh_applies_to_the_output_not_the_state() {
+    let g = svdf_graph(T::TensorFloat32, true, 2, 4, 12);
+    let r = run_outputs(g, &[fb(&SX), fb(&svdf_state())]).unwrap();
+    close(&bf(&r[0].0), &SVDF_STATE1);
+    close(
+        &bf(&r[1].0),
+        &[-1.45f32, 2.175, 1.5125, 2.2375].map(f32::tanh),
+    );
 }
 
 #[test]

@@ -66,7 +66,7 @@
 //! | HASHTABLE_LOOKUP | HASHTABLE_LOOKUP |
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
-//! | RNN, SVDF (float; fused NONE/RELU/RELU_N1_TO_1/RELU6) | RNN, SVDF; the variable state tensor a state input and output named after it (initial value its buffer, else zeros) |
+//! | RNN, SVDF (float; fused NONE/RELU/RELU_N1_TO_1/RELU6/TANH) | RNN, SVDF; the variable state tensor a state input and output named after it (initial value its buffer, else zeros) |
 //!
 //! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
 //! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;
@@ -296,9 +296,8 @@ fn lower_node(b: &mut Builder<'_>) -> Result<()> {
         IF => control::if_(b),
         WHILE => control::while_(b),
         DENSIFY => Err(b.err("DENSIFY of a tensor that is not a sparse constant")),
-        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | RNN | SVDF => {
-            Err(whole_model_only(b))
-        }
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE => Err(whole_model_only(b)),
+        code if recurrent::is_recurrent(code) => Err(whole_model_only(b)),
         _ => Err(b.err("no NNAPI equivalent")),
     }
 }
@@ -308,14 +307,14 @@ fn is_whole_model_only(code: i32) -> bool {
     use code::*;
     matches!(
         code,
-        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | IF | WHILE | RNN | SVDF
-    )
+        VAR_HANDLE | READ_VARIABLE | ASSIGN_VARIABLE | CALL_ONCE | IF | WHILE
+    ) || recurrent::is_recurrent(code)
 }
 
 /// The error for one of [`is_whole_model_only`]'s operations in a partition.
 fn whole_model_only(b: &Builder<'_>) -> LowerError {
     b.err(
-        "resource variables, recurrent state (RNN, SVDF), IF and WHILE are only lowered with \
+        "resource variables, recurrent state (RNN, SVDF, LSTM and their sequence forms), IF and WHILE are only lowered with \
          the whole model's main subgraph (lower_model)",
     )
 }

@@ -4,30 +4,61 @@
 //! operand of the state after the step is returned, so that it becomes the state output.
 //!
 //! Only float32 and float16 map (the executor's RNN and SVDF); hybrid and integer kernels are
-//! refused naming the node. NNAPI's fused activation is a fuse code (NONE, RELU, RELU1,
-//! RELU6): a TANH or SIGMOID inside the recurrence has no NNAPI form and is refused.
+//! refused naming the node. The activation inside the recurrence passes through as NNAPI's
+//! delegate passes it (TANH included, see [`activation_code`]); SIGN_BIT is refused.
 
 use nnaccel_hal::OperationType;
 
 use super::LowerError;
 use super::build::{Builder, byte_len, is_float, plain};
+use super::code::{RNN, SVDF};
 use crate::graph::{Activation, Options};
 
 type Result<T> = std::result::Result<T, LowerError>;
 
 /// The input of RNN and SVDF that holds the state (a variable tensor).
-pub(super) const STATE_INPUT: usize = 4;
+const STATE_INPUT: usize = 4;
 
-/// NNAPI's fuse code for an activation applied inside a recurrent operation.
-fn fuse_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
+/// Whether builtin `code` is a recurrent operation with variable state, lowered here.
+pub(super) fn is_recurrent(code: i32) -> bool {
+    matches!(code, RNN | SVDF)
+}
+
+/// The node's inputs that hold its state (variable tensors), in the order [`lower`] takes
+/// and returns their operands.
+pub(super) fn state_inputs(b: &Builder<'_>) -> Result<Vec<usize>> {
+    match b.cur()?.builtin_code {
+        RNN | SVDF => Ok(vec![STATE_INPUT]),
+        other => Err(b.err(format!("builtin {other} has no recurrent state"))),
+    }
+}
+
+/// Lowers the recurrent node being lowered; `states_in` hold its states (in the order of
+/// [`state_inputs`]) before the step. Returns the operands of the states after it.
+pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> {
+    match (b.cur()?.builtin_code, states_in) {
+        (RNN | SVDF, &[state_in]) => Ok(vec![rnn_or_svdf(b, state_in)?]),
+        (other, _) => Err(b.err(format!(
+            "builtin {other} with {} states is not a recurrent node",
+            states_in.len()
+        ))),
+    }
+}
+
+/// The activation code of a recurrent operation. NNAPI documents a fuse code, but its
+/// reference executor (and this one) applies the RNN family's activation as an
+/// `ActivationFn`, which also takes TANH (4): NNAPI's TFLite delegate passes TFLite's code
+/// through, and so does this lowering. SIGN_BIT has no NNAPI form.
+fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
     match act {
         Activation::None => Ok(0),
         Activation::Relu => Ok(1),
         Activation::ReluN1To1 => Ok(2),
         Activation::Relu6 => Ok(3),
+        Activation::Tanh => Ok(4),
         other => Err(b.err(format!(
-            "fused activation {other:?} inside the recurrence: NNAPI's RNN and SVDF take only \
-             NONE, RELU, RELU_N1_TO_1 and RELU6"
+            "fused activation {other:?} inside the recurrence: NNAPI's recurrent operations \
+             take NONE, RELU, RELU_N1_TO_1, RELU6 and TANH"
         ))),
     }
 }
@@ -96,7 +127,7 @@ pub(super) fn initial_state(b: &Builder<'_>, bytes: Vec<u8>) -> Result<Vec<u8>> 
 
 /// Lowers the RNN or SVDF node being lowered; `state_in` holds its state before the step.
 /// Returns the operand of the state after it.
-pub(super) fn lower(b: &mut Builder<'_>, state_in: u32) -> Result<u32> {
+fn rnn_or_svdf(b: &mut Builder<'_>, state_in: u32) -> Result<u32> {
     b.arity(5..=5, 1)?;
     let node = b.cur()?;
     // asymmetric_quantize_inputs only matters to hybrid kernels, which are refused below.
@@ -107,7 +138,7 @@ pub(super) fn lower(b: &mut Builder<'_>, state_in: u32) -> Result<u32> {
         } => (OperationType::Svdf, Some(rank), activation),
         _ => return Err(b.err("the node's options are not RNNOptions or SVDFOptions")),
     };
-    let code = fuse_code(b, act)?;
+    let code = activation_code(b, act)?;
     let bias_units = match extra {
         Some(rank) => {
             if rank <= 0 {

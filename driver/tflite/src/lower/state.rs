@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::build::{Builder, byte_len, node_name};
-use super::code::{ASSIGN_VARIABLE, CALL_ONCE, READ_VARIABLE, RNN, SVDF, VAR_HANDLE};
+use super::code::{ASSIGN_VARIABLE, CALL_ONCE, READ_VARIABLE, VAR_HANDLE};
 use super::{LowerError, StateVariable, TensorInfo, as_output, info};
 use crate::graph::{Graph, Options, Subgraph};
 
@@ -139,7 +139,7 @@ impl Variables {
                 self.current.insert(name, v);
                 Ok(true)
             }
-            RNN | SVDF => {
+            code if super::recurrent::is_recurrent(code) => {
                 self.recurrent(b)?;
                 Ok(true)
             }
@@ -147,47 +147,68 @@ impl Variables {
         }
     }
 
-    /// A recurrent node: its state input is a variable tensor, carried as a state variable
-    /// named after the tensor (initial value: its buffer, zeros when it has none).
+    /// A recurrent node: each of its state inputs ([`super::recurrent::state_inputs`]) is a
+    /// variable tensor, carried as a state variable named after the tensor (initial value: its
+    /// buffer, zeros when it has none).
     fn recurrent(&mut self, b: &mut Builder<'_>) -> Result<()> {
-        let t = b.input(super::recurrent::STATE_INPUT)?;
-        let tensor = b.tensor(t)?;
-        if !tensor.is_variable {
+        let mut states_in = Vec::new();
+        let mut names = Vec::new();
+        for k in super::recurrent::state_inputs(b)? {
+            let t = b.input(k)?;
+            let tensor = b.tensor(t)?;
+            if !tensor.is_variable {
+                return Err(b.err(format!(
+                    "the state input {k} (tensor {t}, {}) is not a variable tensor",
+                    tensor.name
+                )));
+            }
+            let name = tensor.name.clone();
+            if names.contains(&name) {
+                return Err(b.err(format!(
+                    "the state tensor {name:?} is two of the node's states"
+                )));
+            }
+            let state_in = match self.current.get(&name) {
+                Some(&o) => o,
+                None => {
+                    if self.initial.contains_key(&name) || self.assigned.contains(&name) {
+                        return Err(b.err(format!(
+                            "the state tensor's name {name:?} is also a resource variable's"
+                        )));
+                    }
+                    let want = byte_len(&b.describe(t)?).ok_or_else(|| {
+                        b.err(format!("the state tensor {t} ({name}) has no static size"))
+                    })?;
+                    let bytes = tensor.data.clone().unwrap_or_else(|| vec![0; want]);
+                    if bytes.len() != want {
+                        return Err(b.err(format!(
+                            "the state tensor {t} ({name}) has {} bytes of initial value, its \
+                             shape {want}",
+                            bytes.len()
+                        )));
+                    }
+                    let bytes = super::recurrent::initial_state(b, bytes)?;
+                    let o = b.define(t)?;
+                    self.initial.insert(name.clone(), bytes);
+                    self.reads.push((name.clone(), o, t));
+                    o
+                }
+            };
+            b.values.insert(t, state_in);
+            states_in.push(state_in);
+            names.push(name);
+        }
+        let states_out = super::recurrent::lower(b, &states_in)?;
+        if states_out.len() != names.len() {
             return Err(b.err(format!(
-                "the state input (tensor {t}, {}) is not a variable tensor",
-                tensor.name
+                "internal: {} states in, {} out",
+                names.len(),
+                states_out.len()
             )));
         }
-        let name = tensor.name.clone();
-        let state_in = match self.current.get(&name) {
-            Some(&o) => o,
-            None => {
-                if self.initial.contains_key(&name) || self.assigned.contains(&name) {
-                    return Err(b.err(format!(
-                        "the state tensor's name {name:?} is also a resource variable's"
-                    )));
-                }
-                let want = byte_len(&b.describe(t)?).ok_or_else(|| {
-                    b.err(format!("the state tensor {t} ({name}) has no static size"))
-                })?;
-                let bytes = tensor.data.clone().unwrap_or_else(|| vec![0; want]);
-                if bytes.len() != want {
-                    return Err(b.err(format!(
-                        "the state tensor {t} ({name}) has {} bytes of initial value, its shape \
-                         {want}",
-                        bytes.len()
-                    )));
-                }
-                let bytes = super::recurrent::initial_state(b, bytes)?;
-                let o = b.define(t)?;
-                self.initial.insert(name.clone(), bytes);
-                self.reads.push((name.clone(), o, t));
-                o
-            }
-        };
-        b.values.insert(t, state_in);
-        let state_out = super::recurrent::lower(b, state_in)?;
-        self.current.insert(name, state_out);
+        for (name, o) in names.into_iter().zip(states_out) {
+            self.current.insert(name, o);
+        }
         Ok(())
     }
 

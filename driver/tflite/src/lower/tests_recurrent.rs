@@ -56,13 +56,20 @@ fn rnn_state_without_a_buffer_starts_at_zero() {
 }
 
 #[test]
-fn rnn_with_a_tanh_inside_the_recurrence_is_refused_naming_the_activation() {
-    let err = lower_model(&rnn_graph(None, Activation::Tanh)).unwrap_err();
+fn rnn_with_a_tanh_inside_the_recurrence_applies_it_to_the_new_state() {
+    let l = lower_model(&rnn_graph(None, Activation::Tanh)).unwrap();
+    let out = run(&l, &[f32s(&[1.0, 2.0]), l.state[0].initial.clone()]);
+    assert_close(&to_f32s(&out[0]), &[(-1.4f32).tanh(), 1.3f32.tanh()]);
+}
+
+#[test]
+fn rnn_with_a_sign_bit_activation_is_refused_naming_it() {
+    let err = lower_model(&rnn_graph(None, Activation::SignBit)).unwrap_err();
     let LowerError::Unsupported { node, op, why } = err else {
         panic!("not Unsupported: {err}");
     };
     assert_eq!((node, op.as_str()), (0, "RNN"));
-    assert!(why.contains("Tanh"), "{why}");
+    assert!(why.contains("SignBit"), "{why}");
 }
 
 #[test]

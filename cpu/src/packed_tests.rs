@@ -252,3 +252,55 @@ fn pool_constants_given_at_preparation_are_decoded_there_and_not_read_again() {
         );
     }
 }
+
+/// The 8-bit epilogue (per-channel multipliers, bias, bounds) of an operation whose inputs but
+/// the first are constants is made by the first execution and kept: later executions make
+/// none, and compute the same outputs.
+#[test]
+fn an_8bit_epilogue_of_constant_operands_is_made_once_and_kept() {
+    let p = PreparedGraph::new(q8_fc()).unwrap();
+    let before = crate::ops::epilogues_on_this_thread();
+    for x in [[1u8, 2, 3], [0, 0, 0], [1, 2, 3]] {
+        // Worked by hand: 100 + centered dot + bias, with (1, 2, 3), (-1, -2, -3), (0, 20).
+        let dot = i32::from(x[0]) + 2 * i32::from(x[1]) + 3 * i32::from(x[2]);
+        let want = [(100 + dot) as u8, (100 - dot + 20) as u8];
+        assert_eq!(run(&p, &[], &x, 2), want);
+    }
+    assert_eq!(crate::ops::epilogues_on_this_thread() - before, 1);
+}
+
+/// The counter above can fail, and a bias that is a model input is never kept: each
+/// execution makes its epilogue from the bias it passes.
+#[test]
+fn an_epilogue_whose_bias_is_a_model_input_is_made_by_every_execution() {
+    let mut b = B::new();
+    let x = b.input(T::TensorQuant8Asymm, &[1, 3]);
+    b.q(x, 1.0, 0);
+    let (w, _) = q8_weights(&mut b);
+    let bias = b.input(T::TensorInt32, &[2]);
+    b.q(bias, 1.0, 0);
+    let act = b.int(0);
+    let o = b.output(T::TensorQuant8Asymm, &[1, 2]);
+    b.q(o, 1.0, 100);
+    b.op(O::FullyConnected, &[x, w, bias, act], &[o]);
+    let p = PreparedGraph::new(b.g).unwrap();
+    let before = crate::ops::epilogues_on_this_thread();
+    for bias in [[0i32, 20], [5, -5], [0, 20]] {
+        let bias_bytes: Vec<u8> = bias.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let args = [
+            InputArg::Value {
+                data: &[1, 2, 3],
+                dimensions: vec![],
+            },
+            InputArg::Value {
+                data: &bias_bytes,
+                dimensions: vec![],
+            },
+        ];
+        let mut out = [0u8; 2];
+        p.execute(&[], &args, &mut [&mut out[..]]).unwrap();
+        // 100 ± 14 (the centered dots) plus the bias passed.
+        assert_eq!(out, [(114 + bias[0]) as u8, (86 + bias[1]) as u8]);
+    }
+    assert_eq!(crate::ops::epilogues_on_this_thread() - before, 3);
+}

@@ -177,8 +177,11 @@ struct Group {
 
 /// Bias, requantization and activation of every output channel: [`Requant::apply`] of
 /// `acc + bias`, computed in i32.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Epilogue {
+    /// The channel count and the reduction length it was made for.
+    pub(crate) n: usize,
+    pub(crate) k: usize,
     groups: Vec<Group>,
     /// The activation bounds minus the output zero point (saturated to i32), and the zero point:
     /// `clamp(r + zp, lo, hi) = clamp(r, lo - zp, hi - zp) + zp` without overflow.
@@ -197,7 +200,7 @@ pub(crate) struct Epilogue {
 
 /// The parts of [`Epilogue`] only the vector epilogues read (the NEON one reads only the
 /// bounds: its saturating addition and shift cost what the plain ones do).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct VectorOnly {
     /// The activation bounds themselves (within the output type's range).
@@ -236,6 +239,8 @@ impl Epilogue {
             .all(|&b| acc_max.saturating_add(i64::from(b).abs()) <= i64::from(i32::MAX));
         let no_left = groups.iter().all(|g| g.left == [0; 8]);
         Some(Epilogue {
+            n,
+            k,
             groups,
             vector: VectorOnly {
                 out_lo: lo,

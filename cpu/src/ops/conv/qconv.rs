@@ -181,12 +181,30 @@ fn bytes_tensor(signed: bool, od: Vec<u32>, bytes: Vec<u8>, nchw: bool) -> Tenso
 }
 
 /// The requantization and the bias of `n` output channels after reductions of `k` products,
-/// activation at input `act`.
-fn epilogue(ctx: &OpCtx<'_>, n: usize, k: usize, act: usize) -> KResult<Epilogue> {
+/// activation at input `act`: the one the operation keeps when it may
+/// ([`crate::ops::EpilogueCache`]), else made now.
+fn epilogue<'a>(ctx: &OpCtx<'a>, n: usize, k: usize, act: usize) -> KResult<Cow<'a, Epilogue>> {
+    let fits = |e: &&Epilogue| e.n == n && e.k == k;
+    if let Some(e) = ctx.epilogue.and_then(std::sync::OnceLock::get).filter(fits) {
+        return Ok(Cow::Borrowed(e));
+    }
+    crate::ops::count_epilogue();
     let (_, fscales) = filter_quant(ctx, n)?;
     let rq = Requant::new(ctx, ctx.operand(0)?.scale, &fscales, act)?;
     let (_, bias) = ctx.i32s(2)?;
-    Epilogue::new(&rq, bias, n, k).ok_or_else(|| ctx.err("bias shorter than the output depth"))
+    let ep = Epilogue::new(&rq, bias, n, k)
+        .ok_or_else(|| ctx.err("bias shorter than the output depth"))?;
+    Ok(match ctx.epilogue {
+        Some(cell) => match cell.set(ep) {
+            Ok(()) => cell.get().filter(fits).map_or_else(
+                || Err(ctx.err("internal: the kept epilogue is not the one made")),
+                |e| Ok(Cow::Borrowed(e)),
+            )?,
+            // Another execution kept one first.
+            Err(ep) => Cow::Owned(ep),
+        },
+        None => Cow::Owned(ep),
+    })
 }
 
 /// Writes rows `r0..` of `x` (rows of `k`), centered, into `dst` (rows of `padded(k)`).

@@ -1168,20 +1168,20 @@ mod tests {
         );
     }
 
-    /// A graph of two ADD nodes, both planned, stored at `layout` (node to registration, node
-    /// to node).
-    fn two_nodes_at(layout: (usize, usize)) -> (World, Box<crate::fake::Fake>) {
-        let mut w = World::new();
+    /// The interpreter over `w` made a graph of two ADD nodes, both planned, stored at
+    /// `layout` (node to registration, node to node). `w` stays where it is: the fake points
+    /// into it.
+    fn two_nodes_at(w: &mut World, layout: (usize, usize)) -> Box<crate::fake::Fake> {
         w.nodes = 2;
         w.plan = vec![0, 1];
         w.layout = layout;
-        let f = w.fake();
-        (w, f)
+        w.fake()
     }
 
     /// Why the ABI check refuses two planned nodes stored at `layout` ("" when it accepts).
     fn refusal_at(layout: (usize, usize)) -> String {
-        let (_w, mut f) = two_nodes_at(layout);
+        let mut w = World::new();
+        let mut f = two_nodes_at(&mut w, layout);
         graph_of(&mut f).err().unwrap_or_default()
     }
 
@@ -1197,7 +1197,8 @@ mod tests {
                 entry: Some(168)
             }
         );
-        let (_w, mut f) = two_nodes_at((80, 168));
+        let mut w = World::new();
+        let mut f = two_nodes_at(&mut w, (80, 168));
         let g = graph_of(&mut f).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(g.plan.len(), 2);
         assert!(f.asked.starts_with(&[0, 1]), "{:?}", f.asked);

@@ -14,6 +14,13 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     missing+=(python3-venv)
 fi
+# scripts/litert-venv.sh tflite-runtime (tests/tflite_delegate.rs): tflite-runtime 2.14 has
+# wheels for CPython <= 3.11 only (Debian 12's python3.11) and its library links libstdc++.
+if ! command -v python3.11 >/dev/null 2>&1 || ! python3.11 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    missing+=(python3.11 python3.11-venv)
+fi
+[ -e /usr/lib/x86_64-linux-gnu/libstdc++.so.6 ] || [ -e /usr/lib/aarch64-linux-gnu/libstdc++.so.6 ] \
+    || missing+=(libstdc++6)
 # tests/systemd.rs: `systemd-analyze verify` on the units, `systemd-socket-activate`.
 { command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null 2>&1 || missing+=(systemd)
 # scripts/test.sh's aarch64 tier: the CPU executor's unit tests cross-built and run under

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """LiteRT with and without nnaccel's external delegate (libnnaccel_tflite_delegate.so).
 
-Run by tests/tflite_delegate.rs with the LiteRT venv's python:
+Runs under either TFLite runtime the delegate serves: `ai_edge_litert` 2.3.0 (TFLite 2.22) or
+`tflite_runtime` 2.14 (NNACCEL_TFLITE_RUNTIME=litert|tflite_runtime picks one; default: the
+one installed, LiteRT first). tests/tflite_delegate.rs runs it in both venvs of
+scripts/litert-venv.sh:
 
     NNACCEL_DELEGATE_SO=target/debug/libnnaccel_tflite_delegate.so \
     NNACCEL_MODELS_DIR=target/models  python tests/tflite_delegate.py [-v]
@@ -10,7 +13,14 @@ Run by tests/tflite_delegate.rs with the LiteRT venv's python:
         MODEL through the service at SOCKET, INVOKES times, outputs checked against LiteRT
         (tests/tflite_delegate.rs reads the service's device job counter around it);
     python tests/tflite_delegate.py plain INVOKES
-        the same model on LiteRT alone (the negative control of the service counter).
+        the same model on LiteRT alone (the negative control of the service counter);
+    python tests/tflite_delegate.py graphs DIR
+        writes the small graphs of the Partitions and Folding cases into DIR (needs the
+        schema module of the ai-edge-litert wheel, which tflite_runtime lacks); the suite reads
+        them from NNACCEL_GRAPHS_DIR when it is set, and builds them itself otherwise.
+
+A case that needs something the runtime lacks (an operator version its kernels do not
+register) is skipped under tflite_runtime only, with the reason; under LiteRT it fails.
 
 Every comparison is LiteRT without the delegate against LiteRT with it, on the same inputs:
 float32 within 1e-5 of the reference output's range, int8 within 1 quantum of TFLite's
@@ -27,10 +37,32 @@ import tempfile
 import unittest
 
 import numpy as np
-from ai_edge_litert import interpreter as litert
+
+
+def import_runtime(wanted):
+    """The interpreter module of runtime `wanted` ("litert", "tflite_runtime" or "" for the
+    first installed), and the runtime's name and version."""
+    import importlib.metadata as metadata
+    tried = []
+    for name, module, dist in (("litert", "ai_edge_litert.interpreter", "ai-edge-litert"),
+                               ("tflite_runtime", "tflite_runtime.interpreter",
+                                "tflite-runtime")):
+        if wanted and wanted != name:
+            continue
+        try:
+            interp = __import__(module, fromlist=["Interpreter"])
+        except ImportError as e:
+            tried.append("%s: %s" % (module, e))
+            continue
+        return interp, name, metadata.version(dist)
+    sys.exit("no TFLite runtime (NNACCEL_TFLITE_RUNTIME=%r): %s" % (wanted, "; ".join(tried)))
+
+
+litert, RUNTIME, RUNTIME_VERSION = import_runtime(os.environ.get("NNACCEL_TFLITE_RUNTIME", ""))
 
 SO = os.environ.get("NNACCEL_DELEGATE_SO", "")
 MODELS = os.environ.get("NNACCEL_MODELS_DIR", "")
+GRAPHS = os.environ.get("NNACCEL_GRAPHS_DIR", "")
 FLOAT_TOLERANCE = 1e-5
 SERVICE_MODEL = "mlp_b1_float32"
 
@@ -85,17 +117,38 @@ def run(interp, inputs, invokes=1):
     return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
 
 
+# What an interpreter says when the model needs an operator (or an operator version) its
+# kernels do not register: the only failure a case may be skipped for, and only under
+# tflite_runtime (the older runtime); under LiteRT every case must run.
+MISSING_KERNEL = ("Didn't find op for builtin opcode", "Op builtin_code out of range")
+
+
+def interpreter(path, **kwargs):
+    """litert.Interpreter(model_path=path, **kwargs); under tflite_runtime, a model needing a
+    kernel the runtime lacks skips the case (unittest.SkipTest) with the runtime's reason."""
+    try:
+        return litert.Interpreter(model_path=path, **kwargs)
+    except (ValueError, RuntimeError) as e:
+        text = str(e)
+        if RUNTIME == "tflite_runtime" and any(m in text for m in MISSING_KERNEL):
+            reason = next(line for line in text.splitlines()
+                          if any(m in line for m in MISSING_KERNEL))
+            raise unittest.SkipTest("tflite_runtime %s lacks a kernel of %s: %s" % (
+                RUNTIME_VERSION, os.path.basename(path), reason.strip()))
+        raise
+
+
 def reference(path, quantized):
     kind = (litert.OpResolverType.BUILTIN_REF if quantized
             else litert.OpResolverType.AUTO)
-    return litert.Interpreter(model_path=path, experimental_op_resolver_type=kind)
+    return interpreter(path, experimental_op_resolver_type=kind)
 
 
 def node_count(path):
     """The model's operators, as LiteRT's interpreter lists them before any delegate (the
     default XNNPACK delegate would add a node of its own)."""
-    interp = litert.Interpreter(
-        model_path=path,
+    interp = interpreter(
+        path,
         experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     return len(interp._get_ops_details())
 
@@ -104,8 +157,7 @@ def with_delegate(path, options, quantized=False):
     d = litert.load_delegate(SO, options)
     kind = (litert.OpResolverType.BUILTIN_REF if quantized
             else litert.OpResolverType.AUTO)
-    return litert.Interpreter(model_path=path, experimental_delegates=[d],
-                              experimental_op_resolver_type=kind), d
+    return interpreter(path, experimental_delegates=[d], experimental_op_resolver_type=kind), d
 
 
 def assert_agree(test, ours, theirs, quantized, what):
@@ -201,15 +253,17 @@ def dequantize_model(path):
     no operation (it folds at import), so the delegate claims it with the ADD reading it."""
     g = Graph()
     S, f32 = g.S, g.S.TensorType.FLOAT32
-    w16 = np.linspace(-2, 2, 8, dtype=np.float16).reshape(1, 8)
     x = g.tensor("x", [1, 8], f32)
-    wq = g.tensor("w16", [1, 8], S.TensorType.FLOAT16, w16)
+    wq = g.tensor("w16", [1, 8], S.TensorType.FLOAT16, W16)
     w = g.tensor("w", [1, 8], f32)
     y = g.tensor("y", [1, 8], f32)
     g.op(S.BuiltinOperator.DEQUANTIZE, 3, [wq], [w])
     g.op(S.BuiltinOperator.ADD, 1, [x, w], [y], "AddOptions")
     g.write(path, [x], [y], "DEQUANTIZE(float16), ADD")
-    return w16
+
+
+# dequantize_model's float16 constant.
+W16 = np.linspace(-2, 2, 8, dtype=np.float16).reshape(1, 8)
 
 
 def densify_model(path):
@@ -235,8 +289,32 @@ def densify_model(path):
     g.op(S.BuiltinOperator.DENSIFY, 1, [ws], [w], "DensifyOptions")
     g.op(S.BuiltinOperator.ADD, 1, [x, w], [y], "AddOptions")
     g.write(path, [x], [y], "DENSIFY, ADD")
-    # The dense constant, by hand.
-    return np.array([[0, 1.5, 0, -2.0], [3.25, 0, 0, 0]], dtype=np.float32)
+
+
+# densify_model's sparse constant made dense, by hand.
+DENSE = np.array([[0, 1.5, 0, -2.0], [3.25, 0, 0, 0]], dtype=np.float32)
+
+# The small graphs the cases build, by file name.
+GRAPHS_BUILT = {"cumsum": cumsum_model, "dequantize": dequantize_model,
+                "densify": densify_model}
+
+
+def graph_path(name, tmp):
+    """The graph `name` (a key of GRAPHS_BUILT): the file in NNACCEL_GRAPHS_DIR when that is
+    set (tflite_runtime has no schema module to build it), else built now into `tmp`."""
+    if GRAPHS:
+        path = os.path.join(GRAPHS, name + ".tflite")
+        if not os.path.isfile(path):
+            raise AssertionError("%s is missing (tests/tflite_delegate.py graphs %s)" % (
+                path, GRAPHS))
+        return path
+    if RUNTIME != "litert":
+        raise AssertionError("%s has no schema module to build %s: set NNACCEL_GRAPHS_DIR to "
+                             "what `tests/tflite_delegate.py graphs DIR` wrote under LiteRT"
+                             % (RUNTIME, name))
+    path = os.path.join(tmp, name + ".tflite")
+    GRAPHS_BUILT[name](path)
+    return path
 
 
 class Loading(unittest.TestCase):
@@ -304,8 +382,7 @@ class Agreement(unittest.TestCase):
 class Partitions(unittest.TestCase):
     def test_unclaimable_node_in_the_middle_gives_two_partitions_and_litert_runs_it(self):
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "cumsum.tflite")
-            cumsum_model(path)
+            path = graph_path("cumsum", tmp)
             ref = reference(path, False)
             x = [np.arange(8, dtype=np.float32).reshape(1, 8) - 3.0]
             theirs = run(ref, x)
@@ -328,13 +405,12 @@ class Partitions(unittest.TestCase):
 class Folding(unittest.TestCase):
     """A node that folds into constants at import is claimed with the ADD that reads it."""
 
-    def check(self, build, x, expected_from, what):
+    def check(self, name, x, expected, what):
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "folding.tflite")
-            made = build(path)
+            path = graph_path(name, tmp)
             ref = reference(path, False)
             theirs = run(ref, x)
-            np.testing.assert_allclose(theirs[0], expected_from(made), rtol=1e-6)
+            np.testing.assert_allclose(theirs[0], expected, rtol=1e-6)
             before = stats()
             interp, _d = with_delegate(path, {})
             ours = run(interp, x)
@@ -347,13 +423,12 @@ class Folding(unittest.TestCase):
     def test_dequantize_of_a_constant_is_claimed_with_the_node_reading_it(self):
         x = [np.linspace(1, -1, 8, dtype=np.float32).reshape(1, 8)]
         # By hand: y = x + float32(w16).
-        self.check(dequantize_model, x, lambda w16: x[0] + w16.astype(np.float32),
-                   "DEQUANTIZE, ADD")
+        self.check("dequantize", x, x[0] + W16.astype(np.float32), "DEQUANTIZE, ADD")
 
     def test_densify_of_a_sparse_constant_is_claimed_with_the_node_reading_it(self):
         x = [np.arange(8, dtype=np.float32).reshape(2, 4)]
-        # By hand: y = x + the dense constant densify_model spells out.
-        self.check(densify_model, x, lambda w: x[0] + w, "DENSIFY, ADD")
+        # By hand: y = x + the dense constant DENSE spells out.
+        self.check("densify", x, x[0] + DENSE, "DENSIFY, ADD")
 
 
 class Resize(unittest.TestCase):
@@ -470,6 +545,13 @@ def plain_mode(invokes):
 
 
 if __name__ == "__main__":
+    print("runtime: %s %s" % (RUNTIME, RUNTIME_VERSION), file=sys.stderr)
+    if len(sys.argv) >= 3 and sys.argv[1] == "graphs":
+        os.makedirs(sys.argv[2], exist_ok=True)
+        for name, build in GRAPHS_BUILT.items():
+            build(os.path.join(sys.argv[2], name + ".tflite"))
+        print("graphs: %s written to %s" % (", ".join(GRAPHS_BUILT), sys.argv[2]))
+        sys.exit(0)
     if not SO or not os.path.isfile(SO):
         sys.exit("NNACCEL_DELEGATE_SO must name the built delegate library (got %r)" % SO)
     if len(sys.argv) >= 2 and sys.argv[1] == "service":

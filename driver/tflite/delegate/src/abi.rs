@@ -21,6 +21,13 @@ use std::ffi::{c_char, c_int, c_void};
 /// The TFLite version these mirrors follow, for messages.
 pub const ABI_VERSION: &str = "2.22";
 
+/// The runtimes the delegate is tested under, for messages. TFLite 2.14 lays out every
+/// structure mirrored here as 2.22 does (docs/tflite.md, "Runtimes": measured in the 2.14
+/// wheel's library); the ABI check ([`crate::context::Layout`]) accepts a runtime whose node
+/// storage shows the mirrors' `TfLiteNode` and `TfLiteRegistration` sizes and refuses others.
+pub const TESTED_RUNTIMES: &str =
+    "TFLite 2.22 (ai-edge-litert 2.3.0) and TFLite 2.14 (tflite-runtime 2.14.0)";
+
 /// `TfLiteStatus` (an `int` enum).
 pub type TfLiteStatus = c_int;
 /// `kTfLiteOk`.

@@ -523,6 +523,58 @@ pub fn byte_count(shape: &[i32], size: usize) -> Option<usize> {
         .try_fold(size, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
 }
 
+/// How a runtime lays out its nodes, as the delegate can observe it: TFLite's `Subgraph`
+/// keeps them in a `std::vector<std::pair<TfLiteNode, TfLiteRegistration>>`, and
+/// `GetNodeAndRegistration` hands out pointers into it, so the distance from a node to its
+/// registration is `sizeof(TfLiteNode)` and from one node to the next the pair's size. The
+/// runtimes the delegate is tested under ([`abi::TESTED_RUNTIMES`]) have the mirrors' sizes;
+/// a runtime with others (a grown `TfLiteRegistration` would read past the one the delegate
+/// passes by value) or that stores nodes otherwise is refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes from node 0 to its registration, or None when the graph has no node.
+    pub node: Option<isize>,
+    /// Bytes from node 0 to node 1, or None when the plan names node 0 only.
+    pub entry: Option<isize>,
+}
+
+impl Layout {
+    /// The layout of the mirrors: `TfLiteNode`, then `TfLiteRegistration` (both 8-byte
+    /// aligned, so the pair has no padding).
+    pub const MIRRORS: Layout = Layout {
+        node: Some(std::mem::size_of::<TfLiteNode>() as isize),
+        entry: Some(
+            (std::mem::size_of::<TfLiteNode>() + std::mem::size_of::<TfLiteRegistration>())
+                as isize,
+        ),
+    };
+
+    /// Ok when every measured distance is the mirrors'; else why the runtime is refused.
+    pub fn check(self) -> Result<(), String> {
+        let want = Self::MIRRORS;
+        if let Some(node) = self.node.filter(|&n| Some(n) != want.node) {
+            return Err(format!(
+                "its TfLiteNode is {node} bytes (a node's registration follows it there), \
+                 not {} as in {}",
+                std::mem::size_of::<TfLiteNode>(),
+                abi::TESTED_RUNTIMES
+            ));
+        }
+        if let (Some(node), Some(entry)) =
+            (self.node, self.entry.filter(|&e| Some(e) != want.entry))
+        {
+            return Err(format!(
+                "its nodes are {entry} bytes apart, so its TfLiteRegistration is {} bytes, \
+                 not {} as in {}",
+                entry - node,
+                std::mem::size_of::<TfLiteRegistration>(),
+                abi::TESTED_RUNTIMES
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What one node of the execution plan is, read from the context.
 #[derive(Debug)]
 pub struct PlanNode {
@@ -859,11 +911,49 @@ impl<'a> Context<'a> {
     }
 
     /// The whole context in the graph form, with the execution plan; the ABI check runs over
-    /// every tensor and every planned node first.
+    /// the context, the runtime's node layout ([`Context::layout`]), every tensor and every
+    /// planned node first.
     pub fn graph(self) -> Result<ContextGraph, String> {
         self.check_abi()?;
         let plan = self.plan()?;
+        self.layout(&plan)?.check()?;
         self.graph_of(&plan)
+    }
+
+    /// The runtime's node layout, measured from the addresses `GetNodeAndRegistration` gives
+    /// for node 0 and, when the plan names a later node (so node 1 exists: nodes are numbered
+    /// from 0), node 1. Asking for a node that does not exist would make the interpreter log
+    /// an error, so node 1 is asked for only then.
+    pub fn layout(self, plan: &[usize]) -> Result<Layout, String> {
+        if plan.is_empty() {
+            return Ok(Layout::default());
+        }
+        let f = self
+            .get()
+            .GetNodeAndRegistration
+            .ok_or("TfLiteContext::GetNodeAndRegistration is NULL")?;
+        let at = |i: c_int| -> Result<(usize, usize), String> {
+            let mut node: *mut TfLiteNode = std::ptr::null_mut();
+            let mut reg: *mut TfLiteRegistration = std::ptr::null_mut();
+            // SAFETY: the interpreter's own function with its context and two out pointers;
+            // only the addresses it writes are used, nothing is read through them.
+            let status = unsafe { f(self.ctx, i, &mut node, &mut reg) };
+            if status != abi::K_TF_LITE_OK || node.is_null() || reg.is_null() {
+                return Err(format!("GetNodeAndRegistration({i}) failed ({status})"));
+            }
+            Ok((node.addr(), reg.addr()))
+        };
+        let (node0, reg0) = at(0)?;
+        let entry = if plan.iter().any(|&n| n >= 1) {
+            let (node1, _) = at(1)?;
+            Some(node1.wrapping_sub(node0) as isize)
+        } else {
+            None
+        };
+        Ok(Layout {
+            node: Some(reg0.wrapping_sub(node0) as isize),
+            entry,
+        })
     }
 
     /// The context in the graph form with `plan_idx` as its nodes (a partition's nodes at
@@ -1076,6 +1166,81 @@ mod tests {
             e.contains("ReplaceNodeSubsetsWithDelegateKernels is NULL"),
             "{e}"
         );
+    }
+
+    /// The interpreter over `w` made a graph of two ADD nodes, both planned, stored at
+    /// `layout` (node to registration, node to node). `w` stays where it is: the fake points
+    /// into it.
+    fn two_nodes_at(w: &mut World, layout: (usize, usize)) -> Box<crate::fake::Fake> {
+        w.nodes = 2;
+        w.plan = vec![0, 1];
+        w.layout = layout;
+        w.fake()
+    }
+
+    /// Why the ABI check refuses two planned nodes stored at `layout` ("" when it accepts).
+    fn refusal_at(layout: (usize, usize)) -> String {
+        let mut w = World::new();
+        let mut f = two_nodes_at(&mut w, layout);
+        graph_of(&mut f).err().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_tested_runtimes_layout_of_80_byte_nodes_and_88_byte_registrations_is_accepted() {
+        // TFLite 2.14 and 2.22: a TfLiteNode is 80 bytes and a TfLiteRegistration 88 (by
+        // hand from common.h; the wheels' GetNodeAndRegistration steps 168 bytes a node and
+        // puts the registration 80 bytes after it).
+        assert_eq!(
+            Layout::MIRRORS,
+            Layout {
+                node: Some(80),
+                entry: Some(168)
+            }
+        );
+        let mut w = World::new();
+        let mut f = two_nodes_at(&mut w, (80, 168));
+        let g = graph_of(&mut f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(g.plan.len(), 2);
+        assert!(f.asked.starts_with(&[0, 1]), "{:?}", f.asked);
+    }
+
+    #[test]
+    fn a_one_node_plan_measures_the_node_only_and_never_asks_for_node_1() {
+        let mut w = World::new();
+        let mut f = w.fake();
+        // SAFETY: the Fake's context, alive for the call.
+        let c = unsafe { Context::new(&raw mut f.ctx) }.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.layout(&[0]),
+            Ok(Layout {
+                node: Some(80),
+                entry: None
+            })
+        );
+        assert!(graph_of(&mut f).is_ok());
+        assert!(!f.asked.contains(&1), "{:?}", f.asked);
+    }
+
+    #[test]
+    fn a_runtime_whose_registration_grew_or_is_older_is_refused() {
+        // Nodes 176 bytes apart: a later TFLite with one more 8-byte field (passing our 88
+        // bytes by value would let it read 8 past them); 152: a TFLite without async_kernel
+        // and inplace_operator (untested). 176 - 80 and 152 - 80 by hand.
+        for (stride, size) in [(176, 96), (152, 72)] {
+            let e = refusal_at((80, stride));
+            let want = format!("its TfLiteRegistration is {size} bytes, not 88");
+            assert!(e.contains(&want), "{e}");
+            assert!(e.contains("tflite-runtime 2.14.0"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_runtime_with_another_node_size_is_refused_even_with_one_node() {
+        let mut w = World::new();
+        w.layout = (72, 160);
+        let mut f = w.fake();
+        let e = graph_of(&mut f).err().unwrap_or_default();
+        assert!(e.contains("its TfLiteNode is 72 bytes"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! A fake interpreter for the unit tests: a `TfLiteContext` whose functions read a [`Fake`]
 //! behind `impl_`, over one graph: t0 \[1,4\] input + t1 \[1,4\] constant → ADD (fused RELU)
-//! → t2 \[1,4\] output.
+//! → t2 \[1,4\] output (the ADD node repeated [`World::nodes`] times). Nodes and their
+//! registrations are stored as TFLite's `Subgraph` stores them, one
+//! `std::pair<TfLiteNode, TfLiteRegistration>` after the other, at the offsets of
+//! [`World::layout`], so a test can stand for a runtime with other struct sizes.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -17,10 +20,16 @@ pub struct Fake {
     pub tensors: Vec<abi::TfLiteTensor>,
     /// The execution plan as a TfLiteIntArray.
     pub plan: Vec<c_int>,
-    /// Nodes by index.
-    pub nodes: Vec<TfLiteNode>,
-    /// Their registrations.
-    pub regs: Vec<TfLiteRegistration>,
+    /// The nodes and their registrations, laid out as `layout` says (u64s: 8-byte aligned).
+    entries: Vec<u64>,
+    /// How many nodes `entries` holds.
+    count: usize,
+    /// See [`World::layout`].
+    layout: (usize, usize),
+    /// Every node index `GetNodeAndRegistration` was asked for, in order.
+    pub asked: Vec<c_int>,
+    /// What the delegate reported through `ReportError`.
+    pub reported: Vec<String>,
     /// The context handed to the delegate.
     pub ctx: TfLiteContext,
     /// What `ReplaceNodeSubsetsWithDelegateKernels` was given: the registration and nodes.
@@ -55,14 +64,18 @@ unsafe extern "C" fn get_node(
 ) -> TfLiteStatus {
     // SAFETY: called with the Fake's context.
     let f = unsafe { fake(ctx) };
+    f.asked.push(i);
     let i = usize::try_from(i).unwrap_or(usize::MAX);
-    if i >= f.nodes.len() {
+    if i >= f.count {
         return abi::K_TF_LITE_ERROR;
     }
-    // SAFETY: the caller's out pointers.
-    unsafe { *node = &raw mut f.nodes[i] };
+    let (reg_offset, stride) = f.layout;
+    let entry = f.entries.as_mut_ptr().cast::<u8>().wrapping_add(i * stride);
+    // SAFETY: the caller's out pointers; node `i` and its registration lie inside `entries`
+    // (World::fake sized it for `count` entries).
+    unsafe { *node = entry.cast() };
     // SAFETY: as above.
-    unsafe { *reg = &raw mut f.regs[i] };
+    unsafe { *reg = entry.wrapping_add(reg_offset).cast() };
     abi::K_TF_LITE_OK
 }
 
@@ -84,9 +97,22 @@ unsafe extern "C" fn replace(
     }
 }
 
-/// Stands in for the variadic `ReportError`: the tests' success paths never call it, and
-/// the ABI check only needs it non-null.
-unsafe extern "C" fn not_called(_: *mut TfLiteContext, _: *const c_char) {}
+/// Stands in for the variadic `ReportError`, which the delegate calls only as
+/// `ReportError(context, "%s", message)`: it records the message. (x86-64 and aarch64 Linux
+/// pass the variadic argument where this function reads its third parameter.)
+unsafe extern "C" fn record_report(
+    ctx: *mut TfLiteContext,
+    _format: *const c_char,
+    msg: *const c_char,
+) {
+    // SAFETY: called with the Fake's context.
+    let f = unsafe { fake(ctx) };
+    if !msg.is_null() {
+        // SAFETY: the delegate passes a NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr(msg) };
+        f.reported.push(text.to_string_lossy().into_owned());
+    }
+}
 
 /// A TfLiteIntArray's ints: the count, then `v`.
 pub fn int_array_of(v: &[c_int]) -> Vec<c_int> {
@@ -147,6 +173,14 @@ pub struct World {
     pub outputs: Vec<c_int>,
     /// Its TfLiteAddParams (the activation is the first field).
     pub add: c_int,
+    /// How many copies of the ADD node the graph holds (the plan names the first only,
+    /// unless a test sets `plan`).
+    pub nodes: usize,
+    /// The execution plan (node indexes).
+    pub plan: Vec<c_int>,
+    /// Bytes from a node to its registration, and from one node to the next: TFLite 2.14 to
+    /// 2.22 store `std::pair<TfLiteNode, TfLiteRegistration>`, (80, 168) on LP64.
+    pub layout: (usize, usize),
 }
 
 impl World {
@@ -160,6 +194,12 @@ impl World {
             inputs: int_array_of(&[0, 1]),
             outputs: int_array_of(&[2]),
             add: 1, // kTfLiteActRelu
+            nodes: 1,
+            plan: vec![0],
+            layout: (
+                std::mem::size_of::<TfLiteNode>(),
+                std::mem::size_of::<TfLiteNode>() + std::mem::size_of::<TfLiteRegistration>(),
+            ),
         }
     }
 
@@ -183,13 +223,15 @@ impl World {
                 ARENA,
             ),
         ];
-        let node = TfLiteNode {
-            inputs: self.inputs.as_mut_ptr().cast(),
-            outputs: self.outputs.as_mut_ptr().cast(),
+        let (inputs, outputs) = (self.inputs.as_mut_ptr(), self.outputs.as_mut_ptr());
+        let add = &raw mut self.add;
+        let node = || TfLiteNode {
+            inputs: inputs.cast(),
+            outputs: outputs.cast(),
             intermediates: std::ptr::null_mut(),
             temporaries: std::ptr::null_mut(),
             user_data: std::ptr::null_mut(),
-            builtin_data: (&raw mut self.add).cast(),
+            builtin_data: add.cast(),
             custom_initial_data: std::ptr::null(),
             custom_initial_data_size: 0,
             delegate: std::ptr::null_mut(),
@@ -203,19 +245,43 @@ impl World {
             std::ptr::null(),
         );
         reg.builtin_code = code::ADD;
-        // SAFETY: a function pointer cast to the variadic ReportError type; it is never called
-        // on the paths the tests take (only its presence is checked).
+        // SAFETY: a function pointer cast to the variadic ReportError type, called only with
+        // a "%s" format and one string (Context::report), which it reads as its third
+        // parameter: where both calling conventions put it.
         let report = unsafe {
             std::mem::transmute::<
-                unsafe extern "C" fn(*mut TfLiteContext, *const c_char),
+                unsafe extern "C" fn(*mut TfLiteContext, *const c_char, *const c_char),
                 abi::ReportErrorFn,
-            >(not_called)
+            >(record_report)
         };
+        let (reg_offset, stride) = self.layout;
+        // Room for every entry, each at least a whole node and registration.
+        let bytes = stride * self.nodes
+            + reg_offset.max(std::mem::size_of::<TfLiteNode>())
+            + std::mem::size_of::<TfLiteRegistration>();
+        let mut entries = vec![0u64; bytes.div_ceil(8)];
+        let base = entries.as_mut_ptr().cast::<u8>();
+        for i in 0..self.nodes {
+            let entry = base.wrapping_add(i * stride);
+            // SAFETY: inside `entries` (sized above), 8-byte aligned when the layout's offsets
+            // are multiples of 8 (every test's are); written unaligned all the same.
+            unsafe { entry.cast::<TfLiteNode>().write_unaligned(node()) };
+            // SAFETY: as above.
+            unsafe {
+                entry
+                    .wrapping_add(reg_offset)
+                    .cast::<TfLiteRegistration>()
+                    .write_unaligned(reg)
+            };
+        }
         let mut f = Box::new(Fake {
             tensors,
-            plan: int_array_of(&[0]),
-            nodes: vec![node],
-            regs: vec![reg],
+            plan: int_array_of(&self.plan),
+            entries,
+            count: self.nodes,
+            layout: self.layout,
+            asked: Vec::new(),
+            reported: Vec::new(),
             replaced: Vec::new(),
             ctx: TfLiteContext {
                 tensors_size: 3,

@@ -175,9 +175,10 @@ fn folded_producers(
 fn claim(context: Context<'_>, state: &State) -> Result<Vec<usize>, String> {
     let graph = context.graph().map_err(|e| {
         format!(
-            "nnaccel delegate: refusing this interpreter: its TfLiteContext does not match the \
-             TFLite {} ABI this delegate was built for ({e})",
-            abi::ABI_VERSION
+            "nnaccel delegate: refusing this interpreter: it does not match the TFLite {} ABI \
+             this delegate was built for, tested with {} ({e})",
+            abi::ABI_VERSION,
+            abi::TESTED_RUNTIMES
         )
     })?;
     let sg = &graph.subgraph;
@@ -780,6 +781,27 @@ mod tests {
         // SAFETY: the kernel's user data, freed once; then the delegate, unused from now on.
         unsafe { free(ctx, user_data) };
         // SAFETY: as above.
+        unsafe { Plugin::destroy(d) };
+    }
+
+    #[test]
+    fn prepare_refuses_a_runtime_of_unknown_layout_through_report_error_claiming_nothing() {
+        let mut w = World::new();
+        w.nodes = 2;
+        w.plan = vec![0, 1];
+        // Nodes 176 bytes apart: a 96-byte TfLiteRegistration.
+        w.layout = (80, 176);
+        let mut f = w.fake();
+        let backend = backend::embedded().unwrap_or_else(|e| panic!("{e}"));
+        let d = Plugin::with_backend(Options::default(), backend);
+        // SAFETY: the fake's live context and our delegate.
+        let status = unsafe { delegate_prepare(&raw mut f.ctx, d) };
+        assert_eq!(status, K_TF_LITE_ERROR);
+        assert!(f.replaced.is_empty());
+        let msg = f.reported.join("\n");
+        assert!(msg.contains("refusing this interpreter"), "{msg}");
+        assert!(msg.contains("TfLiteRegistration is 96 bytes"), "{msg}");
+        // SAFETY: the delegate, unused from now on.
         unsafe { Plugin::destroy(d) };
     }
 }

@@ -29,18 +29,19 @@ fn uni_graph(time_major: bool, activation: Activation, h0: Option<&[f32]>) -> Gr
     let bias = g.c("bias", F32, &[2], f32s(&[0.1, 0.0]));
     let h = state(&mut g, "h", &[2, 2], h0);
     let y = g.f("y", &[2, 2, 2]);
+    uni_node(g, [x, w, r, bias, h], y, time_major, activation)
+}
+
+/// The graph of `g` with UNIDIRECTIONAL_SEQUENCE_RNN over `inputs` (x, w, r, bias, h)
+/// writing y, its input x and output y.
+fn uni_node(mut g: G, inputs: [i32; 5], y: i32, time_major: bool, activation: Activation) -> Graph {
     let options = Options::SequenceRnn {
         time_major,
         activation,
         asymmetric_quantize_inputs: false,
     };
-    g.n(
-        code::UNIDIRECTIONAL_SEQUENCE_RNN,
-        &[x, w, r, bias, h],
-        &[y],
-        options,
-    );
-    g.graph(&[x], &[y])
+    g.n(code::UNIDIRECTIONAL_SEQUENCE_RNN, &inputs, &[y], options);
+    g.graph(&inputs[..1], &[y])
 }
 
 // Batch 0 reads x = 1 then 2, batch 1 reads -1 then 0.5, from h = 0 (activation NONE):
@@ -139,18 +140,8 @@ fn unidirectional_in_float16_runs_on_the_executor() {
     let h = g.t("h", f16, &[1, 1]);
     g.sub.tensors[h as usize].is_variable = true;
     let y = g.t("y", f16, &[2, 1, 1]);
-    let options = Options::SequenceRnn {
-        time_major: true,
-        activation: Activation::None,
-        asymmetric_quantize_inputs: false,
-    };
-    g.n(
-        code::UNIDIRECTIONAL_SEQUENCE_RNN,
-        &[x, w, r, bias, h],
-        &[y],
-        options,
-    );
-    let l = lower_model(&g.graph(&[x], &[y])).unwrap();
+    let graph = uni_node(g, [x, w, r, bias, h], y, true, Activation::None);
+    let l = lower_model(&graph).unwrap();
     let out = run(
         &l,
         &[f16_bits(&[0x3C00, 0x4000]), l.state[0].initial.clone()],
@@ -193,22 +184,33 @@ enum Aux {
     Cross,
 }
 
-/// x ([time 3, batch 1, 1] when time-major, else [batch 1, time 3, 1]) →
-/// BIDIRECTIONAL_SEQUENCE_RNN with one forward unit (W = 1, R = 0.5, bias 0) and one
-/// backward unit (W = -1, R = 2, bias 1), activation NONE; the auxiliary input `a` of the
-/// same shape as x when `aux` is not None.
+/// [`bidi_sized`] with batch 1 and time 3.
 fn bidi_graph(time_major: bool, merge: bool, aux: Aux) -> Graph {
+    bidi_sized((1, 3), time_major, merge, aux)
+}
+
+/// x ([time, batch, 1] when time-major, else [batch, time, 1]) → BIDIRECTIONAL_SEQUENCE_RNN
+/// with one forward unit (W = 1, R = 0.5, bias 0) and one backward unit (W = -1, R = 2,
+/// bias 1), activation NONE; the auxiliary input `a` of the same shape as x when `aux` is
+/// not None.
+fn bidi_sized((batch, time): (i32, i32), time_major: bool, merge: bool, aux: Aux) -> Graph {
     let mut g = G::default();
-    let seq = |n: i32| if time_major { [3, 1, n] } else { [1, 3, n] };
+    let seq = |n: i32| {
+        if time_major {
+            [time, batch, n]
+        } else {
+            [batch, time, n]
+        }
+    };
     let x = g.f("x", &seq(1));
     let fw_w = g.c("fw_w", F32, &[1, 1], f32s(&[1.0]));
     let fw_r = g.c("fw_r", F32, &[1, 1], f32s(&[0.5]));
     let fw_b = g.c("fw_b", F32, &[1], f32s(&[0.0]));
-    let fw_h = state(&mut g, "fw_h", &[1, 1], None);
+    let fw_h = state(&mut g, "fw_h", &[batch, 1], None);
     let bw_w = g.c("bw_w", F32, &[1, 1], f32s(&[-1.0]));
     let bw_r = g.c("bw_r", F32, &[1, 1], f32s(&[2.0]));
     let bw_b = g.c("bw_b", F32, &[1], f32s(&[1.0]));
-    let bw_h = state(&mut g, "bw_h", &[1, 1], None);
+    let bw_h = state(&mut g, "bw_h", &[batch, 1], None);
     let mut inputs = vec![x];
     let a = if aux == Aux::None {
         -1
@@ -288,37 +290,10 @@ fn bidirectional_separate_outputs_in_batch_major_form() {
 
 #[test]
 fn bidirectional_batch_major_with_two_batches_keeps_each_batch_s_sequence() {
-    let mut g = G::default();
-    // Batch 0 reads [1, 2], batch 1 [3, 0]; same cells as bidi_graph.
+    // Batch 0 reads [1, 2], batch 1 [3, 0]:
     //   forward:  b0 1, 2 + 0.5 = 2.5; b1 3, 0 + 1.5 = 1.5
     //   backward: b0 t1 -2 + 1 = -1, t0 -1 - 2 + 1 = -2; b1 t1 0 + 1 = 1, t0 -3 + 2 + 1 = 0
-    let x = g.f("x", &[2, 2, 1]);
-    let fw_w = g.c("fw_w", F32, &[1, 1], f32s(&[1.0]));
-    let fw_r = g.c("fw_r", F32, &[1, 1], f32s(&[0.5]));
-    let fw_b = g.c("fw_b", F32, &[1], f32s(&[0.0]));
-    let fw_h = state(&mut g, "fw_h", &[2, 1], None);
-    let bw_w = g.c("bw_w", F32, &[1, 1], f32s(&[-1.0]));
-    let bw_r = g.c("bw_r", F32, &[1, 1], f32s(&[2.0]));
-    let bw_b = g.c("bw_b", F32, &[1], f32s(&[1.0]));
-    let bw_h = state(&mut g, "bw_h", &[2, 1], None);
-    let fw_y = g.f("fw_y", &[2, 2, 1]);
-    let bw_y = g.f("bw_y", &[2, 2, 1]);
-    let options = Options::BidirectionalSequenceRnn {
-        time_major: false,
-        activation: Activation::None,
-        merge_outputs: false,
-        asymmetric_quantize_inputs: false,
-    };
-    let inputs = [
-        x, fw_w, fw_r, fw_b, fw_h, bw_w, bw_r, bw_b, bw_h, -1, -1, -1,
-    ];
-    g.n(
-        code::BIDIRECTIONAL_SEQUENCE_RNN,
-        &inputs,
-        &[fw_y, bw_y],
-        options,
-    );
-    let l = lower_model(&g.graph(&[x], &[fw_y, bw_y])).unwrap();
+    let l = lower_model(&bidi_sized((2, 2), false, false, Aux::None)).unwrap();
     let zeros = f32s(&[0.0, 0.0]);
     let out = run(&l, &[f32s(&[1.0, 2.0, 3.0, 0.0]), zeros.clone(), zeros]);
     assert_close(&to_f32s(&out[0]), &[1.0, 2.5, 3.0, 1.5]);

@@ -869,6 +869,70 @@ svdf = recurrent(OP.SVDF, ("SVDFOptions", dict(rank=2)), [2, 3],
                   ("b", bias_values(2))], ("s", [2, 12]))
 
 
+def sequence(time_major, batch, time, n):
+    """The shape of a sequence tensor: [time, batch, n] when time-major, else [batch, time, n]."""
+    return [time, batch, n] if time_major else [batch, time, n]
+
+
+def seq_weights(g, name, shape, kind="f32"):
+    """A weight matrix [units, n] of a sequence RNN: float32; float16 through DEQUANTIZE
+    ("f16", the converter's float16 weights); or int8 ("i8", dynamic-range: LiteRT's hybrid
+    kernel)."""
+    real = g.weights(shape, shape[1])
+    if kind == "f32":
+        return g.const(name, real)
+    if kind == "f16":
+        w = g.const(name + "_f16", real.astype(np.float16), S.TensorType.FLOAT16)
+        wf = g.act(name, ttype=S.TensorType.FLOAT32)
+        g.op(OP.DEQUANTIZE, [w], [wf], None, 3)
+        return wf
+    scale = float(np.float32(np.abs(real).max() / 127.0))
+    qv = np.clip(np.round(real / scale), -127, 127)
+    return g.const(name, qv, S.TensorType.INT8, Q([scale], [0]))
+
+
+def sequence_rnn(act, time_major, batch, time, size, units, weights="f32"):
+    """UNIDIRECTIONAL_SEQUENCE_RNN, its hidden state h a variable tensor; the weights as
+    `seq_weights` makes them."""
+    def build(g):
+        x = g.input("x", sequence(time_major, batch, time, size))
+        w = seq_weights(g, "w", [units, size], weights)
+        r = seq_weights(g, "r", [units, units], weights)
+        b = g.const("b", bias_values(units)(g))
+        h = state_tensor(g, "h", [batch, units])
+        y = g.act("y", ttype=S.TensorType.FLOAT32)
+        g.op(OP.UNIDIRECTIONAL_SEQUENCE_RNN, [x, w, r, b, h], [y],
+             ("SequenceRNNOptions", dict(timeMajor=time_major, fusedActivationFunction=act)),
+             2 if weights == "i8" else 1)
+        g.output(y)
+    return build
+
+
+def bidirectional_rnn(act, time_major, merge, batch, time, size, units, aux=None, aux_size=0):
+    """BIDIRECTIONAL_SEQUENCE_RNN with (forward, backward) `units`, its hidden states fw_h and
+    bw_h variable tensors; `aux`: None, "parallel" (the auxiliary input alone, the backward
+    cell's input) or "cross" (the auxiliary input and both auxiliary weights)."""
+    def build(g):
+        x = g.input("x", sequence(time_major, batch, time, size))
+        a = g.input("aux", sequence(time_major, batch, time, aux_size)) if aux else None
+        ins = [x]
+        for d, n in zip(("fw", "bw"), units):
+            n_in = aux_size if d == "bw" and aux == "parallel" else size
+            ins += [g.const(d + "_w", g.weights([n, n_in], n_in)),
+                    g.const(d + "_r", g.weights([n, n], n)), g.const(d + "_b", bias_values(n)(g)),
+                    state_tensor(g, d + "_h", [batch, n])]
+        ins.append(a)
+        for d, n in zip(("fw", "bw"), units):
+            cross = aux == "cross"
+            ins.append(g.const(d + "_aw", g.weights([n, aux_size], aux_size)) if cross else None)
+        outs = [g.act("y")] if merge else [g.act("fw_y"), g.act("bw_y")]
+        g.op(OP.BIDIRECTIONAL_SEQUENCE_RNN, ins, outs,
+             ("BidirectionalSequenceRNNOptions",
+              dict(timeMajor=time_major, mergeOutputs=merge, fusedActivationFunction=act)))
+        g.output(*outs)
+    return build
+
+
 def small_net(g):
     """A few layers in a row (conv, depthwise, pool, fc, softmax): requantization between
     operators of one scheme."""
@@ -1217,6 +1281,27 @@ model("small_net", small_net, ("f32", "u8", "i8"))
 model("rnn_relu", rnn(ACT.RELU))
 model("rnn_tanh", rnn(ACT.TANH))
 model("svdf_rank2", svdf)
+model("unidirectional_sequence_rnn_relu", sequence_rnn(ACT.RELU, False, 2, 3, 3, 4))
+model("unidirectional_sequence_rnn_tanh_time_major", sequence_rnn(ACT.TANH, True, 1, 2, 4, 3))
+model("unidirectional_sequence_rnn_f16_weights", sequence_rnn(ACT.TANH, True, 2, 2, 2, 3, "f16"),
+      ("q",))
+model("unidirectional_sequence_rnn_hybrid", sequence_rnn(ACT.NONE, False, 1, 2, 3, 2, "i8"),
+      expect=refused("UNIDIRECTIONAL_SEQUENCE_RNN", "node 0", "hybrid"))
+model("bidirectional_sequence_rnn_merged_tanh",
+      bidirectional_rnn(ACT.TANH, True, True, 2, 3, 3, (2, 3)))
+model("bidirectional_sequence_rnn_separate_relu",
+      bidirectional_rnn(ACT.RELU, False, False, 1, 3, 2, (3, 2)))
+model("bidirectional_sequence_rnn_cross_aux",
+      bidirectional_rnn(ACT.TANH, False, True, 2, 2, 3, (2, 2), "cross", 2))
+model("bidirectional_sequence_rnn_cross_aux_time_major",
+      bidirectional_rnn(ACT.RELU, True, False, 1, 3, 2, (2, 3), "cross", 2))
+model("bidirectional_sequence_rnn_parallel_aux",
+      bidirectional_rnn(ACT.TANH, True, False, 2, 2, 3, (2, 2), "parallel", 3))
+# LiteRT's batch-major kernel runs the backward cell on the input and ignores a parallel
+# auxiliary input (NNAPI reads it): no mapping gives LiteRT's result, so it is refused.
+model("bidirectional_sequence_rnn_parallel_aux_batch_major",
+      bidirectional_rnn(ACT.TANH, False, True, 2, 2, 3, (2, 2), "parallel", 3),
+      expect=refused("BIDIRECTIONAL_SEQUENCE_RNN", "node 0", "batch-major"))
 # What nnaccel refuses: an operator with no NNAPI equivalent, and a custom operator.
 model("unsupported_cumsum", unsupported("CUMSUM"), expect=refused("CUMSUM", "node 1"))
 model("unsupported_custom", unsupported("NnaccelTestOp"),

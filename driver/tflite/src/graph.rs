@@ -443,6 +443,26 @@ pub enum Options {
         /// Hybrid quantization's asymmetric inputs flag.
         asymmetric_quantize_inputs: bool,
     },
+    /// UNIDIRECTIONAL_SEQUENCE_RNN.
+    SequenceRnn {
+        /// The input and output are `[time, batch, n]` (else `[batch, time, n]`).
+        time_major: bool,
+        /// The activation applied inside the recurrence.
+        activation: Activation,
+        /// Hybrid quantization's asymmetric inputs flag.
+        asymmetric_quantize_inputs: bool,
+    },
+    /// BIDIRECTIONAL_SEQUENCE_RNN.
+    BidirectionalSequenceRnn {
+        /// The input and outputs are `[time, batch, n]` (else `[batch, time, n]`).
+        time_major: bool,
+        /// The activation applied inside both recurrences.
+        activation: Activation,
+        /// One output holding the forward then the backward units (else two outputs).
+        merge_outputs: bool,
+        /// Hybrid quantization's asymmetric inputs flag.
+        asymmetric_quantize_inputs: bool,
+    },
     /// Options this form does not carry (a builtin whose parameters the lowering never needs
     /// or cannot map), named for messages.
     Other(&'static str),

@@ -953,6 +953,23 @@ fn options(builtin: i32, op: &fb::OperatorRef<'_>) -> planus::Result<Options> {
                 asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
             }
         }
+        UNIDIRECTIONAL_SEQUENCE_RNN => {
+            let o = table!(u, SequenceRnnOptions);
+            Options::SequenceRnn {
+                time_major: o.time_major,
+                activation: activation(o.fused_activation_function),
+                asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
+            }
+        }
+        BIDIRECTIONAL_SEQUENCE_RNN => {
+            let o = table!(u, BidirectionalSequenceRnnOptions);
+            Options::BidirectionalSequenceRnn {
+                time_major: o.time_major,
+                activation: activation(o.fused_activation_function),
+                merge_outputs: o.merge_outputs,
+                asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
+            }
+        }
         VAR_HANDLE => {
             let o = table!(u, VarHandleOptions);
             Options::VarHandle {
@@ -979,9 +996,7 @@ fn other_options(
         SKIP_GRAM => "SkipGramOptions",
         CALL => "CallOptions",
         EMBEDDING_LOOKUP_SPARSE => "EmbeddingLookupSparseOptions",
-        UNIDIRECTIONAL_SEQUENCE_RNN => "SequenceRNNOptions",
         UNIDIRECTIONAL_SEQUENCE_LSTM => "UnidirectionalSequenceLSTMOptions",
-        BIDIRECTIONAL_SEQUENCE_RNN => "BidirectionalSequenceRNNOptions",
         BIDIRECTIONAL_SEQUENCE_LSTM => "BidirectionalSequenceLSTMOptions",
         SPARSE_TO_DENSE => "SparseToDenseOptions",
         FAKE_QUANT => "FakeQuantOptions",
@@ -1326,6 +1341,34 @@ mod tests {
                 },
             ),
             (
+                Op::UnidirectionalSequenceRnn,
+                B::SequenceRnnOptions(Box::new(fb::SequenceRnnOptions {
+                    time_major: true,
+                    fused_activation_function: fb::ActivationFunctionType::Tanh,
+                    asymmetric_quantize_inputs: true,
+                })),
+                Options::SequenceRnn {
+                    time_major: true,
+                    activation: Activation::Tanh,
+                    asymmetric_quantize_inputs: true,
+                },
+            ),
+            (
+                Op::BidirectionalSequenceRnn,
+                B::BidirectionalSequenceRnnOptions(Box::new(fb::BidirectionalSequenceRnnOptions {
+                    time_major: false,
+                    fused_activation_function: fb::ActivationFunctionType::Relu,
+                    merge_outputs: true,
+                    asymmetric_quantize_inputs: false,
+                })),
+                Options::BidirectionalSequenceRnn {
+                    time_major: false,
+                    activation: Activation::Relu,
+                    merge_outputs: true,
+                    asymmetric_quantize_inputs: false,
+                },
+            ),
+            (
                 Op::MaxPool2d,
                 B::Pool2DOptions(Box::new(fb::Pool2DOptions {
                     padding: fb::Padding::Valid,
@@ -1657,6 +1700,15 @@ mod tests {
             Options::Cast {
                 in_type: None,
                 out_type: None
+            }
+        );
+        assert_eq!(
+            options_of(Op::BidirectionalSequenceRnn, None),
+            Options::BidirectionalSequenceRnn {
+                time_major: false,
+                activation: Activation::None,
+                merge_outputs: false,
+                asymmetric_quantize_inputs: false,
             }
         );
         assert_eq!(options_of(Op::Reshape, None), Options::None);

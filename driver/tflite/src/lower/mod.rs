@@ -67,6 +67,7 @@
 //! | IF, WHILE | IF, WHILE, the subgraphs they name lowered as referenced subgraphs |
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
 //! | RNN, SVDF (float; fused NONE/RELU/RELU_N1_TO_1/RELU6/TANH) | RNN, SVDF; the variable state tensor a state input and output named after it (initial value its buffer, else zeros) |
+//! | UNIDIRECTIONAL_SEQUENCE_RNN, BIDIRECTIONAL_SEQUENCE_RNN (float; the same activations) | same, with NNAPI 1.3's hidden-state outputs: each variable hidden state a state input and output; merged or separate outputs; an auxiliary input with both auxiliary weights, or alone when time-major |
 //!
 //! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
 //! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;
@@ -96,6 +97,8 @@ mod tests;
 mod tests_ops;
 #[cfg(test)]
 mod tests_recurrent;
+#[cfg(test)]
+mod tests_seq_rnn;
 
 use std::cell::RefCell;
 use std::collections::HashSet;

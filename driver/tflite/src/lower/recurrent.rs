@@ -1,7 +1,9 @@
 //! Recurrent builtins whose state is a TFLite variable tensor: RNN → NNAPI RNN and SVDF →
-//! NNAPI SVDF, with the argument orders of NNAPI's TFLite delegate. The state tensor's value
-//! before the step arrives as `state_in` (a state input of the model, see `state.rs`); the
-//! operand of the state after the step is returned, so that it becomes the state output.
+//! NNAPI SVDF (and, in the child module `seq_rnn`, UNIDIRECTIONAL_SEQUENCE_RNN and
+//! BIDIRECTIONAL_SEQUENCE_RNN), with the argument orders of NNAPI's TFLite delegate. The
+//! state tensor's value before the step arrives as `state_in` (a state input of the model,
+//! see `state.rs`); the operand of the state after the step is returned, so that it becomes
+//! the state output.
 //!
 //! Only float32 and float16 map (the executor's RNN and SVDF); hybrid and integer kernels are
 //! refused naming the node. The activation inside the recurrence passes through as NNAPI's
@@ -11,8 +13,12 @@ use nnaccel_hal::OperationType;
 
 use super::LowerError;
 use super::build::{Builder, byte_len, is_float, plain};
-use super::code::{RNN, SVDF};
+use super::code::{BIDIRECTIONAL_SEQUENCE_RNN, RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN};
 use crate::graph::{Activation, Options};
+
+/// The sequence forms of RNN: a child of this module, which uses its helpers.
+#[path = "seq_rnn.rs"]
+mod seq_rnn;
 
 type Result<T> = std::result::Result<T, LowerError>;
 
@@ -21,14 +27,18 @@ const STATE_INPUT: usize = 4;
 
 /// Whether builtin `code` is a recurrent operation with variable state, lowered here.
 pub(super) fn is_recurrent(code: i32) -> bool {
-    matches!(code, RNN | SVDF)
+    matches!(
+        code,
+        RNN | SVDF | UNIDIRECTIONAL_SEQUENCE_RNN | BIDIRECTIONAL_SEQUENCE_RNN
+    )
 }
 
 /// The node's inputs that hold its state (variable tensors), in the order [`lower`] takes
 /// and returns their operands.
 pub(super) fn state_inputs(b: &Builder<'_>) -> Result<Vec<usize>> {
     match b.cur()?.builtin_code {
-        RNN | SVDF => Ok(vec![STATE_INPUT]),
+        RNN | SVDF | UNIDIRECTIONAL_SEQUENCE_RNN => Ok(vec![STATE_INPUT]),
+        BIDIRECTIONAL_SEQUENCE_RNN => Ok(seq_rnn::BIDIRECTIONAL_STATES.to_vec()),
         other => Err(b.err(format!("builtin {other} has no recurrent state"))),
     }
 }
@@ -38,6 +48,13 @@ pub(super) fn state_inputs(b: &Builder<'_>) -> Result<Vec<usize>> {
 pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> {
     match (b.cur()?.builtin_code, states_in) {
         (RNN | SVDF, &[state_in]) => Ok(vec![rnn_or_svdf(b, state_in)?]),
+        (UNIDIRECTIONAL_SEQUENCE_RNN, &[state_in]) => {
+            Ok(vec![seq_rnn::unidirectional(b, state_in)?])
+        }
+        (BIDIRECTIONAL_SEQUENCE_RNN, &[fw, bw]) => {
+            let (fw, bw) = seq_rnn::bidirectional(b, fw, bw)?;
+            Ok(vec![fw, bw])
+        }
         (other, _) => Err(b.err(format!(
             "builtin {other} with {} states is not a recurrent node",
             states_in.len()
@@ -82,16 +99,22 @@ fn float_inputs(b: &mut Builder<'_>, bias_units: Option<u32>) -> Result<Vec<u32>
             }
             (None, _, _) => return Err(b.err(format!("input {k} is omitted"))),
         };
-        if !is_float(b.ty(o)) {
-            return Err(b.err(format!(
-                "input {k} is {:?}: only float32 and float16 recurrent layers map (hybrid and \
-                 integer kernels have no NNAPI form the executor runs)",
-                b.ty(o)
-            )));
-        }
+        require_float(b, k, o)?;
         ops.push(o);
     }
     Ok(ops)
+}
+
+/// Refuses operand `o` of the node's input `k` unless it is float32 or float16.
+fn require_float(b: &Builder<'_>, k: usize, o: u32) -> Result<()> {
+    if is_float(b.ty(o)) {
+        return Ok(());
+    }
+    Err(b.err(format!(
+        "input {k} is {:?}: only float32 and float16 recurrent layers map (hybrid and \
+         integer kernels have no NNAPI form the executor runs)",
+        b.ty(o)
+    )))
 }
 
 /// The NNAPI state equal to TFLite state `bytes` of the node being lowered. RNN: the same.

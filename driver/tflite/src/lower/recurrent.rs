@@ -21,7 +21,7 @@ const STATE_INPUT: usize = 4;
 
 /// Whether builtin `code` is a recurrent operation with variable state, lowered here.
 pub(super) fn is_recurrent(code: i32) -> bool {
-    matches!(code, RNN | SVDF)
+    matches!(code, RNN | SVDF) || super::lstm::is_lstm(code)
 }
 
 /// The node's inputs that hold its state (variable tensors), in the order [`lower`] takes
@@ -29,6 +29,7 @@ pub(super) fn is_recurrent(code: i32) -> bool {
 pub(super) fn state_inputs(b: &Builder<'_>) -> Result<Vec<usize>> {
     match b.cur()?.builtin_code {
         RNN | SVDF => Ok(vec![STATE_INPUT]),
+        code if super::lstm::is_lstm(code) => super::lstm::state_inputs(b),
         other => Err(b.err(format!("builtin {other} has no recurrent state"))),
     }
 }
@@ -38,6 +39,7 @@ pub(super) fn state_inputs(b: &Builder<'_>) -> Result<Vec<usize>> {
 pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> {
     match (b.cur()?.builtin_code, states_in) {
         (RNN | SVDF, &[state_in]) => Ok(vec![rnn_or_svdf(b, state_in)?]),
+        (code, _) if super::lstm::is_lstm(code) => super::lstm::lower(b, states_in),
         (other, _) => Err(b.err(format!(
             "builtin {other} with {} states is not a recurrent node",
             states_in.len()

@@ -4,7 +4,7 @@
 //! by `scripts/tflite/lstm_reference.py` (numpy, from TFLite's description of the cell; its
 //! weights follow the same `pattern` formula as here), one printed line per check.
 
-use nnaccel_hal::{OperandLifetime, OperationType};
+use nnaccel_hal::{OperandLifetime, OperandType, OperationType};
 
 use super::code;
 use super::tests::{G, assert_close, f32s, run, to_f32s};
@@ -200,6 +200,61 @@ fn lstm_states_start_from_the_variable_buffers_and_are_carried_between_steps() {
     // "lstm_step h2", "lstm_step c2".
     assert_close(&to_f32s(&second[0]), &[0.4052923, -0.6659793]);
     assert_close(&to_f32s(&second[2]), &[0.8184395, -1.417822]);
+}
+
+/// Little-endian float16 bytes of `v`.
+fn f16s(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| nnaccel_cpu::f32_to_f16(x).to_le_bytes())
+        .collect()
+}
+
+fn from_f16s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2)
+        .map(|c| nnaccel_cpu::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+        .collect()
+}
+
+#[test]
+fn float16_lstm_runs_in_half_precision_with_float16_clips() {
+    let options = full(lstm_cell(Activation::Tanh, 0.0, 0.0));
+    let mut graph = lstm_graph(
+        Spec::new(3, 2),
+        1,
+        &[0.25, -0.5],
+        &[1.0, -1.0],
+        options,
+        false,
+    );
+    for t in &mut graph.subgraphs[0].tensors {
+        t.element_type = ElementType::Float16;
+        t.data = t.data.as_deref().map(|d| f16s(&to_f32s(d)));
+    }
+    let l = lower_model(&graph).unwrap();
+    let op = only_op(&l);
+    let clip = op.inputs[21] as usize;
+    assert_eq!(l.model.operands[clip].operand_type, OperandType::Float16);
+    let out = run(
+        &l,
+        &[
+            f16s(&[0.5, -1.0, 2.0]),
+            f16s(&[0.25, -0.5]),
+            f16s(&[1.0, -1.0]),
+        ],
+    );
+    // "lstm_step h1", "lstm_step c1" within float16's precision (the weights rounded to
+    // float16, ~5e-4 relative; the executor computes in f32 and rounds the results once).
+    for (got, want) in [
+        (from_f16s(&out[0]), [0.4351203, -0.6578444]),
+        (from_f16s(&out[2]), [0.8654091, -1.297195]),
+    ] {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 2e-3 * w.abs().max(1.0),
+                "{got:?} vs {want:?}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -13,11 +13,12 @@
 //! NNAPI wants them (activation, cell clip, projection clip, then time_major, merge_outputs),
 //! and the layer-norm coefficients (TFLite's inputs 20–23 of the 24-input forms) last.
 //!
-//! Only float32 and float16 map, the FULL kernel of LSTM, with NNAPI's activations (NONE,
-//! RELU, RELU6, TANH, SIGMOID). Refused, naming why: the BASIC kernel, hybrid LSTMs (float
-//! input with int8/uint8 weights: TFLite quantizes the input at run time, NNAPI's float LSTM
-//! takes float weights), full-integer LSTMs (TFLite's int8/int16 scheme with intermediate
-//! scales, which NNAPI's QUANTIZED_LSTM spells differently), diagonal recurrent weights.
+//! Only float32 and float16 map, the FULL kernel of LSTM, with the activations the executor's
+//! LSTM applies (NONE, RELU, RELU_N1_TO_1, RELU6, TANH, SIGMOID; not SIGN_BIT). Refused,
+//! naming why: the BASIC kernel, hybrid LSTMs (float input with int8/uint8 weights: TFLite
+//! quantizes the input at run time, NNAPI's float LSTM takes float weights), full-integer
+//! LSTMs (TFLite's int8/int16 scheme with intermediate scales, which NNAPI's QUANTIZED_LSTM
+//! spells differently), diagonal recurrent weights.
 
 use nnaccel_hal::{OperandLifetime, OperationType};
 
@@ -69,7 +70,7 @@ pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> 
                      mapped; only the FULL kernel has a float NNAPI LSTM form",
                 ));
             }
-            lstm(b, cell, h, c)
+            one_direction_lstm(b, cell, None, h, c)
         }
         (
             Options::UnidirectionalSequenceLstm {
@@ -84,7 +85,7 @@ pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> 
                     "diagonal recurrent weights (vectors instead of matrices) have no NNAPI form",
                 ));
             }
-            unidirectional(b, cell, *time_major, h, c)
+            one_direction_lstm(b, cell, Some(*time_major), h, c)
         }
         (
             Options::BidirectionalSequenceLstm {
@@ -101,16 +102,20 @@ pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> 
     }
 }
 
-/// NNAPI's code for the LSTM cell's activation: NONE 0, RELU 1, RELU6 3, TANH 4, SIGMOID 6.
+/// NNAPI's code for the LSTM cell's activation: NONE 0, RELU 1, RELU6 3, TANH 4, SIGMOID 6,
+/// and RELU_N1_TO_1 2, which NNAPI documents for the RNN family only but its reference
+/// executor (and this one) applies to LSTM too, as TFLite's kernel does.
 fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
     match act {
         Activation::None => Ok(0),
         Activation::Relu => Ok(1),
+        Activation::ReluN1To1 => Ok(2),
         Activation::Relu6 => Ok(3),
         Activation::Tanh => Ok(4),
         Activation::Sigmoid => Ok(6),
         other => Err(b.err(format!(
-            "LSTM activation {other:?}: NNAPI's LSTM takes NONE, RELU, RELU6, TANH and SIGMOID"
+            "LSTM activation {other:?}: NNAPI's LSTM takes NONE, RELU, RELU_N1_TO_1, RELU6, \
+             TANH and SIGMOID"
         ))),
     }
 }
@@ -223,12 +228,41 @@ fn layer_norm(b: &mut Builder<'_>, x: u32) -> Result<Option<Vec<u32>>> {
     args(b, x, LAYER_NORM..LAYER_NORM + 4).map(Some)
 }
 
-/// LSTM → NNAPI LSTM: outputs scratch, output state, cell state, output.
-fn lstm(b: &mut Builder<'_>, cell: &LstmCell, h: u32, c: u32) -> Result<Vec<u32>> {
+/// LSTM (`time_major` None) → NNAPI LSTM, outputs scratch, output state, cell state,
+/// output; UNIDIRECTIONAL_SEQUENCE_LSTM (`time_major` given) → the same NNAPI operation,
+/// outputs output, output state, cell state. Returns the new output and cell states.
+fn one_direction_lstm(
+    b: &mut Builder<'_>,
+    cell: &LstmCell,
+    time_major: Option<bool>,
+    h: u32,
+    c: u32,
+) -> Result<Vec<u32>> {
     let (x, mut ins) = one_direction(b, h, c)?;
     ins.extend(scalars(b, cell, x)?);
-    if let Some(ln) = layer_norm(b, x)? {
-        ins.extend(ln);
+    if let Some(time_major) = time_major {
+        ins.push(b.boolean(time_major));
+    }
+    match (layer_norm(b, x)?, time_major) {
+        (Some(ln), _) => ins.extend(ln),
+        // The sequence form always has NNAPI's 28 inputs; LSTM's 23-input form has none.
+        (None, Some(_)) => {
+            for _ in 0..4 {
+                ins.push(no_value(b, x));
+            }
+        }
+        (None, None) => {}
+    }
+    let y = b.define(b.output(0)?)?;
+    let h_out = b.temp_same(h);
+    let c_out = b.temp_same(c);
+    if time_major.is_some() {
+        b.op(
+            OperationType::UnidirectionalSequenceLstm,
+            ins,
+            vec![y, h_out, c_out],
+        );
+        return Ok(vec![h_out, c_out]);
     }
     // The scratch buffer: one [batch, n_cell] block per gate (3 with CIFG).
     let batch = b.dims(x).first().copied().unwrap_or(0);
@@ -238,40 +272,7 @@ fn lstm(b: &mut Builder<'_>, cell: &LstmCell, h: u32, c: u32) -> Result<Vec<u32>
         .checked_mul(gates)
         .ok_or_else(|| b.err("the scratch buffer's size overflows"))?;
     let scratch = b.temp_like(x, vec![batch, width]);
-    let h_out = b.temp_same(h);
-    let c_out = b.temp_same(c);
-    let y = b.define(b.output(0)?)?;
     b.op(OperationType::Lstm, ins, vec![scratch, h_out, c_out, y]);
-    Ok(vec![h_out, c_out])
-}
-
-/// UNIDIRECTIONAL_SEQUENCE_LSTM → the same NNAPI operation with its state outputs.
-fn unidirectional(
-    b: &mut Builder<'_>,
-    cell: &LstmCell,
-    time_major: bool,
-    h: u32,
-    c: u32,
-) -> Result<Vec<u32>> {
-    let (x, mut ins) = one_direction(b, h, c)?;
-    ins.extend(scalars(b, cell, x)?);
-    ins.push(b.boolean(time_major));
-    match layer_norm(b, x)? {
-        Some(ln) => ins.extend(ln),
-        None => {
-            for _ in 0..4 {
-                ins.push(no_value(b, x));
-            }
-        }
-    }
-    let y = b.define(b.output(0)?)?;
-    let h_out = b.temp_same(h);
-    let c_out = b.temp_same(c);
-    b.op(
-        OperationType::UnidirectionalSequenceLstm,
-        ins,
-        vec![y, h_out, c_out],
-    );
     Ok(vec![h_out, c_out])
 }
 

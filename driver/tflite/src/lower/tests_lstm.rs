@@ -163,7 +163,7 @@ fn unsupported(err: LowerError) -> String {
 
 #[test]
 fn lstm_states_start_from_the_variable_buffers_and_are_carried_between_steps() {
-    let options = full(lstm_cell(Activation::Tanh, 0.0, 0.0));
+    let options = tanh_full();
     let graph = lstm_graph(
         Spec::new(3, 2),
         1,
@@ -217,7 +217,7 @@ fn from_f16s(b: &[u8]) -> Vec<f32> {
 
 #[test]
 fn float16_lstm_runs_in_half_precision_with_float16_clips() {
-    let options = full(lstm_cell(Activation::Tanh, 0.0, 0.0));
+    let options = tanh_full();
     let mut graph = lstm_graph(
         Spec::new(3, 2),
         1,
@@ -298,7 +298,7 @@ fn lstm_with_layer_norm_coefficients_takes_the_27_input_form() {
         peephole: true,
         ..Spec::new(2, 3)
     };
-    let options = full(lstm_cell(Activation::Tanh, 0.0, 0.0));
+    let options = tanh_full();
     let c0 = [0.5, -0.25, 1.0];
     let l = lower_model(&lstm_graph(spec, 1, &[0.0; 3], &c0, options, true)).unwrap();
     assert_eq!(only_op(&l).inputs.len(), 27);
@@ -308,67 +308,76 @@ fn lstm_with_layer_norm_coefficients_takes_the_27_input_form() {
     assert_close(&to_f32s(&out[2]), &[0.4881772, -0.4137619, 0.6261358]);
 }
 
+/// Why the plain LSTM (input 3, cell 2) with `options`, changed by `edit`, is refused.
+fn refusal(options: Options, edit: impl FnOnce(&mut Graph)) -> String {
+    let mut graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], options, false);
+    edit(&mut graph);
+    unsupported(lower_model(&graph).unwrap_err())
+}
+
+fn tanh_full() -> Options {
+    full(lstm_cell(Activation::Tanh, 0.0, 0.0))
+}
+
 #[test]
 fn lstm_basic_kernel_is_refused_naming_it() {
     let options = Options::Lstm {
         cell: lstm_cell(Activation::Tanh, 0.0, 0.0),
         kernel: LstmKernel::Basic,
     };
-    let graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], options, false);
-    let why = unsupported(lower_model(&graph).unwrap_err());
+    let why = refusal(options, |_| {});
     assert!(why.contains("BASIC"), "{why}");
 }
 
 #[test]
 fn hybrid_lstm_with_int8_weights_is_refused_as_hybrid() {
-    let options = full(lstm_cell(Activation::Tanh, 0.0, 0.0));
-    let mut graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], options, false);
-    let w = &mut graph.subgraphs[0].tensors[2];
-    w.element_type = ElementType::Int8;
-    w.data = Some(vec![1; 6]);
-    w.quantization.scales = vec![0.1];
-    w.quantization.zero_points = vec![0];
-    let why = unsupported(lower_model(&graph).unwrap_err());
+    let why = refusal(tanh_full(), |graph| {
+        let w = &mut graph.subgraphs[0].tensors[2];
+        w.element_type = ElementType::Int8;
+        w.data = Some(vec![1; 6]);
+        w.quantization.scales = vec![0.1];
+        w.quantization.zero_points = vec![0];
+    });
     assert!(why.contains("hybrid") && why.contains("input 2"), "{why}");
 }
 
 #[test]
 fn integer_lstm_is_refused_naming_the_input_type() {
-    let options = full(lstm_cell(Activation::Tanh, 0.0, 0.0));
-    let mut graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], options, false);
-    graph.subgraphs[0].tensors[0].element_type = ElementType::Int8;
-    let why = unsupported(lower_model(&graph).unwrap_err());
+    let why = refusal(tanh_full(), |graph| {
+        graph.subgraphs[0].tensors[0].element_type = ElementType::Int8;
+    });
     assert!(why.contains("INT8") && why.contains("integer"), "{why}");
 }
 
 #[test]
 fn lstm_with_a_sign_bit_activation_or_a_negative_clip_is_refused() {
-    let options = full(lstm_cell(Activation::SignBit, 0.0, 0.0));
-    let graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], options, false);
-    let why = unsupported(lower_model(&graph).unwrap_err());
+    let why = refusal(full(lstm_cell(Activation::SignBit, 0.0, 0.0)), |_| {});
     assert!(why.contains("SignBit"), "{why}");
-    let options = full(lstm_cell(Activation::Tanh, -1.0, 0.0));
-    let graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], options, false);
-    let why = unsupported(lower_model(&graph).unwrap_err());
+    let why = refusal(full(lstm_cell(Activation::Tanh, -1.0, 0.0)), |_| {});
     assert!(why.contains("cell_clip"), "{why}");
 }
 
 #[test]
 fn lstm_with_a_missing_state_input_is_refused() {
-    let options = full(lstm_cell(Activation::Tanh, 0.0, 0.0));
-    let mut graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], options, false);
-    graph.subgraphs[0].nodes[0].inputs.truncate(19);
-    let err = lower_model(&graph).unwrap_err();
-    assert!(err.to_string().contains("input 19"), "{err}");
+    let why = refusal(tanh_full(), |graph| {
+        graph.subgraphs[0].nodes[0].inputs.truncate(19);
+    });
+    assert!(why.contains("input 19"), "{why}");
+}
+
+/// A graph with the sequence input x of `shape` and the inputs so far: x and the first
+/// cell's tensors (input 2, cell 2, patterned from input 1, names after `prefix`).
+fn sequence_start(shape: &[i32], prefix: &str) -> (G, i32, Vec<i32>) {
+    let mut g = G::default();
+    let x = g.f("x", shape);
+    let mut ins = vec![x];
+    ins.extend(cell(&mut g, Spec::new(2, 2), 1, prefix));
+    (g, x, ins)
 }
 
 /// UNIDIRECTIONAL_SEQUENCE_LSTM: x [2, 3, 2] (batch-major), cell 2, zero initial states.
 fn unidirectional_graph(diagonal: bool) -> Graph {
-    let mut g = G::default();
-    let spec = Spec::new(2, 2);
-    let x = g.f("x", &[2, 3, 2]);
-    let mut ins = vec![x];
-    ins.extend(cell(&mut g, spec, 1, ""));
+    let (mut g, x, mut ins) = sequence_start(&[2, 3, 2], "");
     ins.push(state(&mut g, "h", &[2, 2], &[0.0; 4]));
     ins.push(state(&mut g, "c", &[2, 2], &[0.0; 4]));
     let y = g.f("y", &[2, 3, 2]);
@@ -447,12 +456,8 @@ fn unidirectional_sequence_lstm_with_diagonal_recurrent_weights_is_refused() {
 
 /// BIDIRECTIONAL_SEQUENCE_LSTM: x [2, 1, 2] (time-major), forward and backward cells of 2.
 fn bidirectional_graph(merge_outputs: bool) -> Graph {
-    let mut g = G::default();
-    let spec = Spec::new(2, 2);
-    let x = g.f("x", &[2, 1, 2]);
-    let mut ins = vec![x];
-    ins.extend(cell(&mut g, spec, 1, "fw_"));
-    ins.extend(cell(&mut g, spec, 18, "bw_"));
+    let (mut g, x, mut ins) = sequence_start(&[2, 1, 2], "fw_");
+    ins.extend(cell(&mut g, Spec::new(2, 2), 18, "bw_"));
     for name in ["fw_h", "fw_c", "bw_h", "bw_c"] {
         ins.push(state(&mut g, name, &[1, 2], &[0.0; 2]));
     }
@@ -471,7 +476,12 @@ fn bidirectional_graph(merge_outputs: bool) -> Graph {
     g.graph(&[x], &outputs)
 }
 
-const BI_X: [f32; 4] = [1.0, -1.0, 0.5, 2.0];
+/// Runs a lowered bidirectional graph on x = [[[1, -1]], [[0.5, 2]]] from zero states.
+fn run_bidirectional(l: &Lowered) -> Vec<Vec<u8>> {
+    let mut inputs = vec![f32s(&[1.0, -1.0, 0.5, 2.0])];
+    inputs.extend(std::iter::repeat_n(f32s(&[0.0; 2]), 4));
+    run(l, &inputs)
+}
 
 #[test]
 fn bidirectional_sequence_lstm_with_merged_outputs_concatenates_both_directions() {
@@ -480,10 +490,7 @@ fn bidirectional_sequence_lstm_with_merged_outputs_concatenates_both_directions(
     assert_eq!((op.inputs.len(), op.outputs.len()), (61, 5));
     let names: Vec<_> = l.state.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["fw_h", "fw_c", "bw_h", "bw_c"]);
-    let zeros = f32s(&[0.0; 2]);
-    let mut inputs = vec![f32s(&BI_X)];
-    inputs.extend(std::iter::repeat_n(zeros, 4));
-    let out = run(&l, &inputs);
+    let out = run_bidirectional(&l);
     // "bi fw out" and "bi bw out", per time step forward then backward.
     assert_close(
         &to_f32s(&out[0]),
@@ -509,10 +516,7 @@ fn bidirectional_sequence_lstm_with_merged_outputs_concatenates_both_directions(
 fn bidirectional_sequence_lstm_without_merging_has_two_outputs() {
     let l = lower_model(&bidirectional_graph(false)).unwrap();
     assert_eq!(only_op(&l).outputs.len(), 6);
-    let zeros = f32s(&[0.0; 2]);
-    let mut inputs = vec![f32s(&BI_X)];
-    inputs.extend(std::iter::repeat_n(zeros, 4));
-    let out = run(&l, &inputs);
+    let out = run_bidirectional(&l);
     assert_close(
         &to_f32s(&out[0]),
         &[0.3356039, -0.3367991, 0.1157567, -0.0217071],

@@ -1305,6 +1305,7 @@ model("svdf_rank2", svdf)
 # The LSTM family (float32): output and cell state variable tensors.
 model("lstm_tanh", lstm(OP.LSTM))
 model("lstm_cifg_relu", lstm(OP.LSTM, act=ACT.RELU, cifg=True))
+model("lstm_relu_n1_to_1", lstm(OP.LSTM, batch=1, act=ACT.RELU_N1_TO_1))
 model("lstm_peephole_projection_clip", lstm(OP.LSTM, n_out=3, peephole=True, projection=True,
                                             cell_clip=0.4, proj_clip=0.4))
 model("lstm_layer_norm", lstm(OP.LSTM, batch=1, layer_norm=True, peephole=True))

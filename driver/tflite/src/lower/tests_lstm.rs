@@ -8,7 +8,7 @@ use nnaccel_hal::{OperandLifetime, OperandType, OperationType};
 
 use super::code;
 use super::tests::{G, assert_close, f32s, run, to_f32s};
-use super::{LowerError, Lowered, lower_model};
+use super::{LowerError, Lowered, lower_model, lower_nodes};
 use crate::graph::{Activation, ElementType, Graph, LstmCell, LstmKernel, Options};
 
 /// Weight value `[i][j]` of the tensor at TFLite input `k`: ((7k + 3i + 5j) mod 11 − 5) / 10.
@@ -373,6 +373,13 @@ fn sequence_start(shape: &[i32], prefix: &str) -> (G, i32, Vec<i32>) {
     let mut ins = vec![x];
     ins.extend(cell(&mut g, Spec::new(2, 2), 1, prefix));
     (g, x, ins)
+}
+
+#[test]
+fn lstm_in_a_delegate_partition_is_refused_as_whole_model_only() {
+    let graph = lstm_graph(Spec::new(3, 2), 1, &[0.0; 2], &[0.0; 2], tanh_full(), false);
+    let err = lower_nodes(&graph.subgraphs[0], &[0]).unwrap_err();
+    assert!(err.to_string().contains("recurrent state"), "{err}");
 }
 
 /// UNIDIRECTIONAL_SEQUENCE_LSTM: x [2, 3, 2] (batch-major), cell 2, zero initial states.

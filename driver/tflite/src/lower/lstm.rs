@@ -102,21 +102,13 @@ pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> 
     }
 }
 
-/// NNAPI's code for the LSTM cell's activation: NONE 0, RELU 1, RELU6 3, TANH 4, SIGMOID 6,
-/// and RELU_N1_TO_1 2, which NNAPI documents for the RNN family only but its reference
-/// executor (and this one) applies to LSTM too, as TFLite's kernel does.
+/// NNAPI's code for the LSTM cell's activation: the RNN family's codes (NONE 0, RELU 1,
+/// RELU_N1_TO_1 2, RELU6 3, TANH 4; NNAPI documents 2 for RNN only, but its reference
+/// executor, this one and TFLite's kernel apply it to LSTM too) and SIGMOID 6.
 fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
     match act {
-        Activation::None => Ok(0),
-        Activation::Relu => Ok(1),
-        Activation::ReluN1To1 => Ok(2),
-        Activation::Relu6 => Ok(3),
-        Activation::Tanh => Ok(4),
         Activation::Sigmoid => Ok(6),
-        other => Err(b.err(format!(
-            "LSTM activation {other:?}: NNAPI's LSTM takes NONE, RELU, RELU_N1_TO_1, RELU6, \
-             TANH and SIGMOID"
-        ))),
+        other => super::recurrent::activation_code(b, other),
     }
 }
 

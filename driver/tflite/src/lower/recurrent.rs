@@ -51,7 +51,7 @@ pub(super) fn lower(b: &mut Builder<'_>, states_in: &[u32]) -> Result<Vec<u32>> 
 /// reference executor (and this one) applies the RNN family's activation as an
 /// `ActivationFn`, which also takes TANH (4): NNAPI's TFLite delegate passes TFLite's code
 /// through, and so does this lowering. SIGN_BIT has no NNAPI form.
-fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
+pub(super) fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
     match act {
         Activation::None => Ok(0),
         Activation::Relu => Ok(1),

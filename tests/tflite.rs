@@ -667,6 +667,13 @@ fn the_manifest_lists_every_model_file_and_covers_the_mapped_operators() {
         "GELU",
         "IF",
         "WHILE",
+        "RNN",
+        "SVDF",
+        "UNIDIRECTIONAL_SEQUENCE_RNN",
+        "BIDIRECTIONAL_SEQUENCE_RNN",
+        "LSTM",
+        "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        "BIDIRECTIONAL_SEQUENCE_LSTM",
     ] {
         assert!(used.contains(op), "no generated model uses {op}");
     }

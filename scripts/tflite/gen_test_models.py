@@ -908,6 +908,91 @@ def sequence_rnn(act, time_major, batch, time, size, units, weights="f32"):
     return build
 
 
+def lstm_weights(g, name, shape, fan_in, hybrid):
+    """An LSTM weight matrix: float32, or int8 symmetric per-tensor for a hybrid LSTM."""
+    w = g.weights(shape, fan_in)
+    if not hybrid:
+        return g.const(name, w)
+    scale = float(np.float32(np.abs(w).max() / 127.0))
+    return g.const(name, np.round(w / scale), S.TensorType.INT8, Q([scale], [0]))
+
+
+def lstm_cell_tensors(g, prefix, n_in, n_cell, n_out, cifg=False, peephole=False,
+                      projection=False, hybrid=False):
+    """The 17 weight, bias and projection inputs of one LSTM cell (None where omitted): gate
+    order input, forget, cell, output; CIFG omits the input gate's."""
+    ts = []
+    for gate in range(4):
+        skip = cifg and gate == 0
+        ts.append(None if skip else lstm_weights(g, "%swx%d" % (prefix, gate),
+                                                 [n_cell, n_in], n_in, hybrid))
+    for gate in range(4):
+        skip = cifg and gate == 0
+        ts.append(None if skip else lstm_weights(g, "%swh%d" % (prefix, gate),
+                                                 [n_cell, n_out], n_out, hybrid))
+    for gate in (0, 1, 3):
+        skip = not peephole or (cifg and gate == 0)
+        ts.append(None if skip else g.const("%speep%d" % (prefix, gate),
+                                            g.weights([n_cell], 2)))
+    for gate in range(4):
+        skip = cifg and gate == 0
+        ts.append(None if skip else g.const("%sb%d" % (prefix, gate), bias_values(n_cell)(g)))
+    ts.append(g.const(prefix + "proj_w", g.weights([n_out, n_cell], n_cell))
+              if projection else None)
+    ts.append(g.const(prefix + "proj_b", bias_values(n_out)(g)) if projection else None)
+    return ts
+
+
+def lstm_layer_norm(g, n_cell, cifg):
+    """The four layer-norm coefficients (the input gate's omitted with CIFG), near 1."""
+    return [None if (cifg and gate == 0) else
+            g.const("ln%d" % gate, round3(g.rng.uniform(0.5, 1.5, size=[n_cell])))
+            for gate in range(4)]
+
+
+def lstm(code, batch=2, steps=3, n_in=3, n_cell=4, n_out=4, act=ACT.TANH, cell_clip=0.0,
+         proj_clip=0.0, cifg=False, peephole=False, projection=False, layer_norm=False,
+         time_major=False, merge=True, hybrid=False):
+    """One LSTM-family node over x ([batch, n_in] for LSTM, else a [batch, steps, n_in]
+    sequence or [steps, batch, n_in] when time_major), its output and cell states variable
+    tensors (zero, as LiteRT starts them)."""
+    cell = dict(cifg=cifg, peephole=peephole, projection=projection, hybrid=hybrid)
+    clips = dict(fusedActivationFunction=act, cellClip=cell_clip, projClip=proj_clip)
+
+    def build(g):
+        if code == OP.LSTM:
+            x = g.input("x", [batch, n_in])
+        else:
+            x = g.input("x", [steps, batch, n_in] if time_major else [batch, steps, n_in])
+        if code == OP.BIDIRECTIONAL_SEQUENCE_LSTM:
+            ins = [x, *lstm_cell_tensors(g, "fw_", n_in, n_cell, n_out, **cell),
+                   *lstm_cell_tensors(g, "bw_", n_in, n_cell, n_out, **cell)]
+            ins += [state_tensor(g, name, [batch, n])
+                    for name, n in (("fw_h", n_out), ("fw_c", n_cell), ("bw_h", n_out),
+                                    ("bw_c", n_cell))]
+            ins += [None] * 9
+            outs = [g.act("y", ttype=S.TensorType.FLOAT32)] if merge else [
+                g.act("fw_y", ttype=S.TensorType.FLOAT32),
+                g.act("bw_y", ttype=S.TensorType.FLOAT32)]
+            options = ("BidirectionalSequenceLSTMOptions",
+                       dict(clips, mergeOutputs=merge, timeMajor=time_major))
+            g.op(code, ins, outs, options)
+            g.output(*outs)
+            return
+        ins = [x, *lstm_cell_tensors(g, "", n_in, n_cell, n_out, **cell),
+               state_tensor(g, "h", [batch, n_out]), state_tensor(g, "c", [batch, n_cell])]
+        if layer_norm:
+            ins += lstm_layer_norm(g, n_cell, cifg)
+        y = g.act("y", ttype=S.TensorType.FLOAT32)
+        if code == OP.LSTM:
+            options = ("LSTMOptions", clips)
+        else:
+            options = ("UnidirectionalSequenceLSTMOptions", dict(clips, timeMajor=time_major))
+        g.op(code, ins, [y], options)
+        g.output(y)
+    return build
+
+
 def bidirectional_rnn(act, time_major, merge, batch, time, size, units, aux=None, aux_size=0):
     """BIDIRECTIONAL_SEQUENCE_RNN with (forward, backward) `units`, its hidden states fw_h and
     bw_h variable tensors; `aux`: None, "parallel" (the auxiliary input alone, the backward
@@ -1302,6 +1387,25 @@ model("bidirectional_sequence_rnn_parallel_aux",
 model("bidirectional_sequence_rnn_parallel_aux_batch_major",
       bidirectional_rnn(ACT.TANH, False, True, 2, 2, 3, (2, 2), "parallel", 3),
       expect=refused("BIDIRECTIONAL_SEQUENCE_RNN", "node 0", "batch-major"))
+# The LSTM family (float32): output and cell state variable tensors.
+model("lstm_tanh", lstm(OP.LSTM))
+model("lstm_cifg_relu", lstm(OP.LSTM, act=ACT.RELU, cifg=True))
+model("lstm_relu_n1_to_1", lstm(OP.LSTM, batch=1, act=ACT.RELU_N1_TO_1))
+model("lstm_peephole_projection_clip", lstm(OP.LSTM, n_out=3, peephole=True, projection=True,
+                                            cell_clip=0.4, proj_clip=0.4))
+model("lstm_layer_norm", lstm(OP.LSTM, batch=1, layer_norm=True, peephole=True))
+model("lstm_layer_norm_cifg", lstm(OP.LSTM, layer_norm=True, cifg=True))
+model("unidirectional_sequence_lstm", lstm(OP.UNIDIRECTIONAL_SEQUENCE_LSTM))
+model("unidirectional_sequence_lstm_time_major_cifg_peephole",
+      lstm(OP.UNIDIRECTIONAL_SEQUENCE_LSTM, time_major=True, cifg=True, peephole=True))
+model("unidirectional_sequence_lstm_projection_layer_norm",
+      lstm(OP.UNIDIRECTIONAL_SEQUENCE_LSTM, batch=1, n_out=2, projection=True,
+           layer_norm=True))
+model("bidirectional_sequence_lstm_merged", lstm(OP.BIDIRECTIONAL_SEQUENCE_LSTM))
+model("bidirectional_sequence_lstm_separate_time_major",
+      lstm(OP.BIDIRECTIONAL_SEQUENCE_LSTM, merge=False, time_major=True, steps=2))
+model("lstm_hybrid_int8_weights", lstm(OP.LSTM, hybrid=True),
+      expect=refused("LSTM", "node 0", "hybrid"))
 # What nnaccel refuses: an operator with no NNAPI equivalent, and a custom operator.
 model("unsupported_cumsum", unsupported("CUMSUM"), expect=refused("CUMSUM", "node 1"))
 model("unsupported_custom", unsupported("NnaccelTestOp"),

@@ -463,9 +463,56 @@ pub enum Options {
         /// Hybrid quantization's asymmetric inputs flag.
         asymmetric_quantize_inputs: bool,
     },
+    /// LSTM.
+    Lstm {
+        /// The cell's parameters.
+        cell: LstmCell,
+        /// Which kernel: only FULL has an NNAPI form.
+        kernel: LstmKernel,
+    },
+    /// UNIDIRECTIONAL_SEQUENCE_LSTM.
+    UnidirectionalSequenceLstm {
+        /// The cell's parameters.
+        cell: LstmCell,
+        /// The input is `[time, batch, input]` (else `[batch, time, input]`).
+        time_major: bool,
+        /// The recurrent weights are diagonals (vectors): no NNAPI form.
+        diagonal_recurrent_tensors: bool,
+    },
+    /// BIDIRECTIONAL_SEQUENCE_LSTM.
+    BidirectionalSequenceLstm {
+        /// The parameters of both cells.
+        cell: LstmCell,
+        /// One output with both directions' outputs concatenated (else two outputs).
+        merge_outputs: bool,
+        /// The input is `[time, batch, input]` (else `[batch, time, input]`).
+        time_major: bool,
+    },
     /// Options this form does not carry (a builtin whose parameters the lowering never needs
     /// or cannot map), named for messages.
     Other(&'static str),
+}
+
+/// The parameters the LSTM family shares (`LSTMOptions` and the sequence forms').
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LstmCell {
+    /// The activation of the cell input and of the cell state before the output gate.
+    pub activation: Activation,
+    /// Clip of the cell state, 0 for none.
+    pub cell_clip: f32,
+    /// Clip of the projection, 0 for none.
+    pub proj_clip: f32,
+    /// Hybrid quantization's asymmetric inputs flag.
+    pub asymmetric_quantize_inputs: bool,
+}
+
+/// LSTM's `kernel_type` (`LSTMKernelType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LstmKernel {
+    /// The full kernel: optional CIFG, peephole, projection, layer normalization.
+    Full,
+    /// The basic kernel (4 inputs, concatenated weights, 4 outputs).
+    Basic,
 }
 
 /// One node (operator) of a subgraph.

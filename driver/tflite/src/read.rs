@@ -16,8 +16,8 @@
 use std::path::Path;
 
 use crate::graph::{
-    Activation, CUSTOM, DimensionMetadata, ElementType, Graph, Node, Options, Padding,
-    Quantization, Sparsity, Subgraph, Tensor,
+    Activation, CUSTOM, DimensionMetadata, ElementType, Graph, LstmCell, LstmKernel, Node, Options,
+    Padding, Quantization, Sparsity, Subgraph, Tensor,
 };
 use crate::schema_generated::tflite as fb;
 
@@ -712,6 +712,21 @@ macro_rules! table {
     };
 }
 
+/// The parameters the LSTM options tables share.
+fn lstm_cell(
+    act: fb::ActivationFunctionType,
+    cell_clip: f32,
+    proj_clip: f32,
+    asymmetric_quantize_inputs: bool,
+) -> LstmCell {
+    LstmCell {
+        activation: activation(act),
+        cell_clip,
+        proj_clip,
+        asymmetric_quantize_inputs,
+    }
+}
+
 /// A node's options from its builtin code and its `builtin_options` union.
 fn options(builtin: i32, op: &fb::OperatorRef<'_>) -> planus::Result<Options> {
     use code::*;
@@ -970,6 +985,47 @@ fn options(builtin: i32, op: &fb::OperatorRef<'_>) -> planus::Result<Options> {
                 asymmetric_quantize_inputs: o.asymmetric_quantize_inputs,
             }
         }
+        LSTM => {
+            let o = table!(u, LstmOptions);
+            Options::Lstm {
+                cell: lstm_cell(
+                    o.fused_activation_function,
+                    o.cell_clip,
+                    o.proj_clip,
+                    o.asymmetric_quantize_inputs,
+                ),
+                kernel: match o.kernel_type {
+                    fb::LstmKernelType::Full => LstmKernel::Full,
+                    fb::LstmKernelType::Basic => LstmKernel::Basic,
+                },
+            }
+        }
+        UNIDIRECTIONAL_SEQUENCE_LSTM => {
+            let o = table!(u, UnidirectionalSequenceLstmOptions);
+            Options::UnidirectionalSequenceLstm {
+                cell: lstm_cell(
+                    o.fused_activation_function,
+                    o.cell_clip,
+                    o.proj_clip,
+                    o.asymmetric_quantize_inputs,
+                ),
+                time_major: o.time_major,
+                diagonal_recurrent_tensors: o.diagonal_recurrent_tensors,
+            }
+        }
+        BIDIRECTIONAL_SEQUENCE_LSTM => {
+            let o = table!(u, BidirectionalSequenceLstmOptions);
+            Options::BidirectionalSequenceLstm {
+                cell: lstm_cell(
+                    o.fused_activation_function,
+                    o.cell_clip,
+                    o.proj_clip,
+                    o.asymmetric_quantize_inputs,
+                ),
+                merge_outputs: o.merge_outputs,
+                time_major: o.time_major,
+            }
+        }
         VAR_HANDLE => {
             let o = table!(u, VarHandleOptions);
             Options::VarHandle {
@@ -991,13 +1047,10 @@ fn other_options(
     use code::*;
     let name = match builtin {
         LSH_PROJECTION => "LSHProjectionOptions",
-        LSTM => "LSTMOptions",
         CONCAT_EMBEDDINGS => "ConcatEmbeddingsOptions",
         SKIP_GRAM => "SkipGramOptions",
         CALL => "CallOptions",
         EMBEDDING_LOOKUP_SPARSE => "EmbeddingLookupSparseOptions",
-        UNIDIRECTIONAL_SEQUENCE_LSTM => "UnidirectionalSequenceLSTMOptions",
-        BIDIRECTIONAL_SEQUENCE_LSTM => "BidirectionalSequenceLSTMOptions",
         SPARSE_TO_DENSE => "SparseToDenseOptions",
         FAKE_QUANT => "FakeQuantOptions",
         ONE_HOT => "OneHotOptions",
@@ -1369,6 +1422,71 @@ mod tests {
                 },
             ),
             (
+                Op::Lstm,
+                B::LstmOptions(Box::new(fb::LstmOptions {
+                    fused_activation_function: fb::ActivationFunctionType::Tanh,
+                    cell_clip: 2.5,
+                    proj_clip: 0.75,
+                    kernel_type: fb::LstmKernelType::Basic,
+                    asymmetric_quantize_inputs: true,
+                })),
+                Options::Lstm {
+                    cell: LstmCell {
+                        activation: Activation::Tanh,
+                        cell_clip: 2.5,
+                        proj_clip: 0.75,
+                        asymmetric_quantize_inputs: true,
+                    },
+                    kernel: LstmKernel::Basic,
+                },
+            ),
+            (
+                Op::UnidirectionalSequenceLstm,
+                B::UnidirectionalSequenceLstmOptions(Box::new(
+                    fb::UnidirectionalSequenceLstmOptions {
+                        fused_activation_function: fb::ActivationFunctionType::Relu,
+                        cell_clip: 1.5,
+                        proj_clip: 0.0,
+                        time_major: true,
+                        asymmetric_quantize_inputs: false,
+                        diagonal_recurrent_tensors: true,
+                    },
+                )),
+                Options::UnidirectionalSequenceLstm {
+                    cell: LstmCell {
+                        activation: Activation::Relu,
+                        cell_clip: 1.5,
+                        proj_clip: 0.0,
+                        asymmetric_quantize_inputs: false,
+                    },
+                    time_major: true,
+                    diagonal_recurrent_tensors: true,
+                },
+            ),
+            (
+                Op::BidirectionalSequenceLstm,
+                B::BidirectionalSequenceLstmOptions(Box::new(
+                    fb::BidirectionalSequenceLstmOptions {
+                        fused_activation_function: fb::ActivationFunctionType::Relu6,
+                        cell_clip: 0.0,
+                        proj_clip: 3.0,
+                        merge_outputs: true,
+                        time_major: false,
+                        asymmetric_quantize_inputs: false,
+                    },
+                )),
+                Options::BidirectionalSequenceLstm {
+                    cell: LstmCell {
+                        activation: Activation::Relu6,
+                        cell_clip: 0.0,
+                        proj_clip: 3.0,
+                        asymmetric_quantize_inputs: false,
+                    },
+                    merge_outputs: true,
+                    time_major: false,
+                },
+            ),
+            (
                 Op::MaxPool2d,
                 B::Pool2DOptions(Box::new(fb::Pool2DOptions {
                     padding: fb::Padding::Valid,
@@ -1495,9 +1613,9 @@ mod tests {
                 },
             ),
             (
-                Op::Lstm,
-                B::LstmOptions(Box::default()),
-                Options::Other("LSTMOptions"),
+                Op::LshProjection,
+                B::LshProjectionOptions(Box::default()),
+                Options::Other("LSHProjectionOptions"),
             ),
             (
                 Op::DepthwiseConv2d,

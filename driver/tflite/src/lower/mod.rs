@@ -68,6 +68,8 @@
 //! | VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE | state inputs and outputs ([`Lowered::state`]) |
 //! | RNN, SVDF (float; fused NONE/RELU/RELU_N1_TO_1/RELU6/TANH) | RNN, SVDF; the variable state tensor a state input and output named after it (initial value its buffer, else zeros) |
 //! | UNIDIRECTIONAL_SEQUENCE_RNN, BIDIRECTIONAL_SEQUENCE_RNN (float; the same activations) | same, with NNAPI 1.3's hidden-state outputs: each variable hidden state a state input and output; merged or separate outputs; an auxiliary input with both auxiliary weights, or alone when time-major |
+//! | LSTM (FULL kernel, float; CIFG, peephole, projection, layer norm) | LSTM (23 inputs, 27 with layer norm); output and cell state variable tensors carried as RNN's state is |
+//! | UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM (float) | same (28 / 61 inputs), the final states (outputs 1–2 / 2–5 after the sequence outputs) the state outputs |
 //!
 //! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
 //! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;
@@ -87,12 +89,17 @@ mod control;
 mod conv;
 mod fold;
 mod gelu;
+mod lstm;
 mod movement;
 mod recurrent;
+mod rnn;
+mod seq_rnn;
 mod state;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_lstm;
 #[cfg(test)]
 mod tests_ops;
 #[cfg(test)]

@@ -17,12 +17,15 @@
 //! steps through the auxiliary input with the input's size.
 //!
 //! Only float32 and float16 map (TFLite's kernels run float32, hybrid int8 weights and
-//! nothing else); the activation passes through as for RNN ([`activation_code`]). A child of
-//! `recurrent.rs`, whose hooks call it and whose helpers it uses.
+//! nothing else); the activation passes through as for RNN ([`activation_code`]). Called
+//! through the hooks of `recurrent.rs`; shares RNN's helpers (`rnn.rs`).
 
 use nnaccel_hal::{OperandLifetime, OperationType};
 
-use super::{Builder, LowerError, Options, activation_code, float_inputs, plain, require_float};
+use super::LowerError;
+use super::build::{Builder, plain};
+use super::rnn::{activation_code, float_inputs, require_float};
+use crate::graph::Options;
 
 type Result<T> = std::result::Result<T, LowerError>;
 

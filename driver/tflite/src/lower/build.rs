@@ -412,6 +412,35 @@ impl<'g> Builder<'g> {
         Ok(o)
     }
 
+    /// The weights operand of tensor `t` for a node computing on input operand `x`: `t`'s
+    /// value, or for a float input and constant quantized weights (a hybrid, dynamic-range
+    /// node) those weights dequantized to FLOAT32 at import, the float computation NNAPI's
+    /// delegate makes of a hybrid node. Refused: a FLOAT16 input with quantized weights, and
+    /// a float input with quantized weights computed at run time (or the reverse).
+    pub fn weights(&mut self, x: u32, t: usize) -> Result<u32> {
+        let x_float = is_float(self.ty(x));
+        let tensor = self.tensor(t)?;
+        let quantized_const = !matches!(
+            tensor.element_type,
+            ElementType::Float32 | ElementType::Float16
+        ) && self.is_constant(t);
+        if x_float && quantized_const {
+            if self.ty(x) != OperandType::TensorFloat32 {
+                return Err(self.err("a FLOAT16 input with quantized weights"));
+            }
+            let bytes = self.const_bytes(t)?;
+            let floats = super::fold::dequantize(tensor, &bytes).map_err(|why| self.err(why))?;
+            let dims = dims_of(tensor).map_err(|why| self.err(why))?;
+            return Ok(self.constant(plain(OperandType::TensorFloat32, dims), floats));
+        }
+        let w = self.value(t)?;
+        if x_float != is_float(self.ty(w)) {
+            return Err(self
+                .err("a float input with quantized weights computed at run time, or the reverse"));
+        }
+        Ok(w)
+    }
+
     /// A new temporary operand for output tensor `t` of the node.
     pub fn define(&mut self, t: usize) -> Result<u32> {
         if self.values.contains_key(&t) {

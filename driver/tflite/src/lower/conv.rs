@@ -78,34 +78,6 @@ fn bias(b: &mut Builder<'_>, k: usize, input: u32, filter: u32, channels: u32) -
     }
 }
 
-/// The filter or weights operand for input `x`: tensor `t`, or for a float input and
-/// constant quantized weights (a hybrid, dynamic-range model) those weights dequantized to
-/// float32 at import, as the float computation NNAPI's delegate makes of a hybrid node.
-fn weights(b: &mut Builder<'_>, x: u32, t: usize) -> Result<u32> {
-    let x_float = super::build::is_float(b.ty(x));
-    let tensor = b.tensor(t)?;
-    let quantized_const = !matches!(
-        tensor.element_type,
-        crate::graph::ElementType::Float32 | crate::graph::ElementType::Float16
-    ) && b.is_constant(t);
-    if x_float && quantized_const {
-        if b.ty(x) != OperandType::TensorFloat32 {
-            return Err(b.err("a FLOAT16 input with quantized weights"));
-        }
-        let bytes = b.const_bytes(t)?;
-        let floats = super::fold::dequantize(tensor, &bytes).map_err(|why| b.err(why))?;
-        let dims = super::build::dims_of(tensor).map_err(|why| b.err(why))?;
-        return Ok(b.constant(plain(OperandType::TensorFloat32, dims), floats));
-    }
-    let w = b.value(t)?;
-    if x_float != super::build::is_float(b.ty(w)) {
-        return Err(
-            b.err("a float input with quantized weights computed at run time, or the reverse")
-        );
-    }
-    Ok(w)
-}
-
 /// A dimension of a stored shape as u32 (negative ones are an error).
 fn dim(b: &Builder<'_>, t: usize, k: usize) -> Result<u32> {
     let shape = b.shape(t)?;
@@ -157,7 +129,7 @@ pub(super) fn conv(b: &mut Builder<'_>, depthwise: bool) -> Result<()> {
     rank(b, xt, 4)?;
     rank(b, ft, 4)?;
     let x = b.value(xt)?;
-    let f = weights(b, x, ft)?;
+    let f = b.weights(x, ft)?;
     let channels = dim(b, ft, if depthwise { 3 } else { 0 })?;
     let multiplier = if depthwise {
         let in_c = dim(b, xt, 3)?;
@@ -278,7 +250,7 @@ pub(super) fn fully_connected(b: &mut Builder<'_>) -> Result<()> {
     let (xt, wt, yt) = (b.input(0)?, b.input(1)?, b.output(0)?);
     rank(b, wt, 2)?;
     let x = b.value(xt)?;
-    let w = weights(b, x, wt)?;
+    let w = b.weights(x, wt)?;
     let units = dim(b, wt, 0)?;
     let bias = bias(b, 2, x, w, units)?;
     emit_fully_connected(b, [x, w, bias], units, yt, activation)

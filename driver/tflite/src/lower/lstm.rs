@@ -14,11 +14,13 @@
 //! and the layer-norm coefficients (TFLite's inputs 20–23 of the 24-input forms) last.
 //!
 //! Only float32 and float16 map, the FULL kernel of LSTM, with the activations the executor's
-//! LSTM applies (NONE, RELU, RELU_N1_TO_1, RELU6, TANH, SIGMOID; not SIGN_BIT). Refused,
-//! naming why: the BASIC kernel, hybrid LSTMs (float input with int8/uint8 weights: TFLite
-//! quantizes the input at run time, NNAPI's float LSTM takes float weights), full-integer
-//! LSTMs (TFLite's int8/int16 scheme with intermediate scales, which NNAPI's QUANTIZED_LSTM
-//! spells differently), diagonal recurrent weights.
+//! LSTM applies (NONE, RELU, RELU_N1_TO_1, RELU6, TANH, SIGMOID; not SIGN_BIT). A hybrid LSTM
+//! (float32 input, constant int8/uint8 weights: input-to-gate, recurrent, peephole,
+//! projection and auxiliary weights) computes in float with those weights dequantized at
+//! import ([`Builder::weights`]), as NNAPI's delegate maps it; biases, states and layer-norm
+//! coefficients stay float. Refused, naming why: the BASIC kernel, full-integer LSTMs
+//! (TFLite's int8/int16 scheme with intermediate scales, which NNAPI's QUANTIZED_LSTM spells
+//! differently), diagonal recurrent weights.
 
 use nnaccel_hal::{OperandLifetime, OperationType};
 
@@ -49,6 +51,19 @@ const LAYER_NORM: usize = 20;
 const BI_CELLS: usize = 1 + 2 * CELL_TENSORS;
 /// The bidirectional form's inputs after its states: aux input and 8 aux weights.
 const BI_AUX: std::ops::Range<usize> = 39..48;
+
+/// Whether the node's input `k` is a weight matrix or vector (quantized in a hybrid LSTM):
+/// in each cell's 17 tensors the 8 gate weights, the 3 peepholes and the projection weights
+/// (not the 4 gate biases nor the projection bias); every auxiliary weight of the
+/// bidirectional form.
+fn is_weight(bidirectional: bool, k: usize) -> bool {
+    let in_cell = |j: usize| (1..=11).contains(&j) || j == 16;
+    match k {
+        1..=17 => in_cell(k),
+        18..=34 if bidirectional => in_cell(k - CELL_TENSORS),
+        _ => bidirectional && k > BI_AUX.start && k < BI_AUX.end,
+    }
+}
 
 /// The node's state inputs, in the order [`lower`] takes and returns their operands.
 pub(super) fn state_inputs(b: &Builder<'_>) -> Result<Vec<usize>> {
@@ -112,8 +127,9 @@ fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
     }
 }
 
-/// The element type of the node's input 0, which every present input must share (float32 or
-/// float16); hybrid and integer LSTMs are refused naming why.
+/// The element type of the node's input 0, which every present input but the weights must
+/// share (float32 or float16; the weights are checked as [`args`] makes them); integer LSTMs
+/// are refused naming why.
 fn float_type(b: &Builder<'_>) -> Result<ElementType> {
     let x = b.tensor(b.input(0)?)?.element_type;
     if !matches!(x, ElementType::Float32 | ElementType::Float16) {
@@ -124,29 +140,20 @@ fn float_type(b: &Builder<'_>) -> Result<ElementType> {
         )));
     }
     let node = b.cur()?;
+    let bidirectional = node.builtin_code == BIDIRECTIONAL_SEQUENCE_LSTM;
     for (k, _) in node.inputs.iter().enumerate() {
         let Some(t) = b.opt_input(k)? else { continue };
         let tensor = b.tensor(t)?;
-        if tensor.element_type == x {
+        if tensor.element_type == x || is_weight(bidirectional, k) {
             continue;
         }
-        let why = if matches!(tensor.element_type, ElementType::Int8 | ElementType::UInt8) {
-            format!(
-                "input {k} ({}) is {}: a hybrid LSTM (float input, quantized weights, the \
-                 input quantized at run time) has no NNAPI form the executor runs",
-                tensor.name,
-                tensor.element_type.name()
-            )
-        } else {
-            format!(
-                "input {k} ({}) is {}, input 0 {}: every tensor of a float LSTM has the \
-                 input's type",
-                tensor.name,
-                tensor.element_type.name(),
-                x.name()
-            )
-        };
-        return Err(b.err(why));
+        return Err(b.err(format!(
+            "input {k} ({}) is {}, input 0 {}: every tensor of a float LSTM but its weights \
+             has the input's type",
+            tensor.name,
+            tensor.element_type.name(),
+            x.name()
+        )));
     }
     Ok(x)
 }
@@ -158,12 +165,26 @@ fn no_value(b: &mut Builder<'_>, like: u32) -> u32 {
     b.push_operand(o)
 }
 
-/// The operands of the node's inputs `range`: each present tensor's value, NO_VALUE for an
-/// omitted (or absent) one.
+/// The operands of the node's inputs `range`: each present tensor's value (a weight's
+/// dequantized to float32 when hybrid, see [`Builder::weights`]; it must then have the
+/// input's type), NO_VALUE for an omitted (or absent) one.
 fn args(b: &mut Builder<'_>, x: u32, range: std::ops::Range<usize>) -> Result<Vec<u32>> {
+    let bidirectional = b.cur()?.builtin_code == BIDIRECTIONAL_SEQUENCE_LSTM;
     let mut ops = Vec::with_capacity(range.len());
     for k in range {
         let o = match b.opt_input(k)? {
+            Some(t) if is_weight(bidirectional, k) => {
+                let w = b.weights(x, t)?;
+                if b.ty(w) != b.ty(x) {
+                    return Err(b.err(format!(
+                        "input {k} is {:?}, input 0 {:?}: an LSTM's weights have the input's \
+                         type, or are constant int8/uint8 (hybrid) for a float32 input",
+                        b.ty(w),
+                        b.ty(x)
+                    )));
+                }
+                w
+            }
             Some(t) => b.value(t)?,
             None => no_value(b, x),
         };

@@ -70,6 +70,7 @@
 //! | UNIDIRECTIONAL_SEQUENCE_RNN, BIDIRECTIONAL_SEQUENCE_RNN (float; the same activations) | same, with NNAPI 1.3's hidden-state outputs: each variable hidden state a state input and output; merged or separate outputs; an auxiliary input with both auxiliary weights, or alone when time-major |
 //! | LSTM (FULL kernel, float; CIFG, peephole, projection, layer norm) | LSTM (23 inputs, 27 with layer norm); output and cell state variable tensors carried as RNN's state is |
 //! | UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM (float) | same (28 / 61 inputs), the final states (outputs 1–2 / 2–5 after the sequence outputs) the state outputs |
+//! | hybrid RNN, SVDF, sequence RNNs, LSTM family (float32 input, constant int8/uint8 weights) | the float operation, its weights dequantized to FLOAT32 at import (biases and states stay float); hybrid BIDIRECTIONAL_SEQUENCE_RNN time-major over several steps, or batch-major with an auxiliary size other than the input's, refused (LiteRT's hybrid kernel departs there) |
 //!
 //! Notes: UINT8 and INT8 tensors without quantization are given scale 1, zero point 0 (their
 //! values as they are). A fused TANH or SIGMOID is applied as NNAPI's delegate applies it;

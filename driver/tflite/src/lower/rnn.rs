@@ -5,8 +5,10 @@
 //! hooks in `recurrent.rs`); the operand of the state after the step is returned, so that it
 //! becomes the state output.
 //!
-//! Only float32 and float16 map (the executor's RNN and SVDF); hybrid and integer kernels are
-//! refused naming the node. The activation inside the recurrence passes through as NNAPI's
+//! Only float32 and float16 map (the executor's RNN and SVDF); a hybrid node (float32 input,
+//! constant int8/uint8 weights) computes in float with its weights dequantized at import
+//! ([`Builder::weights`]), as NNAPI's delegate maps it; integer kernels are refused naming
+//! the node. The activation inside the recurrence passes through as NNAPI's
 //! delegate passes it (TANH included, see [`activation_code`]); SIGN_BIT is refused.
 
 use nnaccel_hal::OperationType;
@@ -39,11 +41,19 @@ pub(super) fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
 }
 
 /// Operands of the node's inputs 0..4 (input 3, the bias, may be omitted only for SVDF: a
-/// zero bias of `units` elements is made then). Refuses non-float inputs.
+/// zero bias of `units` elements is made then); the weights (inputs 1 and 2) dequantized
+/// when hybrid ([`Builder::weights`]). Refuses non-float inputs.
 pub(super) fn float_inputs(b: &mut Builder<'_>, bias_units: Option<u32>) -> Result<Vec<u32>> {
-    let mut ops = Vec::new();
+    let mut ops: Vec<u32> = Vec::new();
     for k in 0..STATE_INPUT {
         let o = match (b.opt_input(k)?, k, bias_units) {
+            (Some(t), 1 | 2, _) => {
+                let x = ops
+                    .first()
+                    .copied()
+                    .ok_or_else(|| b.err("input 0 is missing"))?;
+                b.weights(x, t)?
+            }
             (Some(t), _, _) => b.value(t)?,
             (None, 3, Some(units)) => {
                 let like = ops
@@ -69,8 +79,9 @@ pub(super) fn require_float(b: &Builder<'_>, k: usize, o: u32) -> Result<()> {
         return Ok(());
     }
     Err(b.err(format!(
-        "input {k} is {:?}: only float32 and float16 recurrent layers map (hybrid and \
-         integer kernels have no NNAPI form the executor runs)",
+        "input {k} is {:?}: only float32 and float16 recurrent layers map, and hybrid ones \
+         (float32 input, constant int8/uint8 weights); integer kernels have no NNAPI form \
+         the executor runs",
         b.ty(o)
     )))
 }
@@ -111,7 +122,8 @@ pub(super) fn initial_state(b: &Builder<'_>, bytes: Vec<u8>) -> Result<Vec<u8>> 
 pub(super) fn rnn_or_svdf(b: &mut Builder<'_>, state_in: u32) -> Result<u32> {
     b.arity(5..=5, 1)?;
     let node = b.cur()?;
-    // asymmetric_quantize_inputs only matters to hybrid kernels, which are refused below.
+    // asymmetric_quantize_inputs only changes how a hybrid kernel quantizes its input at
+    // run time; the lowering computes hybrid nodes in float, so it has no meaning here.
     let (ty, extra, act) = match node.options {
         Options::Rnn { activation, .. } => (OperationType::Rnn, None, activation),
         Options::Svdf {

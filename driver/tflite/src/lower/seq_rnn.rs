@@ -14,18 +14,24 @@
 //! size other than the input's. The two refused cases are where LiteRT 2.3's kernel departs
 //! from its own documented meaning (and from NNAPI): batch-major parallel linking runs the
 //! backward cell on the input, ignoring the auxiliary input, and time-major cross linking
-//! steps through the auxiliary input with the input's size.
+//! steps through the auxiliary input with the input's size. LiteRT's hybrid kernel departs
+//! twice more, so a hybrid node is refused there too: time-major with more than one step (it
+//! runs the whole sequence once per time step, the hidden states carried across the
+//! repeats), and batch-major with an auxiliary input of a size other than the input's (it
+//! steps through the auxiliary input by the input's size).
 //!
 //! Only float32 and float16 map (TFLite's kernels run float32, hybrid int8 weights and
-//! nothing else); the activation passes through as for RNN ([`activation_code`]). Called
-//! through the hooks of `recurrent.rs`; shares RNN's helpers (`rnn.rs`).
+//! nothing else): a hybrid node's weights (and auxiliary weights) are dequantized to float32
+//! at import ([`Builder::weights`]), the float computation NNAPI's delegate makes of it. The
+//! activation passes through as for RNN ([`activation_code`]). Called through the hooks of
+//! `recurrent.rs`; shares RNN's helpers (`rnn.rs`).
 
 use nnaccel_hal::{OperandLifetime, OperationType};
 
 use super::LowerError;
 use super::build::{Builder, plain};
 use super::rnn::{activation_code, float_inputs, require_float};
-use crate::graph::Options;
+use crate::graph::{ElementType, Options};
 
 type Result<T> = std::result::Result<T, LowerError>;
 
@@ -37,6 +43,9 @@ pub(super) const BIDIRECTIONAL_STATES: [usize; 2] = [4, 8];
 const BIDIRECTIONAL_INPUTS: usize = 12;
 /// The first of the optional auxiliary inputs (aux input, forward and backward aux weights).
 const AUX_INPUT: usize = 9;
+/// BIDIRECTIONAL_SEQUENCE_RNN's weight inputs (forward, backward; input and recurrent; the
+/// auxiliary weights), which a hybrid node holds quantized.
+const BIDIRECTIONAL_WEIGHTS: [usize; 6] = [1, 2, 5, 6, 10, 11];
 
 /// Lowers the UNIDIRECTIONAL_SEQUENCE_RNN node being lowered from hidden state `state_in`;
 /// returns the operand of the hidden state after the last step.
@@ -88,16 +97,16 @@ pub(super) fn bidirectional(
     let code = activation_code(b, activation)?;
     sequence_rank(b)?;
     check_aux(b, time_major)?;
+    check_hybrid(b, time_major)?;
+    let x = b.value(b.input(0)?)?;
+    require_float(b, 0, x)?;
     let mut inputs = Vec::with_capacity(BIDIRECTIONAL_INPUTS + 3);
-    for k in 0..AUX_INPUT {
+    inputs.push(x);
+    for k in 1..AUX_INPUT {
         let o = match k {
             4 => fw_state,
             8 => bw_state,
-            _ => {
-                let o = b.value(b.input(k)?)?;
-                require_float(b, k, o)?;
-                o
-            }
+            _ => input_or_weights(b, x, k, b.input(k)?)?,
         };
         inputs.push(o);
     }
@@ -105,13 +114,12 @@ pub(super) fn bidirectional(
     for k in AUX_INPUT..BIDIRECTIONAL_INPUTS {
         let o = match b.opt_input(k)? {
             Some(t) => {
-                let o = b.value(t)?;
-                require_float(b, k, o)?;
+                let o = input_or_weights(b, x, k, t)?;
                 present.push(o);
                 o
             }
             None => {
-                let mut omitted = plain(b.ty(inputs[0]), Vec::new());
+                let mut omitted = plain(b.ty(x), Vec::new());
                 omitted.lifetime = OperandLifetime::NoValue;
                 b.push_operand(omitted)
             }
@@ -132,6 +140,18 @@ pub(super) fn bidirectional(
     outs.extend([fw_out, bw_out]);
     b.op(OperationType::BidirectionalSequenceRnn, inputs, outs);
     Ok((fw_out, bw_out))
+}
+
+/// The float operand of BIDIRECTIONAL_SEQUENCE_RNN's input `k` (tensor `t`), `x` its input:
+/// a weight input dequantized when hybrid ([`Builder::weights`]).
+fn input_or_weights(b: &mut Builder<'_>, x: u32, k: usize, t: usize) -> Result<u32> {
+    let o = if BIDIRECTIONAL_WEIGHTS.contains(&k) {
+        b.weights(x, t)?
+    } else {
+        b.value(t)?
+    };
+    require_float(b, k, o)?;
+    Ok(o)
 }
 
 /// The input must be 3-D: `[time, batch, n]` or `[batch, time, n]`.
@@ -178,6 +198,46 @@ fn check_aux(b: &Builder<'_>, time_major: bool) -> Result<()> {
              auxiliary input with both auxiliary weights",
         )),
     }
+}
+
+/// A hybrid node (float input, a quantized weight) takes a form LiteRT's hybrid kernel
+/// computes as documented (see the module's text).
+fn check_hybrid(b: &Builder<'_>, time_major: bool) -> Result<()> {
+    let x = b.input(0)?;
+    if b.tensor(x)?.element_type != ElementType::Float32 {
+        return Ok(());
+    }
+    let mut hybrid = false;
+    for k in BIDIRECTIONAL_WEIGHTS {
+        if let Some(t) = b.opt_input(k)? {
+            let ty = b.tensor(t)?.element_type;
+            hybrid |= !matches!(ty, ElementType::Float32 | ElementType::Float16);
+        }
+    }
+    if !hybrid {
+        return Ok(());
+    }
+    let shape = b.shape(x)?;
+    let steps = shape.first().copied().unwrap_or(0);
+    if time_major && steps > 1 {
+        return Err(b.err(format!(
+            "a hybrid (quantized weights) time-major sequence of {steps} steps: LiteRT's \
+             hybrid kernel runs the whole sequence once per step, its hidden states carried \
+             across the repeats; NNAPI runs it once"
+        )));
+    }
+    if let (false, Some(a)) = (time_major, b.opt_input(AUX_INPUT)?) {
+        let aux_size = b.shape(a)?.last().copied();
+        let in_size = shape.last().copied();
+        if aux_size != in_size {
+            return Err(b.err(format!(
+                "a hybrid (quantized weights) batch-major node with an auxiliary input of \
+                 size {aux_size:?} and an input of size {in_size:?}: LiteRT's hybrid kernel \
+                 steps through the auxiliary input by the input's size, NNAPI by its own"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Every operand in `ops` (the input first) has the input's type: the layer computes in

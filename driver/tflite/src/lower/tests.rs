@@ -192,6 +192,32 @@ pub(super) fn int_arg(l: &Lowered, o: u32) -> i32 {
     i32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
+/// Makes tensor `t` of `graph`'s main subgraph a constant of type `ty` (INT8 or UINT8)
+/// holding `q`, quantized per tensor at `scale` and `zero_point`: a hybrid node's weights.
+pub(super) fn quantize_const(
+    graph: &mut Graph,
+    t: usize,
+    ty: ElementType,
+    q: &[u8],
+    scale: f32,
+    zero_point: i64,
+) {
+    let tensor = &mut graph.subgraphs[0].tensors[t];
+    tensor.element_type = ty;
+    tensor.data = Some(q.to_vec());
+    tensor.quantization.scales = vec![scale];
+    tensor.quantization.zero_points = vec![zero_point];
+}
+
+/// The values of operand `o`, a FLOAT32 constant copied into `operand_values`.
+pub(super) fn float_const(l: &Lowered, o: u32) -> Vec<f32> {
+    let op = &l.model.operands[o as usize];
+    assert_eq!(op.operand_type, OperandType::TensorFloat32);
+    assert_eq!(op.lifetime, OperandLifetime::ConstantCopy);
+    let at = op.location.offset as usize;
+    to_f32s(&l.model.operand_values[at..at + op.location.length as usize])
+}
+
 pub(super) fn assert_close(got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
     for (g, w) in got.iter().zip(want) {

@@ -7,7 +7,7 @@
 use nnaccel_hal::{OperandLifetime, OperandType, OperationType};
 
 use super::code;
-use super::tests::{G, assert_close, f32s, run, to_f32s};
+use super::tests::{G, assert_close, f32s, float_const, quantize_const, run, to_f32s};
 use super::{LowerError, Lowered, lower_model, lower_nodes};
 use crate::graph::{Activation, ElementType, Graph, LstmCell, LstmKernel, Options};
 
@@ -329,16 +329,101 @@ fn lstm_basic_kernel_is_refused_naming_it() {
     assert!(why.contains("BASIC"), "{why}");
 }
 
+/// The TFLite inputs of the one-direction forms that a hybrid LSTM holds quantized: gate
+/// weights 1–8, peepholes 9–11, projection weights 16.
+const WEIGHTS: [usize; 12] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16];
+
+/// Makes each present node input of `inputs` (a [`pattern`] tensor, multiples of 0.1 in
+/// [-0.5, 0.5]) an int8 constant at scale 0.1: q = 10·v, exactly the pattern's
+/// `(7k + 3i + 5j) mod 11 − 5`, which dequantizes to the float graph's weights.
+fn make_hybrid(graph: &mut Graph, inputs: impl IntoIterator<Item = usize>) {
+    for k in inputs {
+        let t = graph.subgraphs[0].nodes[0].inputs[k];
+        let Ok(t) = usize::try_from(t) else { continue };
+        let data = graph.subgraphs[0].tensors[t].data.clone().unwrap();
+        let q: Vec<u8> = to_f32s(&data)
+            .iter()
+            .map(|v| (v * 10.0).round() as i8 as u8)
+            .collect();
+        quantize_const(graph, t, ElementType::Int8, &q, 0.1, 0);
+    }
+}
+
+/// Each present input of `inputs` of the only operation of `l` is a FLOAT32 constant
+/// holding [`pattern`]`(k)` (of the dimensions it has).
+fn assert_dequantized_patterns(l: &Lowered, inputs: impl IntoIterator<Item = usize>) {
+    let op = only_op(l);
+    for k in inputs {
+        let o = op.inputs[k];
+        let operand = &l.model.operands[o as usize];
+        if operand.lifetime == OperandLifetime::NoValue {
+            continue;
+        }
+        let rows = operand.dimensions[0] as usize;
+        let cols = operand.dimensions.get(1).map_or(1, |&c| c as usize);
+        assert_close(&float_const(l, o), &pattern(k, rows, cols));
+    }
+}
+
 #[test]
-fn hybrid_lstm_with_int8_weights_is_refused_as_hybrid() {
+fn hybrid_lstm_with_cifg_peephole_and_projection_dequantizes_every_weight_at_import() {
+    let spec = Spec {
+        n_output: 2,
+        cifg: true,
+        peephole: true,
+        projection: true,
+        ..Spec::new(2, 3)
+    };
+    let options = full(lstm_cell(Activation::Relu, 0.5, 0.38));
+    let h0 = [0.1, -0.2, 0.3, 0.0];
+    let c0 = [0.2, -0.3, 0.4, -0.1, 0.5, 0.0];
+    let mut graph = lstm_graph(spec, 2, &h0, &c0, options, false);
+    make_hybrid(&mut graph, WEIGHTS);
+    let l = lower_model(&graph).unwrap();
+    assert_dequantized_patterns(&l, WEIGHTS);
+    let out = run(&l, &[f32s(&[1.0, -0.5, -2.0, 0.25]), f32s(&h0), f32s(&c0)]);
+    // The float graph's outputs: "cifg h", "cifg c".
+    assert_close(&to_f32s(&out[0]), &[0.2813784, -0.38, 0.38, -0.3159456]);
+    assert_close(
+        &to_f32s(&out[2]),
+        &[0.5, -0.1745278, 0.2932081, -0.05998884, 0.4663433, 0.0],
+    );
+}
+
+#[test]
+fn hybrid_lstm_with_a_float16_input_is_refused() {
     let why = refusal(tanh_full(), |graph| {
-        let w = &mut graph.subgraphs[0].tensors[2];
-        w.element_type = ElementType::Int8;
-        w.data = Some(vec![1; 6]);
-        w.quantization.scales = vec![0.1];
-        w.quantization.zero_points = vec![0];
+        make_hybrid(graph, [2]);
+        // Every other tensor float16.
+        for t in &mut graph.subgraphs[0].tensors {
+            if t.element_type == ElementType::Float32 {
+                t.element_type = ElementType::Float16;
+                t.data = t.data.as_deref().map(|d| f16s(&to_f32s(d)));
+            }
+        }
     });
-    assert!(why.contains("hybrid") && why.contains("input 2"), "{why}");
+    assert!(
+        why.contains("FLOAT16 input with quantized weights"),
+        "{why}"
+    );
+}
+
+#[test]
+fn hybrid_lstm_with_quantized_weights_computed_at_run_time_is_refused() {
+    let why = refusal(tanh_full(), |graph| {
+        make_hybrid(graph, [2]);
+        let sub = &mut graph.subgraphs[0];
+        let w = sub.nodes[0].inputs[2];
+        sub.tensors[w as usize].data = None;
+        sub.inputs.push(w);
+    });
+    assert!(why.contains("computed at run time"), "{why}");
+}
+
+#[test]
+fn hybrid_lstm_with_a_quantized_bias_is_refused() {
+    let why = refusal(tanh_full(), |graph| make_hybrid(graph, [2, 13]));
+    assert!(why.contains("input 13") && why.contains("INT8"), "{why}");
 }
 
 #[test]
@@ -456,6 +541,22 @@ fn unidirectional_sequence_lstm_outputs_its_final_states_as_the_state_outputs() 
 }
 
 #[test]
+fn hybrid_unidirectional_sequence_lstm_computes_as_the_float_one_with_dequantized_weights() {
+    let float = lower_model(&unidirectional_graph(false)).unwrap();
+    let mut graph = unidirectional_graph(false);
+    make_hybrid(&mut graph, WEIGHTS);
+    let hybrid = lower_model(&graph).unwrap();
+    assert_dequantized_patterns(&hybrid, WEIGHTS);
+    let x = f32s(&[1.0, 0.0, 0.0, 1.0, -1.0, 0.5, 0.5, 0.5, 2.0, -1.0, 0.0, 0.0]);
+    let zeros = f32s(&[0.0; 4]);
+    let inputs = [x, zeros.clone(), zeros];
+    let (want, got) = (run(&float, &inputs), run(&hybrid, &inputs));
+    for (g, w) in got.iter().zip(&want) {
+        assert_close(&to_f32s(g), &to_f32s(w));
+    }
+}
+
+#[test]
 fn unidirectional_sequence_lstm_with_diagonal_recurrent_weights_is_refused() {
     let why = unsupported(lower_model(&unidirectional_graph(true)).unwrap_err());
     assert!(why.contains("diagonal"), "{why}");
@@ -488,6 +589,21 @@ fn run_bidirectional(l: &Lowered) -> Vec<Vec<u8>> {
     let mut inputs = vec![f32s(&[1.0, -1.0, 0.5, 2.0])];
     inputs.extend(std::iter::repeat_n(f32s(&[0.0; 2]), 4));
     run(l, &inputs)
+}
+
+#[test]
+fn hybrid_bidirectional_sequence_lstm_dequantizes_both_cells_weights() {
+    // Both cells' gate weights (inputs 1–8 and 18–25); the biases (12–15, 29–32) stay float.
+    let weights: Vec<usize> = (1..=8).chain(18..=25).collect();
+    let float = lower_model(&bidirectional_graph(true)).unwrap();
+    let mut graph = bidirectional_graph(true);
+    make_hybrid(&mut graph, weights.iter().copied());
+    let hybrid = lower_model(&graph).unwrap();
+    assert_dequantized_patterns(&hybrid, weights);
+    let (want, got) = (run_bidirectional(&float), run_bidirectional(&hybrid));
+    for (g, w) in got.iter().zip(&want) {
+        assert_close(&to_f32s(g), &to_f32s(w));
+    }
 }
 
 #[test]

@@ -3,9 +3,9 @@
 //! are worked by hand in the comments.
 
 use super::code;
-use super::tests::{G, assert_close, f32s, run, to_f32s};
+use super::tests::{G, assert_close, f32s, float_const, quantize_const, run, to_f32s};
 use super::{LowerError, lower_model, lower_nodes};
-use crate::graph::{Activation, Graph, Options};
+use crate::graph::{Activation, ElementType, Graph, Options};
 
 /// x [1, 2] → RNN (units 2, RELU) with W = [[0.5, -1], [1, 0.25]], R = [[0.1, 0.2],
 /// [-0.3, 0.4]], bias [0.1, -0.2] and the variable state h (initial `h0`, or none).
@@ -132,4 +132,92 @@ fn svdf_without_a_bias_gets_a_zero_bias() {
     // Memory 0 → [0, 3] for x = [1, 1]: y = 1·3 = 3.
     let out = run(&l, &[f32s(&[1.0, 1.0]), l.state[0].initial.clone()]);
     assert_close(&to_f32s(&out[0]), &[3.0]);
+}
+
+/// [`rnn_graph`] (no initial state, activation NONE) made hybrid: W int8 at scale 0.25
+/// ([2, -4, 4, 1] → [0.5, -1, 1, 0.25]) and R uint8 at scale 0.1, zero point 10
+/// ([11, 12, 7, 14] → [0.1, 0.2, -0.3, 0.4]): the float graph's weights.
+fn hybrid_rnn_graph() -> Graph {
+    let mut graph = rnn_graph(None, Activation::None);
+    let w = [2i8, -4, 4, 1].map(|v| v as u8);
+    quantize_const(&mut graph, 1, ElementType::Int8, &w, 0.25, 0);
+    quantize_const(&mut graph, 2, ElementType::UInt8, &[11, 12, 7, 14], 0.1, 10);
+    graph
+}
+
+#[test]
+fn hybrid_rnn_computes_in_float_with_its_quantized_weights_dequantized_at_import() {
+    let l = lower_model(&hybrid_rnn_graph()).unwrap();
+    let rnn = &l.model.operations[0];
+    assert_close(&float_const(&l, rnn.inputs[1]), &[0.5, -1.0, 1.0, 0.25]);
+    assert_close(&float_const(&l, rnn.inputs[2]), &[0.1, 0.2, -0.3, 0.4]);
+    // As the float graph: x = [1, 2], h = 0 → [-1.4, 1.3].
+    let out = run(&l, &[f32s(&[1.0, 2.0]), l.state[0].initial.clone()]);
+    assert_close(&to_f32s(&out[0]), &[-1.4, 1.3]);
+}
+
+/// The reason the RNN node of `graph` is refused.
+fn rnn_refusal(graph: &Graph) -> String {
+    let err = lower_model(graph).unwrap_err();
+    let LowerError::Unsupported { node, op, why } = err else {
+        panic!("not Unsupported: {err}");
+    };
+    assert_eq!((node, op.as_str()), (0, "RNN"));
+    why
+}
+
+#[test]
+fn hybrid_rnn_with_a_float16_input_is_refused() {
+    let mut graph = hybrid_rnn_graph();
+    graph.subgraphs[0].tensors[0].element_type = ElementType::Float16;
+    let why = rnn_refusal(&graph);
+    assert!(
+        why.contains("FLOAT16 input with quantized weights"),
+        "{why}"
+    );
+}
+
+#[test]
+fn hybrid_rnn_with_quantized_weights_computed_at_run_time_is_refused() {
+    let mut graph = hybrid_rnn_graph();
+    let sub = &mut graph.subgraphs[0];
+    sub.tensors[1].data = None;
+    sub.inputs.push(1);
+    let why = rnn_refusal(&graph);
+    assert!(why.contains("computed at run time"), "{why}");
+}
+
+#[test]
+fn hybrid_rnn_with_a_quantized_bias_is_refused() {
+    let mut graph = hybrid_rnn_graph();
+    quantize_const(&mut graph, 3, ElementType::Int8, &[1, 254], 0.1, 0);
+    let why = rnn_refusal(&graph);
+    assert!(why.contains("input 3"), "{why}");
+}
+
+#[test]
+fn integer_rnn_with_a_quantized_input_is_refused() {
+    let mut graph = hybrid_rnn_graph();
+    let x = &mut graph.subgraphs[0].tensors[0];
+    x.element_type = ElementType::Int8;
+    x.quantization.scales = vec![0.1];
+    x.quantization.zero_points = vec![0];
+    let why = rnn_refusal(&graph);
+    assert!(why.contains("input 0") && why.contains("integer"), "{why}");
+}
+
+#[test]
+fn hybrid_svdf_computes_in_float_with_its_quantized_weights_dequantized_at_import() {
+    // weights_feature int8 [4, 8] at 0.25 → [1, 2]; weights_time int8 [1, 2] at 0.5 →
+    // [0.5, 1]: the float graph's.
+    let mut graph = svdf_graph(&[3.0, 4.0], true);
+    quantize_const(&mut graph, 1, ElementType::Int8, &[4, 8], 0.25, 0);
+    quantize_const(&mut graph, 2, ElementType::Int8, &[1, 2], 0.5, 0);
+    let l = lower_model(&graph).unwrap();
+    let svdf = &l.model.operations[0];
+    assert_close(&float_const(&l, svdf.inputs[1]), &[1.0, 2.0]);
+    assert_close(&float_const(&l, svdf.inputs[2]), &[0.5, 1.0]);
+    // As the float graph's first step: y = 5.25.
+    let out = run(&l, &[f32s(&[1.0, 1.0]), l.state[0].initial.clone()]);
+    assert_close(&to_f32s(&out[0]), &[5.25]);
 }

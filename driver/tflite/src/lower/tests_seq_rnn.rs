@@ -4,7 +4,7 @@
 //! worked by hand in the comments.
 
 use super::code;
-use super::tests::{G, assert_close, f16_bits, f32s, run, to_f32s};
+use super::tests::{G, assert_close, f16_bits, f32s, float_const, quantize_const, run, to_f32s};
 use super::{LowerError, lower_model, lower_nodes};
 use crate::graph::{Activation, ElementType, Graph, Options};
 
@@ -152,19 +152,39 @@ fn unidirectional_in_float16_runs_on_the_executor() {
 }
 
 #[test]
-fn unidirectional_with_int8_weights_is_refused_as_hybrid() {
+fn unidirectional_hybrid_computes_in_float_with_its_int8_weights_dequantized_at_import() {
+    // W int8 [2, 4] at 0.5 → [1, 2]; R int8 [1, 2, 0, -2] at 0.5 → [0.5, 1, 0, -1]: the
+    // float graph's weights, so its outputs.
     let mut graph = uni_graph(false, Activation::None, None);
-    let w = &mut graph.subgraphs[0].tensors[1];
-    w.element_type = ElementType::Int8;
-    w.data = Some(vec![1, 2]);
-    w.quantization.scales = vec![0.5];
-    w.quantization.zero_points = vec![0];
+    quantize_const(&mut graph, 1, ElementType::Int8, &[2, 4], 0.5, 0);
+    let r = [1i8, 2, 0, -2].map(|v| v as u8);
+    quantize_const(&mut graph, 2, ElementType::Int8, &r, 0.5, 0);
+    let l = lower_model(&graph).unwrap();
+    let op = &l.model.operations[0];
+    assert_close(&float_const(&l, op.inputs[1]), &[1.0, 2.0]);
+    assert_close(&float_const(&l, op.inputs[2]), &[0.5, 1.0, 0.0, -1.0]);
+    let out = run(
+        &l,
+        &[f32s(&[1.0, 2.0, -1.0, 0.5]), l.state[0].initial.clone()],
+    );
+    let want: Vec<f32> = UNI_B0.iter().chain(&UNI_B1).copied().collect();
+    assert_close(&to_f32s(&out[0]), &want);
+}
+
+#[test]
+fn unidirectional_with_int8_weights_and_a_float16_input_is_refused() {
+    let mut graph = uni_graph(false, Activation::None, None);
+    quantize_const(&mut graph, 1, ElementType::Int8, &[2, 4], 0.5, 0);
+    graph.subgraphs[0].tensors[0].element_type = ElementType::Float16;
     let err = lower_model(&graph).unwrap_err();
     let LowerError::Unsupported { node, op, why } = err else {
         panic!("not Unsupported: {err}");
     };
     assert_eq!((node, op.as_str()), (0, "UNIDIRECTIONAL_SEQUENCE_RNN"));
-    assert!(why.contains("input 1") && why.contains("hybrid"), "{why}");
+    assert!(
+        why.contains("FLOAT16 input with quantized weights"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -370,4 +390,55 @@ fn bidirectional_with_two_outputs_but_merge_outputs_is_refused() {
     }
     let why = refusal(&graph);
     assert!(why.contains("2 outputs, expected 1"), "{why}");
+}
+
+/// Makes node input `k` of a bidirectional `graph` an int8 constant `q` at scale 0.5.
+fn quantize_input(graph: &mut Graph, k: usize, q: &[i8]) {
+    let t = graph.subgraphs[0].nodes[0].inputs[k] as usize;
+    let q: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+    quantize_const(graph, t, ElementType::Int8, &q, 0.5, 0);
+}
+
+#[test]
+fn bidirectional_hybrid_dequantizes_its_weights_and_aux_weights_at_import() {
+    // Batch-major, one batch, cross-linked: every weight int8 at 0.5 holding the float
+    // graph's (1 → 2, 0.5 → 1, -1 → -2, 2 → 4; aux weights 1 → 2), so its outputs.
+    let mut graph = bidi_graph(false, true, Aux::Cross);
+    for (k, q) in [(1, 2), (2, 1), (5, -2), (6, 4), (10, 2), (11, 2)] {
+        quantize_input(&mut graph, k, &[q]);
+    }
+    let l = lower_model(&graph).unwrap();
+    let op = &l.model.operations[0];
+    let weights: Vec<f32> = [1, 2, 5, 6, 10, 11]
+        .iter()
+        .flat_map(|&k| float_const(&l, op.inputs[k]))
+        .collect();
+    assert_close(&weights, &[1.0, 0.5, -1.0, 2.0, 1.0, 1.0]);
+    let zero = f32s(&[0.0]);
+    let out = run(&l, &[f32s(&X), f32s(&[1.0; 3]), zero.clone(), zero]);
+    assert_close(&to_f32s(&out[0]), &[2.0, -3.0, 4.0, -2.0, 6.0, -1.0]);
+}
+
+#[test]
+fn bidirectional_hybrid_time_major_over_several_steps_is_refused_where_litert_repeats_it() {
+    let mut graph = bidi_graph(true, true, Aux::None);
+    quantize_input(&mut graph, 1, &[2]);
+    let why = refusal(&graph);
+    assert!(why.contains("hybrid") && why.contains("3 steps"), "{why}");
+}
+
+#[test]
+fn bidirectional_hybrid_batch_major_with_another_aux_size_is_refused() {
+    let mut graph = bidi_graph(false, true, Aux::Cross);
+    let sub = &mut graph.subgraphs[0];
+    let a = sub.nodes[0].inputs[9] as usize;
+    sub.tensors[a].shape = vec![1, 3, 2];
+    for w in [10, 11] {
+        let t = sub.nodes[0].inputs[w] as usize;
+        sub.tensors[t].shape = vec![1, 2];
+        sub.tensors[t].data = Some(f32s(&[1.0, 1.0]));
+    }
+    quantize_input(&mut graph, 10, &[2, 2]);
+    let why = refusal(&graph);
+    assert!(why.contains("hybrid") && why.contains("Some(2)"), "{why}");
 }

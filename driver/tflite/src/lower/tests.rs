@@ -209,6 +209,16 @@ pub(super) fn quantize_const(
     tensor.quantization.zero_points = vec![zero_point];
 }
 
+/// Why node 0 of `graph`, a `op` node, is refused (it must be, as Unsupported).
+pub(super) fn node0_refusal(graph: &Graph, op: &str) -> String {
+    let err = lower_model(graph).unwrap_err();
+    let LowerError::Unsupported { node, op: got, why } = err else {
+        panic!("not Unsupported: {err}");
+    };
+    assert_eq!((node, got.as_str()), (0, op));
+    why
+}
+
 /// The values of operand `o`, a FLOAT32 constant copied into `operand_values`.
 pub(super) fn float_const(l: &Lowered, o: u32) -> Vec<f32> {
     let op = &l.model.operands[o as usize];

@@ -257,8 +257,12 @@ fn float16_lstm_runs_in_half_precision_with_float16_clips() {
     }
 }
 
-#[test]
-fn lstm_with_cifg_peephole_and_projection_clips_the_cell_and_the_projection() {
+const CIFG_H0: [f32; 4] = [0.1, -0.2, 0.3, 0.0];
+const CIFG_C0: [f32; 6] = [0.2, -0.3, 0.4, -0.1, 0.5, 0.0];
+
+/// LSTM with CIFG, peephole and projection (input 2, cell 3, output 2, batch 2; RELU, cell
+/// clip 0.5, projection clip 0.38), its states from `CIFG_H0`, `CIFG_C0`.
+fn cifg_graph() -> Graph {
     let spec = Spec {
         n_output: 2,
         cifg: true,
@@ -267,9 +271,24 @@ fn lstm_with_cifg_peephole_and_projection_clips_the_cell_and_the_projection() {
         ..Spec::new(2, 3)
     };
     let options = full(lstm_cell(Activation::Relu, 0.5, 0.38));
-    let h0 = [0.1, -0.2, 0.3, 0.0];
-    let c0 = [0.2, -0.3, 0.4, -0.1, 0.5, 0.0];
-    let l = lower_model(&lstm_graph(spec, 2, &h0, &c0, options, false)).unwrap();
+    lstm_graph(spec, 2, &CIFG_H0, &CIFG_C0, options, false)
+}
+
+/// Runs a lowered [`cifg_graph`] and checks its output and cell state.
+fn check_cifg_outputs(l: &Lowered) {
+    let x = f32s(&[1.0, -0.5, -2.0, 0.25]);
+    let out = run(l, &[x, f32s(&CIFG_H0), f32s(&CIFG_C0)]);
+    // "cifg h", "cifg c".
+    assert_close(&to_f32s(&out[0]), &[0.2813784, -0.38, 0.38, -0.3159456]);
+    assert_close(
+        &to_f32s(&out[2]),
+        &[0.5, -0.1745278, 0.2932081, -0.05998884, 0.4663433, 0.0],
+    );
+}
+
+#[test]
+fn lstm_with_cifg_peephole_and_projection_clips_the_cell_and_the_projection() {
+    let l = lower_model(&cifg_graph()).unwrap();
     let op = only_op(&l);
     // CIFG: the input-gate weights, recurrent weights, peephole and bias are NO_VALUE.
     for k in [1, 5, 9, 12] {
@@ -283,13 +302,7 @@ fn lstm_with_cifg_peephole_and_projection_clips_the_cell_and_the_projection() {
     // The scratch buffer holds 3 gates with CIFG.
     let scratch = op.outputs[0] as usize;
     assert_eq!(l.model.operands[scratch].dimensions, [2, 9]);
-    let out = run(&l, &[f32s(&[1.0, -0.5, -2.0, 0.25]), f32s(&h0), f32s(&c0)]);
-    // "cifg h", "cifg c".
-    assert_close(&to_f32s(&out[0]), &[0.2813784, -0.38, 0.38, -0.3159456]);
-    assert_close(
-        &to_f32s(&out[2]),
-        &[0.5, -0.1745278, 0.2932081, -0.05998884, 0.4663433, 0.0],
-    );
+    check_cifg_outputs(&l);
 }
 
 #[test]
@@ -367,27 +380,12 @@ fn assert_dequantized_patterns(l: &Lowered, inputs: impl IntoIterator<Item = usi
 
 #[test]
 fn hybrid_lstm_with_cifg_peephole_and_projection_dequantizes_every_weight_at_import() {
-    let spec = Spec {
-        n_output: 2,
-        cifg: true,
-        peephole: true,
-        projection: true,
-        ..Spec::new(2, 3)
-    };
-    let options = full(lstm_cell(Activation::Relu, 0.5, 0.38));
-    let h0 = [0.1, -0.2, 0.3, 0.0];
-    let c0 = [0.2, -0.3, 0.4, -0.1, 0.5, 0.0];
-    let mut graph = lstm_graph(spec, 2, &h0, &c0, options, false);
+    let mut graph = cifg_graph();
     make_hybrid(&mut graph, WEIGHTS);
     let l = lower_model(&graph).unwrap();
     assert_dequantized_patterns(&l, WEIGHTS);
-    let out = run(&l, &[f32s(&[1.0, -0.5, -2.0, 0.25]), f32s(&h0), f32s(&c0)]);
-    // The float graph's outputs: "cifg h", "cifg c".
-    assert_close(&to_f32s(&out[0]), &[0.2813784, -0.38, 0.38, -0.3159456]);
-    assert_close(
-        &to_f32s(&out[2]),
-        &[0.5, -0.1745278, 0.2932081, -0.05998884, 0.4663433, 0.0],
-    );
+    // The float graph's outputs.
+    check_cifg_outputs(&l);
 }
 
 #[test]

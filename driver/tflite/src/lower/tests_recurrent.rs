@@ -3,8 +3,10 @@
 //! are worked by hand in the comments.
 
 use super::code;
-use super::tests::{G, assert_close, f32s, float_const, quantize_const, run, to_f32s};
-use super::{LowerError, lower_model, lower_nodes};
+use super::tests::{
+    G, assert_close, f32s, float_const, node0_refusal, quantize_const, run, to_f32s,
+};
+use super::{lower_model, lower_nodes};
 use crate::graph::{Activation, ElementType, Graph, Options};
 
 /// x [1, 2] → RNN (units 2, RELU) with W = [[0.5, -1], [1, 0.25]], R = [[0.1, 0.2],
@@ -64,11 +66,7 @@ fn rnn_with_a_tanh_inside_the_recurrence_applies_it_to_the_new_state() {
 
 #[test]
 fn rnn_with_a_sign_bit_activation_is_refused_naming_it() {
-    let err = lower_model(&rnn_graph(None, Activation::SignBit)).unwrap_err();
-    let LowerError::Unsupported { node, op, why } = err else {
-        panic!("not Unsupported: {err}");
-    };
-    assert_eq!((node, op.as_str()), (0, "RNN"));
+    let why = rnn_refusal(&rnn_graph(None, Activation::SignBit));
     assert!(why.contains("SignBit"), "{why}");
 }
 
@@ -158,12 +156,7 @@ fn hybrid_rnn_computes_in_float_with_its_quantized_weights_dequantized_at_import
 
 /// The reason the RNN node of `graph` is refused.
 fn rnn_refusal(graph: &Graph) -> String {
-    let err = lower_model(graph).unwrap_err();
-    let LowerError::Unsupported { node, op, why } = err else {
-        panic!("not Unsupported: {err}");
-    };
-    assert_eq!((node, op.as_str()), (0, "RNN"));
-    why
+    node0_refusal(graph, "RNN")
 }
 
 #[test]

@@ -4,8 +4,10 @@
 //! worked by hand in the comments.
 
 use super::code;
-use super::tests::{G, assert_close, f16_bits, f32s, float_const, quantize_const, run, to_f32s};
-use super::{LowerError, lower_model, lower_nodes};
+use super::tests::{
+    G, assert_close, f16_bits, f32s, float_const, node0_refusal, quantize_const, run, to_f32s,
+};
+use super::{lower_model, lower_nodes};
 use crate::graph::{Activation, ElementType, Graph, Options};
 
 const F32: ElementType = ElementType::Float32;
@@ -176,11 +178,7 @@ fn unidirectional_with_int8_weights_and_a_float16_input_is_refused() {
     let mut graph = uni_graph(false, Activation::None, None);
     quantize_const(&mut graph, 1, ElementType::Int8, &[2, 4], 0.5, 0);
     graph.subgraphs[0].tensors[0].element_type = ElementType::Float16;
-    let err = lower_model(&graph).unwrap_err();
-    let LowerError::Unsupported { node, op, why } = err else {
-        panic!("not Unsupported: {err}");
-    };
-    assert_eq!((node, op.as_str()), (0, "UNIDIRECTIONAL_SEQUENCE_RNN"));
+    let why = node0_refusal(&graph, "UNIDIRECTIONAL_SEQUENCE_RNN");
     assert!(
         why.contains("FLOAT16 input with quantized weights"),
         "{why}"
@@ -343,12 +341,7 @@ fn bidirectional_parallel_linked_aux_input_is_the_backward_cell_s_input() {
 }
 
 fn refusal(graph: &Graph) -> String {
-    let err = lower_model(graph).unwrap_err();
-    let LowerError::Unsupported { node, op, why } = err else {
-        panic!("not Unsupported: {err}");
-    };
-    assert_eq!((node, op.as_str()), (0, "BIDIRECTIONAL_SEQUENCE_RNN"));
-    why
+    node0_refusal(graph, "BIDIRECTIONAL_SEQUENCE_RNN")
 }
 
 #[test]
@@ -357,17 +350,28 @@ fn bidirectional_batch_major_parallel_linking_is_refused_where_litert_ignores_th
     assert!(why.contains("batch-major"), "{why}");
 }
 
-#[test]
-fn bidirectional_time_major_cross_linking_with_another_aux_size_is_refused() {
-    let mut graph = bidi_graph(true, true, Aux::Cross);
+/// [`bidi_graph`] (batch 1, time 3) cross-linked with an auxiliary input of size 2 (aux
+/// weights [[1, 1]]), where the input has size 1.
+fn bidi_aux_size_2(time_major: bool) -> Graph {
+    let mut graph = bidi_graph(time_major, true, Aux::Cross);
     let sub = &mut graph.subgraphs[0];
     let a = sub.nodes[0].inputs[9] as usize;
-    sub.tensors[a].shape = vec![3, 1, 2];
+    sub.tensors[a].shape = if time_major {
+        vec![3, 1, 2]
+    } else {
+        vec![1, 3, 2]
+    };
     for w in [10, 11] {
         let t = sub.nodes[0].inputs[w] as usize;
         sub.tensors[t].shape = vec![1, 2];
         sub.tensors[t].data = Some(f32s(&[1.0, 1.0]));
     }
+    graph
+}
+
+#[test]
+fn bidirectional_time_major_cross_linking_with_another_aux_size_is_refused() {
+    let graph = bidi_aux_size_2(true);
     let why = refusal(&graph);
     assert!(why.contains("Some(2)") && why.contains("Some(1)"), "{why}");
 }
@@ -429,15 +433,7 @@ fn bidirectional_hybrid_time_major_over_several_steps_is_refused_where_litert_re
 
 #[test]
 fn bidirectional_hybrid_batch_major_with_another_aux_size_is_refused() {
-    let mut graph = bidi_graph(false, true, Aux::Cross);
-    let sub = &mut graph.subgraphs[0];
-    let a = sub.nodes[0].inputs[9] as usize;
-    sub.tensors[a].shape = vec![1, 3, 2];
-    for w in [10, 11] {
-        let t = sub.nodes[0].inputs[w] as usize;
-        sub.tensors[t].shape = vec![1, 2];
-        sub.tensors[t].data = Some(f32s(&[1.0, 1.0]));
-    }
+    let mut graph = bidi_aux_size_2(false);
     quantize_input(&mut graph, 10, &[2, 2]);
     let why = refusal(&graph);
     assert!(why.contains("hybrid") && why.contains("Some(2)"), "{why}");

@@ -659,39 +659,37 @@ unsafe extern "C" fn kernel_prepare(
     ctx: *mut TfLiteContext,
     node: *mut TfLiteNode,
 ) -> TfLiteStatus {
-    guard("the delegate kernel's prepare", K_TF_LITE_ERROR, || {
-        // SAFETY: the live context of this call.
-        let Ok(context) = (unsafe { Context::new(ctx) }) else {
-            return K_TF_LITE_ERROR;
-        };
-        // SAFETY: the interpreter's node for this kernel.
-        let Some(kernel) = (unsafe { kernel_of(context, node) }) else {
-            return K_TF_LITE_ERROR;
-        };
-        match kernel.plan(context) {
-            Ok(()) => K_TF_LITE_OK,
-            Err(e) => {
-                context.report(&format!(
-                    "nnaccel delegate: partition {}: {e}",
-                    kernel.index
-                ));
-                K_TF_LITE_ERROR
-            }
-        }
-    })
+    // SAFETY: the interpreter's live context and this kernel's node, per TFLite's contract.
+    unsafe { with_kernel(ctx, node, "the delegate kernel's prepare", Kernel::plan) }
 }
 
 unsafe extern "C" fn kernel_invoke(ctx: *mut TfLiteContext, node: *mut TfLiteNode) -> TfLiteStatus {
-    guard("the delegate kernel's invoke", K_TF_LITE_ERROR, || {
-        // SAFETY: the live context of this call.
+    // SAFETY: the interpreter's live context and this kernel's node, per TFLite's contract.
+    unsafe { with_kernel(ctx, node, "the delegate kernel's invoke", Kernel::invoke) }
+}
+
+/// Runs `step` (prepare or invoke) on the kernel of `node`, under the panic guard, reporting
+/// its error through the context.
+///
+/// # Safety
+/// `ctx` is the interpreter's live context of this call and `node` the interpreter's node for
+/// this kernel.
+unsafe fn with_kernel(
+    ctx: *mut TfLiteContext,
+    node: *mut TfLiteNode,
+    what: &str,
+    step: fn(&mut Kernel, Context<'_>) -> Result<(), String>,
+) -> TfLiteStatus {
+    guard(what, K_TF_LITE_ERROR, || {
+        // SAFETY: the live context of this call, per the caller.
         let Ok(context) = (unsafe { Context::new(ctx) }) else {
             return K_TF_LITE_ERROR;
         };
-        // SAFETY: the interpreter's node for this kernel.
+        // SAFETY: the interpreter's node for this kernel, per the caller.
         let Some(kernel) = (unsafe { kernel_of(context, node) }) else {
             return K_TF_LITE_ERROR;
         };
-        match kernel.invoke(context) {
+        match step(kernel, context) {
             Ok(()) => K_TF_LITE_OK,
             Err(e) => {
                 context.report(&format!(

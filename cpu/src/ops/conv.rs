@@ -20,6 +20,8 @@ use OperationType as O;
 
 // The 8-bit kernels: children of this module, so they share its setup (ConvSetup, Geometry)
 // without the two modules importing each other.
+#[cfg(target_arch = "x86_64")]
+mod dw3x3;
 #[cfg(test)]
 mod fconv_reference;
 #[cfg(test)]
@@ -581,15 +583,13 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                     oc,
                     isa,
                 };
-                let mut out = crate::tensor::output_buffer::<f32>(len);
-                // SAFETY: the convolution writes only initialized floats into the view.
-                let gemm_ran = conv
-                    .run(n, unsafe { fgemm::as_uninit(&mut out) })
-                    .map_err(|e| ctx.err(e))?;
+                let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
+                let gemm_ran = conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
                 if gemm_ran {
                     ran_float(|r| r.packed_gemm += 1);
                 }
-                out
+                // SAFETY: `ConvF32::run` succeeded, so it wrote every element of `out`.
+                unsafe { crate::tensor::assume_written(out) }
             }
         };
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
@@ -612,17 +612,24 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     if crate::tensor::is_float(in_ty) {
         let x = nhwc_f32(ctx, s.input, a.nchw)?;
         let (win, f) = FloatWindow::new(ctx, &s, &x)?;
-        let mut out = crate::tensor::output_buffer::<f32>(n * oh * ow * oc);
-        match float_route() {
+        let len = n * oh * ow * oc;
+        let out = match float_route() {
             #[cfg(test)]
-            FloatRoute::Reference => fconv_reference::depthwise(&win, f, mult, &mut out),
+            FloatRoute::Reference => {
+                let mut out = crate::tensor::output_buffer::<f32>(len);
+                fconv_reference::depthwise(&win, f, mult, &mut out);
+                out
+            }
             FloatRoute::Fast(isa) => {
                 let dw = DepthwiseF32 { win, f, mult, isa };
+                let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
                 if dw.run(&mut out) {
                     ran_float(|r| r.depthwise_3x3 += 1);
                 }
+                // SAFETY: `DepthwiseF32::run` writes every element of `out`.
+                unsafe { crate::tensor::assume_written(out) }
             }
-        }
+        };
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
     }
     Ok(vec![qconv::depthwise_conv2d(ctx, &s)?])
@@ -899,6 +906,18 @@ impl ConvF32<'_> {
     }
 }
 
+/// `out` cleared, as floats: for the kernels that write through `&mut [f32]` (and may leave
+/// elements alone when the operands are shorter than their shapes say).
+fn zeroed(out: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    for v in out.iter_mut() {
+        v.write(0.0);
+    }
+    let len = out.len();
+    // SAFETY: every element was just initialized; `MaybeUninit<f32>` has the size and
+    // alignment of `f32`; the view borrows `out` exclusively for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), len) }
+}
+
 /// A float DEPTHWISE_CONV_2D on NHWC data, vectorized over channels.
 struct DepthwiseF32<'a> {
     win: FloatWindow<'a>,
@@ -917,86 +936,6 @@ const DW3_LANES: usize = 8;
 /// Output pixels per tile of the 3×3 kernel.
 const DW3_TILE: usize = 8;
 
-/// One output row's operands for [`dw3_interior_avx2_fma`].
-#[cfg(target_arch = "x86_64")]
-struct Dw3Row<'a> {
-    /// The three input rows of the window (w·c floats each; zeros outside the input).
-    rows: [&'a [f32]; 3],
-    /// `[3][3][c]`.
-    f: &'a [f32],
-    bias: &'a [f32],
-    c: usize,
-    stride: usize,
-    pad_l: usize,
-    /// The activation bounds (±infinity without one).
-    lo: f32,
-    hi: f32,
-}
-
-/// The interior pixels `tile` of one output row of a 3×3 depthwise convolution, for the
-/// channels `0..c/8*8` (returned: the first channel not done). Per vector of 8 channels the
-/// nine filter vectors stay in registers across the tile; each pixel sums its three window
-/// rows in three independent chains. Pixels whose window is not inside the rows (which callers
-/// never pass) read zeros there.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn dw3_interior_avx2_fma(d: &Dw3Row<'_>, tile: std::ops::Range<usize>, out: &mut [f32]) -> usize {
-    use super::fgemm::{ld8, st8};
-    use std::arch::x86_64::*;
-    let c = d.c;
-    let (lov, hiv) = (_mm256_set1_ps(d.lo), _mm256_set1_ps(d.hi));
-    let [r0, r1, r2] = d.rows;
-    let row_len = r0.len().min(r1.len()).min(r2.len());
-    // Every load below reads 8 floats at base + j·c (j <= 2) with base = (ox·s − pad_l)·c + c0
-    // for ox in the tile and c0 + 8 <= c: the largest end is the last pixel's
-    // (last·s − pad_l)·c + 3c. Check once that it lies inside the rows, and that the first
-    // pixel's window does not start left of them; otherwise leave every channel to the caller.
-    let (Some(first), Some(last)) = (tile.clone().next(), tile.clone().last()) else {
-        return 0;
-    };
-    let inside = (first * d.stride).checked_sub(d.pad_l).is_some()
-        && (last * d.stride - d.pad_l)
-            .checked_add(3)
-            .and_then(|px| px.checked_mul(c))
-            .is_some_and(|end| end <= row_len);
-    if !inside {
-        return 0;
-    }
-    let mut c0 = 0;
-    while c0 + 8 <= c {
-        let fk: [__m256; 9] = std::array::from_fn(|t| ld8(d.f, t * c + c0));
-        let bv = ld8(d.bias, c0);
-        for ox in tile.clone() {
-            let base = (ox * d.stride - d.pad_l) * c + c0;
-            let [p0, p1, p2] = [r0, r1, r2].map(|r| r.as_ptr().wrapping_add(base));
-            let x = |p: *const f32, j: usize| {
-                // SAFETY: 8 floats at p + j·c, j <= 2, end at most (ox·s − pad_l)·c + 3c <=
-                // row_len (checked above for the tile's last, and so every, pixel).
-                unsafe { _mm256_loadu_ps(p.wrapping_add(j * c)) }
-            };
-            let mut a0 = _mm256_fmadd_ps(x(p0, 0), fk[0], bv);
-            let mut a1 = _mm256_mul_ps(x(p1, 0), fk[3]);
-            let mut a2 = _mm256_mul_ps(x(p2, 0), fk[6]);
-            a0 = _mm256_fmadd_ps(x(p0, 1), fk[1], a0);
-            a1 = _mm256_fmadd_ps(x(p1, 1), fk[4], a1);
-            a2 = _mm256_fmadd_ps(x(p2, 1), fk[7], a2);
-            a0 = _mm256_fmadd_ps(x(p0, 2), fk[2], a0);
-            a1 = _mm256_fmadd_ps(x(p1, 2), fk[5], a1);
-            a2 = _mm256_fmadd_ps(x(p2, 2), fk[8], a2);
-            let acc = _mm256_add_ps(_mm256_add_ps(a0, a1), a2);
-            // Clamped always (±infinity without an activation), as `pixel` does: NaN becomes
-            // the lower bound in both.
-            st8(
-                out,
-                ox * c + c0,
-                _mm256_min_ps(_mm256_max_ps(acc, lov), hiv),
-            );
-        }
-        c0 += 8;
-    }
-    c0
-}
-
 /// The [`DW3_LANES`] floats of `v` from `at` on (zeros past its end, which callers never reach).
 #[inline(always)]
 fn lanes(v: &[f32], at: usize) -> [f32; DW3_LANES] {
@@ -1012,8 +951,8 @@ fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
 }
 
 impl DepthwiseF32<'_> {
-    /// Computes `out`; returns whether the 3×3 kernel did.
-    fn run(&self, out: &mut [f32]) -> bool {
+    /// Computes `out`, writing every element of it; returns whether the 3×3 kernel did.
+    fn run(&self, out: &mut [MaybeUninit<f32>]) -> bool {
         let oc = self.win.c * self.mult;
         let (_, ow) = self.win.out_hw;
         let (fh, fw) = self.win.filter_hw;
@@ -1030,7 +969,7 @@ impl DepthwiseF32<'_> {
             if three {
                 self.rows_3x3(r0, part);
             } else {
-                self.rows(r0, part);
+                self.rows(r0, zeroed(part));
             }
             Ok::<(), ()>(())
         });
@@ -1048,40 +987,37 @@ impl DepthwiseF32<'_> {
             && g.stride_w <= 2
     }
 
-    /// Output rows `r0..` of a 3×3 depthwise convolution ([`Self::is_3x3`]).
-    fn rows_3x3(&self, r0: usize, out: &mut [f32]) {
+    /// Output rows `r0..` of a 3×3 depthwise convolution ([`Self::is_3x3`]), every element
+    /// written.
+    fn rows_3x3(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
         let c = self.win.c;
         if self.f.len() < 9 * c || self.win.bias.len() < c {
             // Operands shorter than their shapes say: the generic kernel reports nothing either.
-            return self.rows(r0, out);
+            return self.rows(r0, zeroed(out));
         }
         #[cfg(target_arch = "x86_64")]
         {
             if self.isa == Isa::Avx2Fma {
-                // SAFETY: the CPU supports AVX2 and FMA (Isa::detect checked it).
-                unsafe { self.rows_3x3_avx2_fma(r0, out) };
+                // SAFETY: the CPU supports AVX2 and FMA (Isa::detect checked it), this is a
+                // 3×3 operation (`run` checked it) and the operands' lengths are checked above.
+                unsafe { self.rows_3x3_blocked_avx2_fma(r0, out) };
                 return;
             }
         }
+        let out = zeroed(out);
         #[cfg(target_arch = "aarch64")]
-        self.rows_3x3_generic::<true, false>(r0, out);
+        self.rows_3x3_generic::<true>(r0, out);
         #[cfg(not(target_arch = "aarch64"))]
-        self.rows_3x3_generic::<false, false>(r0, out);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_3x3_avx2_fma(&self, r0: usize, out: &mut [f32]) {
-        self.rows_3x3_generic::<true, true>(r0, out);
+        self.rows_3x3_generic::<false>(r0, out);
     }
 
     /// The 3×3 kernel: the three input rows of an output row (a row of zeros above and below the
     /// input), border pixels through [`Self::pixel`], interior pixels in tiles of [`DW3_TILE`]:
     /// per tile and vector of [`DW3_LANES`] channels, the nine filter vectors and the bias are
-    /// loaded once, then each pixel is nine multiply-adds and one clamped store.
-    /// `AVX`: the interior through [`dw3_interior_avx2_fma`] (only from an AVX2+FMA caller).
+    /// loaded once, then each pixel is nine multiply-adds and one clamped store. (x86-64 with
+    /// AVX2 and FMA runs `dw3x3`'s kernel instead.)
     #[inline(always)]
-    fn rows_3x3_generic<const FMA: bool, const AVX: bool>(&self, r0: usize, out: &mut [f32]) {
+    fn rows_3x3_generic<const FMA: bool>(&self, r0: usize, out: &mut [f32]) {
         let (g, x, f, bias) = (&self.win.g, self.win.x, self.f, self.win.bias);
         let (h, w) = self.win.in_hw;
         let (oh, ow) = self.win.out_hw;
@@ -1112,22 +1048,6 @@ impl DepthwiseF32<'_> {
             for t0 in interior.clone().step_by(DW3_TILE) {
                 let tile = t0..(t0 + DW3_TILE).min(interior.end);
                 let mut c0 = 0;
-                #[cfg(target_arch = "x86_64")]
-                if AVX {
-                    let dw = Dw3Row {
-                        rows,
-                        f,
-                        bias,
-                        c,
-                        stride: s,
-                        pad_l: g.pad_l,
-                        lo,
-                        hi,
-                    };
-                    // SAFETY: AVX2 and FMA are present (AVX is only set by
-                    // `rows_3x3_avx2_fma`, whose caller checked them).
-                    c0 = unsafe { dw3_interior_avx2_fma(&dw, tile.clone(), orow) };
-                }
                 while c0 + DW3_LANES <= c {
                     let fk: [[f32; DW3_LANES]; 9] = std::array::from_fn(|t| lanes(f, t * c + c0));
                     let bv = lanes(bias, c0);
@@ -1425,8 +1345,11 @@ mod float_kernel_tests {
             dw.rows_generic::<false>(0, &mut portable);
             let mut fused = vec![f32::NAN; want.len()];
             dw.rows_generic::<true>(0, &mut fused);
-            let mut picked = vec![f32::NAN; want.len()];
+            let mut picked = vec![MaybeUninit::new(f32::NAN); want.len()];
             dw.run(&mut picked);
+            // SAFETY: every element was initialized (NaN) before `run`, which writes only
+            // initialized floats.
+            let picked: Vec<f32> = picked.iter().map(|v| unsafe { v.assume_init() }).collect();
             let what = format!("{fh}×{fw} ×{mult} c {c} n {n} {h}×{w} {g:?}");
             for (name, got) in [("portable", &portable), ("fused", &fused), ("run", &picked)] {
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {

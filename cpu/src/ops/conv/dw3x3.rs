@@ -1,0 +1,213 @@
+//! The AVX2+FMA kernel of the float 3×3 depthwise convolution (multiplier 1, stride 1 or 2, no
+//! dilation), on channel-blocked copies of the input rows.
+//!
+//! NHWC keeps a pixel's channels together, so a kernel that holds one vector of 8 channels'
+//! filter taps in registers and walks along a row jumps `c` floats from pixel to pixel, and
+//! reads each cache line in two passes; a kernel that walks the channels of one pixel instead
+//! reloads the nine taps for every 8 outputs. Each input row is therefore copied once into
+//! blocks of 8 channels, `[c/8][column][8]`, with the padding columns as zeros: along a row of
+//! a block the window's loads then sit at fixed offsets from one pointer and run through
+//! consecutive memory, the taps stay in registers for the whole row, and border pixels need no
+//! case of their own. A copied row serves the three output rows that read it (one or two at
+//! stride 2).
+
+use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+
+use super::DepthwiseF32;
+
+/// Channels per block: one AVX register.
+const LANES: usize = 8;
+
+/// Floats per block of the packed filter: the bias, then the nine taps.
+const PACKED: usize = 10 * LANES;
+
+/// The three input rows an output row reads, channel-blocked and zero-padded (see the module
+/// comment), held in three slots: input row `iy` in slot `iy % 3`, so the rows of consecutive
+/// output rows, which advance by the stride, never evict each other.
+struct BlockedRows {
+    /// `[slot][block][column][LANES]`.
+    buf: Vec<f32>,
+    /// The (image, input row) each slot holds.
+    held: [Option<(usize, usize)>; 3],
+    /// Floats per slot.
+    slot: usize,
+    /// Columns per block: `(ow − 1)·s + 3`, the input's from `−pad_l` on.
+    cols: usize,
+}
+
+impl DepthwiseF32<'_> {
+    /// Output rows `r0..` (row = one (image, y) pair) into `out`, every element written.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA; [`Self::is_3x3`] holds; the filter holds `9·c` floats and
+    /// the bias `c`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_3x3_blocked_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
+        let (g, x) = (&self.win.g, self.win.x);
+        let (h, w) = self.win.in_hw;
+        let (oh, ow) = self.win.out_hw;
+        let (c, s) = (self.win.c, g.stride_w);
+        if ow == 0 || oh == 0 || c == 0 {
+            return;
+        }
+        let blocks = c.div_ceil(LANES);
+        let packed = self.packed_3x3(blocks);
+        let cols = (ow - 1) * s + 3;
+        let slot = blocks * cols * LANES;
+        let mut rows = BlockedRows {
+            buf: vec![0.0; 3 * slot],
+            held: [None; 3],
+            slot,
+            cols,
+        };
+        let zeros = vec![0f32; slot];
+        let (lo, hi) = (_mm256_set1_ps(self.win.lo), _mm256_set1_ps(self.win.hi));
+        let in_row = w * c;
+        for (ri, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+            let (b, oy) = ((r0 + ri) / oh, (r0 + ri) % oh);
+            for ky in 0..3 {
+                let Some(iy) = g.in_y(oy, ky, h) else {
+                    continue;
+                };
+                if rows.held[iy % 3] == Some((b, iy)) {
+                    continue;
+                }
+                let start = (b * h + iy) * in_row;
+                let src = x.get(start..start + in_row);
+                rows.fill(iy % 3, src, c, g.pad_l);
+                rows.held[iy % 3] = src.map(|_| (b, iy));
+            }
+            let window: [&[f32]; 3] = std::array::from_fn(|ky| match g.in_y(oy, ky, h) {
+                Some(iy) if rows.held[iy % 3] == Some((b, iy)) => {
+                    &rows.buf[iy % 3 * slot..(iy % 3 + 1) * slot]
+                }
+                _ => &zeros,
+            });
+            for blk in 0..blocks {
+                let taps = &packed[blk * PACKED..(blk + 1) * PACKED];
+                let in_blk = window.map(|r| &r[blk * cols * LANES..(blk + 1) * cols * LANES]);
+                // SAFETY: AVX2 and FMA are enabled here; `taps` holds PACKED floats, each
+                // of `in_blk` cols·LANES with cols = (ow − 1)·s + 3, `orow` ow·c floats and
+                // blk·LANES < c.
+                unsafe { row_block(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
+            }
+        }
+    }
+
+    /// The filter and bias as [`PACKED`] floats per block of channels (zeros past `c`).
+    fn packed_3x3(&self, blocks: usize) -> Vec<f32> {
+        let c = self.win.c;
+        let mut p = vec![0f32; blocks * PACKED];
+        for (blk, dst) in p.chunks_exact_mut(PACKED).enumerate() {
+            let (c0, n) = (blk * LANES, LANES.min(c - blk * LANES));
+            dst[..n].copy_from_slice(&self.win.bias[c0..c0 + n]);
+            for t in 0..9 {
+                let at = LANES * (t + 1);
+                dst[at..at + n].copy_from_slice(&self.f[t * c + c0..t * c + c0 + n]);
+            }
+        }
+        p
+    }
+}
+
+impl BlockedRows {
+    /// Copies the NHWC row `src` (`w·c` floats; None: zeros) into slot `slot`, column
+    /// `x + pad_l` for input column `x`. Columns left of `pad_l` and right of the input are
+    /// never written, so they stay zero, and so do the lanes past `c` of the last block.
+    #[inline(always)]
+    fn fill(&mut self, slot: usize, src: Option<&[f32]>, c: usize, pad_l: usize) {
+        let cols = self.cols;
+        let dst = &mut self.buf[slot * self.slot..(slot + 1) * self.slot];
+        let Some(src) = src else {
+            dst.fill(0.0);
+            return;
+        };
+        for (x, px) in src.chunks_exact(c).enumerate() {
+            let col = x + pad_l;
+            if col >= cols {
+                break;
+            }
+            // Whole blocks as fixed-size copies (a vector move each; a copy of a length
+            // known only at run time would be a call to memmove per block).
+            let mut whole = px.chunks_exact(LANES);
+            for (blk, lanes) in whole.by_ref().enumerate() {
+                let at = (blk * cols + col) * LANES;
+                if let (Some(d), Ok(l)) = (
+                    dst.get_mut(at..at + LANES),
+                    <&[f32; LANES]>::try_from(lanes),
+                ) {
+                    d.copy_from_slice(l);
+                }
+            }
+            let tail = whole.remainder();
+            if !tail.is_empty() {
+                let at = (c / LANES * cols + col) * LANES;
+                dst[at..at + tail.len()].copy_from_slice(tail);
+            }
+        }
+    }
+}
+
+/// One block of channels `c0..c0 + 8` of one output row: `taps` the packed bias and filter,
+/// `rows` the window's three blocked input rows; the output pixel `ox` at `orow[ox·c + c0..]`,
+/// clamped to `lo..=hi` (NaN becomes `lo`, as in the generic kernel), only its first `c − c0`
+/// lanes stored for the last block.
+///
+/// # Safety
+/// AVX2 and FMA are present; `taps` holds [`PACKED`] floats, each of `rows` at least
+/// `((ow − 1)·s + 3)·8`, `orow` `ow·c`, and `c0 < c`.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_block(
+    taps: &[f32],
+    rows: [&[f32]; 3],
+    s: usize,
+    ow: usize,
+    (lo, hi): (__m256, __m256),
+    orow: &mut [MaybeUninit<f32>],
+    c: usize,
+    c0: usize,
+) {
+    let t = taps.as_ptr();
+    // SAFETY: `taps` holds 80 floats: the bias at 0 and tap k at 8·(k + 1), k < 9.
+    let bias = unsafe { _mm256_loadu_ps(t) };
+    // SAFETY: as above.
+    let f: [__m256; 9] =
+        std::array::from_fn(|k| unsafe { _mm256_loadu_ps(t.wrapping_add(LANES * (k + 1))) });
+    let [p0, p1, p2] = rows.map(<[f32]>::as_ptr);
+    let rest = c - c0;
+    let mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(i32::try_from(rest.min(LANES)).unwrap_or(8)),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    // Written through a pointer: MaybeUninit<f32> has the layout of f32.
+    let o = orow.as_mut_ptr().cast::<f32>();
+    for ox in 0..ow {
+        let at = ox * s * LANES;
+        // SAFETY: column ox·s + j (j <= 2) ends at ((ox·s + j) + 1)·8 <= ((ow − 1)·s + 3)·8
+        // floats, inside each row.
+        let x = |p: *const f32, j: usize| unsafe { _mm256_loadu_ps(p.wrapping_add(at + j * LANES)) };
+        let mut a0 = _mm256_fmadd_ps(x(p0, 0), f[0], bias);
+        let mut a1 = _mm256_mul_ps(x(p1, 0), f[3]);
+        let mut a2 = _mm256_mul_ps(x(p2, 0), f[6]);
+        a0 = _mm256_fmadd_ps(x(p0, 1), f[1], a0);
+        a1 = _mm256_fmadd_ps(x(p1, 1), f[4], a1);
+        a2 = _mm256_fmadd_ps(x(p2, 1), f[7], a2);
+        a0 = _mm256_fmadd_ps(x(p0, 2), f[2], a0);
+        a1 = _mm256_fmadd_ps(x(p1, 2), f[5], a1);
+        a2 = _mm256_fmadd_ps(x(p2, 2), f[8], a2);
+        let v = _mm256_min_ps(
+            _mm256_max_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), a2), lo),
+            hi,
+        );
+        let dst = ox * c + c0;
+        if rest >= LANES {
+            // SAFETY: dst + 8 <= ox·c + c <= ow·c.
+            unsafe { _mm256_storeu_ps(o.wrapping_add(dst), v) };
+        } else {
+            // SAFETY: only the lanes below c − c0 are written: dst + (c − c0) <= ow·c.
+            unsafe { _mm256_maskstore_ps(o.wrapping_add(dst), mask, v) };
+        }
+    }
+}

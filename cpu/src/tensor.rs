@@ -1,5 +1,7 @@
 //! Runtime tensor values: typed element storage decoded from little-endian bytes.
 
+use std::mem::MaybeUninit;
+
 use crate::model::OperandType;
 
 /// Largest number of elements one tensor may have (guards allocations driven by input values).
@@ -199,7 +201,17 @@ pub(crate) trait Reusable: Copy + Default + 'static {
     #[cfg(test)]
     const POISON: Self;
     /// A buffer of `n` elements (contents unspecified) from `arena`, see [`Arena::take`].
-    fn take(arena: &mut Arena, n: usize) -> Vec<Self>;
+    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
+        match Self::take_spare(arena, n) {
+            Some(mut v) => {
+                v.resize(n, Self::default());
+                v
+            }
+            None => vec![Self::default(); n],
+        }
+    }
+    /// A kept buffer with room for `n` elements, at most `n` long, see [`Arena::take_spare`].
+    fn take_spare(arena: &mut Arena, n: usize) -> Option<Vec<Self>>;
     /// Keeps `v` in `arena`.
     fn keep(arena: &mut Arena, v: Vec<Self>);
 }
@@ -210,8 +222,8 @@ macro_rules! reusable {
         impl Reusable for $t {
             #[cfg(test)]
             const POISON: Self = $poison;
-            fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
-                Arena::take(&mut arena.$list, n)
+            fn take_spare(arena: &mut Arena, n: usize) -> Option<Vec<Self>> {
+                Arena::take_spare(&mut arena.$list, n)
             }
             fn keep(arena: &mut Arena, v: Vec<Self>) {
                 Arena::keep(&mut arena.$list, v)
@@ -226,8 +238,8 @@ reusable!(u8, bytes, 0xa5);
 impl Reusable for i8 {
     #[cfg(test)]
     const POISON: Self = -0x5b;
-    fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
-        bytes_as::<u8, i8>(Arena::take(&mut arena.bytes, n))
+    fn take_spare(arena: &mut Arena, n: usize) -> Option<Vec<Self>> {
+        Arena::take_spare(&mut arena.bytes, n).map(bytes_as::<u8, i8>)
     }
     fn keep(arena: &mut Arena, v: Vec<Self>) {
         Arena::keep(&mut arena.bytes, bytes_as::<i8, u8>(v))
@@ -252,12 +264,13 @@ impl Byte for u8 {}
 impl Byte for i8 {}
 
 impl Arena {
-    /// A buffer of `n` elements: the smallest kept one already `n` long or longer (truncated:
-    /// its contents left from the tensor it held), else the smallest that can hold `n` (the
-    /// elements past its length are cleared, a memset), else a new one, which replaces the
-    /// largest kept buffer (too small for this step, it would stay too small in the next
-    /// execution).
-    fn take<T: Copy + Default>(list: &mut Vec<Vec<T>>, n: usize) -> Vec<T> {
+    /// A buffer with room for `n` elements and at most `n` long: the smallest kept one already
+    /// `n` long or longer (truncated to `n`: its contents left from the tensor it held), else
+    /// the smallest that can hold `n` (as long as it was); else None, and the largest kept
+    /// buffer is dropped (too small for this step, it would stay too small in the next
+    /// execution), for a new one. [`Reusable::take`] then clears the elements up to `n` past
+    /// its length (a memset); [`output_buffer_uninit`] does not.
+    fn take_spare<T: Copy + Default>(list: &mut Vec<Vec<T>>, n: usize) -> Option<Vec<T>> {
         let smallest = |min: fn(&Vec<T>) -> usize| {
             list.iter()
                 .enumerate()
@@ -269,8 +282,8 @@ impl Arena {
         match fit {
             Some(i) => {
                 let mut v = list.swap_remove(i);
-                v.resize(n, T::default());
-                v
+                v.truncate(n);
+                Some(v)
             }
             None => {
                 let largest = list
@@ -281,7 +294,7 @@ impl Arena {
                 if let Some(i) = largest {
                     list.swap_remove(i);
                 }
-                vec![T::default(); n]
+                None
             }
         }
     }
@@ -387,6 +400,46 @@ pub(crate) fn output_buffer<T: Reusable>(n: usize) -> Vec<T> {
     v
 }
 
+/// A buffer of `n` elements for a kernel that writes every one of them through
+/// `MaybeUninit::write`, then hands it to [`assume_written`]: as [`output_buffer`], but the
+/// elements past a kept buffer's length, or of a new buffer, are not cleared first (a memset
+/// of up to the whole buffer, on every execution where a buffer serves a larger tensor than
+/// it last held). Tests fill it with [`Reusable::POISON`].
+pub(crate) fn output_buffer_uninit<T: Reusable>(n: usize) -> Vec<MaybeUninit<T>> {
+    let v = ARENA
+        .with_borrow_mut(|slot| slot.as_mut().and_then(|a| T::take_spare(a, n)))
+        .unwrap_or_else(|| Vec::with_capacity(n));
+    let mut v = std::mem::ManuallyDrop::new(v);
+    let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
+    // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, so the allocation of `cap`
+    // elements has the layout a Vec<MaybeUninit<T>> of that capacity expects; its first `len`
+    // elements are initialized T values, valid MaybeUninit<T> ones; it is handed over whole
+    // (`v` is never used or dropped again).
+    let mut u = unsafe { Vec::from_raw_parts(ptr.cast::<MaybeUninit<T>>(), len, cap) };
+    debug_assert!(n <= u.capacity());
+    // SAFETY: n <= capacity (`take_spare` and `with_capacity` leave room for n), and the
+    // elements are `MaybeUninit`, which need no initialization.
+    unsafe { u.set_len(n.min(u.capacity())) };
+    #[cfg(test)]
+    for e in &mut u {
+        e.write(T::POISON);
+    }
+    u
+}
+
+/// The buffer of [`output_buffer_uninit`] once written.
+///
+/// # Safety
+/// Every element of `v` has been written (`MaybeUninit::write`).
+pub(crate) unsafe fn assume_written<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
+    // SAFETY: `T` has the size and alignment of `MaybeUninit<T>`, so the allocation has the
+    // layout a Vec<T> of capacity `cap` expects; its first `len` elements are initialized (the
+    // caller's contract); it is handed over whole (`v` is never used or dropped again).
+    unsafe { Vec::from_raw_parts(ptr.cast::<T>(), len, cap) }
+}
+
 /// Hands the storage of a tensor no longer needed to this thread's arena, if any.
 pub(crate) fn recycle(d: Data) {
     ARENA.with_borrow_mut(|slot| {
@@ -488,6 +541,38 @@ mod tests {
         let v = f32::take(&mut a, 1000);
         assert_eq!((v.len(), v.capacity()), (1000, 1000));
         assert_eq!(a.f32.len(), ARENA_BUFFERS - 1);
+    }
+
+    #[test]
+    fn an_uninit_output_buffer_grows_a_kept_buffer_in_place_and_take_clears_the_growth() {
+        let mut kept = Vec::with_capacity(1000);
+        kept.extend_from_slice(&[7.0f32; 100]);
+        let at = kept.as_ptr();
+        let mut a = Arena::default();
+        f32::keep(&mut a, kept);
+        let guard = install(a);
+        // Longer than the kept buffer, within its capacity: the same allocation, 600 long,
+        // poisoned in tests (so a kernel that skips an element shows).
+        let v = output_buffer_uninit::<f32>(600);
+        assert_eq!((v.len(), v.as_ptr().cast::<f32>()), (600, at));
+        // SAFETY: every element was written (the test build's poison).
+        let v = unsafe { assume_written(v) };
+        assert!(v.iter().all(|x| x.is_nan()));
+        recycle(Data::F32(v));
+        let a = guard.finish().expect("installed");
+        // Taken the clearing way, the same buffer comes back with its growth cleared.
+        let mut a = a;
+        let kept = f32::take(&mut a, 600);
+        assert_eq!(kept.as_ptr(), at);
+        let mut short = kept;
+        short.truncate(10);
+        f32::keep(&mut a, short);
+        let grown = f32::take(&mut a, 50);
+        assert_eq!(grown.as_ptr(), at);
+        assert!(grown[10..].iter().all(|&x| x == 0.0), "{grown:?}");
+        // With no arena installed: a new buffer of the length asked for.
+        let fresh = output_buffer_uninit::<u8>(33);
+        assert_eq!(fresh.len(), 33);
     }
 
     #[test]

@@ -247,7 +247,7 @@ impl Reusable for i8 {
 }
 
 /// A byte buffer's allocation as the other byte type, without copying.
-fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
+pub(crate) fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
     let mut v = std::mem::ManuallyDrop::new(v);
     let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
     // SAFETY: `Byte` is implemented only for u8 and i8, which have the same size (1) and
@@ -259,7 +259,7 @@ fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
 }
 
 /// u8 and i8 (see [`bytes_as`]).
-trait Byte {}
+pub(crate) trait Byte {}
 impl Byte for u8 {}
 impl Byte for i8 {}
 

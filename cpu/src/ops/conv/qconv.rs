@@ -174,7 +174,7 @@ fn padded(k: usize) -> usize {
 fn bytes_tensor(signed: bool, od: Vec<u32>, bytes: Vec<u8>, nchw: bool) -> Tensor {
     let (d, v) = to_layout(od, bytes, nchw);
     if signed {
-        Tensor::new(d, Data::I8(v.into_iter().map(|b| b as i8).collect()))
+        Tensor::new(d, Data::I8(crate::tensor::bytes_as(v)))
     } else {
         Tensor::new(d, Data::U8(v))
     }

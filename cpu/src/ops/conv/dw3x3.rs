@@ -187,7 +187,8 @@ unsafe fn row_block(
         let at = ox * s * LANES;
         // SAFETY: column ox·s + j (j <= 2) ends at ((ox·s + j) + 1)·8 <= ((ow − 1)·s + 3)·8
         // floats, inside each row.
-        let x = |p: *const f32, j: usize| unsafe { _mm256_loadu_ps(p.wrapping_add(at + j * LANES)) };
+        let x =
+            |p: *const f32, j: usize| unsafe { _mm256_loadu_ps(p.wrapping_add(at + j * LANES)) };
         let mut a0 = _mm256_fmadd_ps(x(p0, 0), f[0], bias);
         let mut a1 = _mm256_mul_ps(x(p1, 0), f[3]);
         let mut a2 = _mm256_mul_ps(x(p2, 0), f[6]);

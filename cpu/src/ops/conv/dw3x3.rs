@@ -86,7 +86,13 @@ impl DepthwiseF32<'_> {
             });
             for blk in 0..blocks {
                 let taps = &packed[blk * PACKED..(blk + 1) * PACKED];
-                let in_blk = window.map(|r| &r[blk * cols * LANES..(blk + 1) * cols * LANES]);
+                // Spelled out: `array::map` here was not inlined (a call per block).
+                let span = blk * cols * LANES..(blk + 1) * cols * LANES;
+                let in_blk = [
+                    &window[0][span.clone()],
+                    &window[1][span.clone()],
+                    &window[2][span],
+                ];
                 // SAFETY: AVX2 and FMA are enabled here; `taps` holds PACKED floats, each
                 // of `in_blk` cols·LANES with cols = (ow − 1)·s + 3, `orow` ow·c floats and
                 // blk·LANES < c.
@@ -175,7 +181,7 @@ unsafe fn row_block(
     // SAFETY: as above.
     let f: [__m256; 9] =
         std::array::from_fn(|k| unsafe { _mm256_loadu_ps(t.wrapping_add(LANES * (k + 1))) });
-    let [p0, p1, p2] = rows.map(<[f32]>::as_ptr);
+    let [p0, p1, p2] = [rows[0].as_ptr(), rows[1].as_ptr(), rows[2].as_ptr()];
     let rest = c - c0;
     let mask = _mm256_cmpgt_epi32(
         _mm256_set1_epi32(i32::try_from(rest.min(LANES)).unwrap_or(8)),

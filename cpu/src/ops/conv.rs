@@ -933,6 +933,8 @@ struct DepthwiseF32<'a> {
 const DW_BLOCK: usize = 32;
 /// Channels per vector of the 3×3 kernel (one AVX register).
 const DW3_LANES: usize = 8;
+/// Fewest output rows per run of the 3×3 kernel when it is split over threads.
+const DW3_MIN_ROWS: usize = 4;
 /// Output pixels per tile of the 3×3 kernel.
 const DW3_TILE: usize = 8;
 
@@ -963,9 +965,22 @@ impl DepthwiseF32<'_> {
         let rows = out.len() / row_len;
         // Flop-equivalents: the depthwise kernel runs at about a third of the GEMM's rate.
         let flops = out.len().saturating_mul(6 * fh * fw);
-        let threads = par::threads_for(flops, rows);
         let three = self.is_3x3();
-        let _ = par::for_row_ranges(out, row_len, threads, |r0, part| {
+        // A run of the 3×3 kernel copies the input rows it reads (two more than its output
+        // rows at stride 1) and packs the filter: runs of at least DW3_MIN_ROWS rows, and a
+        // second thread only when each gets that many (7×7×1024 split in runs of one row took
+        // longer on two threads than on one).
+        let (units, runs) = if three {
+            let runs = par::RowRuns {
+                align: 1,
+                min_rows: DW3_MIN_ROWS,
+            };
+            (rows / DW3_MIN_ROWS, runs)
+        } else {
+            (rows, par::RowRuns::default())
+        };
+        let threads = par::threads_for(flops, units);
+        let _ = par::for_row_runs(out, row_len, threads, runs, |r0, part| {
             if three {
                 self.rows_3x3(r0, part);
             } else {

@@ -1,7 +1,8 @@
 //! A MobileNetV1-1.0-224-shaped float32 network (deterministic random weights) through the
 //! public API: milliseconds per inference at 1 and 2 threads, GFLOP/s, the 2-thread speed-up,
 //! the minor page faults per inference (fresh pages the allocator maps for activations), the
-//! cost of allocating the activations alone, and each layer timed alone, summed by kind.
+//! cost of allocating the activations alone, each layer timed alone, summed by kind, and the
+//! 3×3 depthwise kernel on chains of MobileNet's depthwise shapes.
 //!
 //! `cargo bench -p nnaccel-cpu --bench mobilenet [-- REPS]` (default 20 timed inferences per
 //! thread count, after 3 warm-ups; the median is printed). Figures: `docs/dependencies.md`.
@@ -232,9 +233,7 @@ fn per_kind(layers: &[Layer], reps: usize) {
             _ => next.iter().map(|&d| d as usize).product::<usize>() * 4,
         };
         let in_floats: usize = shape.iter().map(|&d| d as usize).product();
-        let input: Vec<u8> = (0..in_floats)
-            .flat_map(|i| ((i % 251) as f32 / 251.0).to_le_bytes())
-            .collect();
+        let input = ramp(in_floats);
         let p = PreparedGraph::new(one.g).expect("the layer is valid");
         let mut t = [0.0; 2];
         for (slot, threads) in t.iter_mut().zip([1, 2]) {
@@ -264,6 +263,13 @@ fn per_kind(layers: &[Layer], reps: usize) {
             one / two
         );
     }
+}
+
+/// `floats` input values in [0, 1) as little-endian bytes (the same in every run).
+fn ramp(floats: usize) -> Vec<u8> {
+    (0..floats)
+        .flat_map(|i| ((i % 251) as f32 / 251.0).to_le_bytes())
+        .collect()
 }
 
 /// Median seconds of `reps` executions of `p` on `input` (after 3 warm-ups), with the minor
@@ -341,9 +347,7 @@ fn main() {
     }
     let flops = net.flops;
     let sizes = net.sizes.clone();
-    let input: Vec<u8> = (0..224 * 224 * 3)
-        .flat_map(|i: u32| ((i % 251) as f32 / 251.0).to_le_bytes())
-        .collect();
+    let input = ramp(224 * 224 * 3);
     let p = PreparedGraph::new(net.g).expect("the network is valid");
     let mut out = vec![0u8; 1000 * 4];
     println!(
@@ -388,4 +392,49 @@ fn main() {
         alloc_only_ms(&sizes, reps)
     );
     per_kind(&layers, reps);
+    depthwise_chains(reps);
+}
+
+/// MobileNet's 3×3 depthwise shapes alone: a graph of ten such layers in a row (so the input's
+/// decoding and the output's encoding weigh a tenth), best of `reps` × 5 executions, at 1 and 2
+/// threads.
+fn depthwise_chains(reps: usize) {
+    const CHAIN: u32 = 10;
+    println!(
+        "3x3 depthwise, chains of {CHAIN} layers of one shape (GFLOP/s, best of {}):",
+        reps * 5
+    );
+    println!(
+        "{:<18} {:>9} {:>9}",
+        "shape (stride 1)", "1 thread", "2 threads"
+    );
+    for (hw, c) in [
+        (112u32, 32u32),
+        (56, 128),
+        (28, 256),
+        (14, 512),
+        (7, 1024),
+        (56, 144),
+    ] {
+        let mut net = Net::new([1, hw, hw, c]);
+        for _ in 0..CHAIN {
+            net.depthwise(1);
+        }
+        net.finish();
+        let flops = net.flops;
+        let floats = (hw * hw * c) as usize;
+        let input = ramp(floats);
+        let p = PreparedGraph::new(net.g).expect("the chain is valid");
+        let rates = [1, 2].map(|threads| {
+            nnaccel_cpu::set_max_threads(threads);
+            let (_, best, _) = time_graph(&p, &input, floats * 4, reps * 5);
+            flops / best / 1e9
+        });
+        println!(
+            "{:<18} {:>9.1} {:>9.1}",
+            format!("{hw}x{hw}x{c}"),
+            rates[0],
+            rates[1]
+        );
+    }
 }

@@ -248,13 +248,23 @@ impl Reusable for i8 {
 
 /// A byte buffer's allocation as the other byte type, without copying.
 pub(crate) fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
+    // SAFETY: `Byte` is implemented only for u8 and i8, which have the same size (1) and
+    // alignment (1), and every bit pattern is a valid value of both.
+    unsafe { reinterpret_vec(v) }
+}
+
+/// `v`'s allocation, length and capacity as a vector of `B`, without copying.
+///
+/// # Safety
+/// `A` and `B` have the same size and alignment, and `v`'s first `len` elements are valid
+/// values of `B`.
+unsafe fn reinterpret_vec<A, B>(v: Vec<A>) -> Vec<B> {
     let mut v = std::mem::ManuallyDrop::new(v);
     let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
-    // SAFETY: `Byte` is implemented only for u8 and i8, which have the same size (1) and
-    // alignment (1), and every bit pattern is a valid value of both; so the allocation of
-    // `cap` elements has the layout a Vec<B> of that capacity expects, its first `len`
-    // elements are initialized B values, and it is handed over whole (`v` is never used or
-    // dropped again).
+    // SAFETY: with A's size and alignment (the caller's contract), the allocation of `cap`
+    // elements has the layout a Vec<B> of that capacity expects, and its first `len` elements
+    // are valid B values (contract); it is handed over whole (`v` is never used or dropped
+    // again).
     unsafe { Vec::from_raw_parts(ptr.cast::<B>(), len, cap) }
 }
 
@@ -408,18 +418,15 @@ pub(crate) fn output_buffer<T: Reusable>(n: usize) -> Vec<T> {
 pub(crate) fn output_buffer_uninit<T: Reusable>(n: usize) -> Vec<MaybeUninit<T>> {
     let v = ARENA
         .with_borrow_mut(|slot| slot.as_mut().and_then(|a| T::take_spare(a, n)))
-        .unwrap_or_else(|| Vec::with_capacity(n));
-    let mut v = std::mem::ManuallyDrop::new(v);
-    let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
-    // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, so the allocation of `cap`
-    // elements has the layout a Vec<MaybeUninit<T>> of that capacity expects; its first `len`
-    // elements are initialized T values, valid MaybeUninit<T> ones; it is handed over whole
-    // (`v` is never used or dropped again).
-    let mut u = unsafe { Vec::from_raw_parts(ptr.cast::<MaybeUninit<T>>(), len, cap) };
-    debug_assert!(n <= u.capacity());
-    // SAFETY: n <= capacity (`take_spare` and `with_capacity` leave room for n), and the
-    // elements are `MaybeUninit`, which need no initialization.
-    unsafe { u.set_len(n.min(u.capacity())) };
+        .unwrap_or_default();
+    // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, and every initialized T is
+    // a valid MaybeUninit<T>.
+    let mut u: Vec<MaybeUninit<T>> = unsafe { reinterpret_vec(v) };
+    // Room for n (a kept buffer has it already; this is the fallback's allocation).
+    u.reserve_exact(n.saturating_sub(u.len()));
+    // SAFETY: n <= capacity (reserved just above), and the elements are `MaybeUninit`, which
+    // need no initialization.
+    unsafe { u.set_len(n) };
     #[cfg(test)]
     for e in &mut u {
         e.write(T::POISON);
@@ -432,12 +439,9 @@ pub(crate) fn output_buffer_uninit<T: Reusable>(n: usize) -> Vec<MaybeUninit<T>>
 /// # Safety
 /// Every element of `v` has been written (`MaybeUninit::write`).
 pub(crate) unsafe fn assume_written<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
-    let mut v = std::mem::ManuallyDrop::new(v);
-    let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
-    // SAFETY: `T` has the size and alignment of `MaybeUninit<T>`, so the allocation has the
-    // layout a Vec<T> of capacity `cap` expects; its first `len` elements are initialized (the
-    // caller's contract); it is handed over whole (`v` is never used or dropped again).
-    unsafe { Vec::from_raw_parts(ptr.cast::<T>(), len, cap) }
+    // SAFETY: `T` has the size and alignment of `MaybeUninit<T>`, and every element of `v` is
+    // initialized (the caller's contract).
+    unsafe { reinterpret_vec(v) }
 }
 
 /// Hands the storage of a tensor no longer needed to this thread's arena, if any.
@@ -559,9 +563,8 @@ mod tests {
         let v = unsafe { assume_written(v) };
         assert!(v.iter().all(|x| x.is_nan()));
         recycle(Data::F32(v));
-        let a = guard.finish().expect("installed");
+        let mut a = guard.finish().expect("installed");
         // Taken the clearing way, the same buffer comes back with its growth cleared.
-        let mut a = a;
         let kept = f32::take(&mut a, 600);
         assert_eq!(kept.as_ptr(), at);
         let mut short = kept;

@@ -483,12 +483,11 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                     ep: Epilogue { bias, lo, hi },
                 };
                 let threads = fgemm::threads(batch, isz, units);
-                let mut out = crate::tensor::output_buffer::<f32>(batch * units);
-                // SAFETY: the product writes only initialized floats into the view.
-                p.run(unsafe { fgemm::as_uninit(&mut out) }, threads, isa)
-                    .map_err(|e| ctx.err(e))?;
+                let mut out = crate::tensor::output_buffer_uninit::<f32>(batch * units);
+                p.run(&mut out, threads, isa).map_err(|e| ctx.err(e))?;
                 ran_float(|r| r.packed_gemm += 1);
-                out
+                // SAFETY: `Product::run` succeeded, so it wrote every element of `out`.
+                unsafe { crate::tensor::assume_written(out) }
             }
         };
         return Ok(vec![Tensor::new(od, Data::F32(out))]);
@@ -621,13 +620,11 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                 out
             }
             FloatRoute::Fast(isa) => {
-                let dw = DepthwiseF32 { win, f, mult, isa };
-                let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
-                if dw.run(&mut out) {
+                let (out, three) = DepthwiseF32 { win, f, mult, isa }.output(len);
+                if three {
                     ran_float(|r| r.depthwise_3x3 += 1);
                 }
-                // SAFETY: `DepthwiseF32::run` writes every element of `out`.
-                unsafe { crate::tensor::assume_written(out) }
+                out
             }
         };
         return Ok(vec![finish_f32(s.od, out, a.nchw)]);
@@ -906,18 +903,6 @@ impl ConvF32<'_> {
     }
 }
 
-/// `out` cleared, as floats: for the kernels that write through `&mut [f32]` (and may leave
-/// elements alone when the operands are shorter than their shapes say).
-fn zeroed(out: &mut [MaybeUninit<f32>]) -> &mut [f32] {
-    for v in out.iter_mut() {
-        v.write(0.0);
-    }
-    let len = out.len();
-    // SAFETY: every element was just initialized; `MaybeUninit<f32>` has the size and
-    // alignment of `f32`; the view borrows `out` exclusively for its lifetime.
-    unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), len) }
-}
-
 /// A float DEPTHWISE_CONV_2D on NHWC data, vectorized over channels.
 struct DepthwiseF32<'a> {
     win: FloatWindow<'a>,
@@ -953,24 +938,62 @@ fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
 }
 
 impl DepthwiseF32<'_> {
-    /// Computes `out`, writing every element of it; returns whether the 3×3 kernel did.
-    fn run(&self, out: &mut [MaybeUninit<f32>]) -> bool {
+    /// The output (`len` floats, every one written), and whether a 3×3 kernel computed it.
+    /// The blocked kernel's output is not cleared first ([`crate::tensor::output_buffer_uninit`]):
+    /// it writes every element. The others write through `&mut [f32]` into a cleared buffer.
+    fn output(&self, len: usize) -> (Vec<f32>, bool) {
+        #[cfg(target_arch = "x86_64")]
+        if self.blocked() {
+            let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
+            self.split(&mut out, |r0, part| {
+                // SAFETY: `blocked` checked AVX2 and FMA (Isa::detect), the 3×3 shape and the
+                // operands' lengths.
+                unsafe { self.rows_3x3_blocked_avx2_fma(r0, part) }
+            });
+            // SAFETY: the runs cover `out` and the blocked kernel writes every element of its
+            // run (a panic never gets here).
+            return (unsafe { crate::tensor::assume_written(out) }, true);
+        }
+        let mut out = crate::tensor::output_buffer::<f32>(len);
+        let three = self.is_3x3();
+        self.split(&mut out, |r0, part| {
+            if three {
+                self.rows_3x3(r0, part);
+            } else {
+                self.rows(r0, part);
+            }
+        });
+        (out, three)
+    }
+
+    /// Whether the x86-64 blocked kernel (`dw3x3`) computes this operation: AVX2 and FMA, a
+    /// 3×3 operation, and operands as long as their shapes say.
+    #[cfg(target_arch = "x86_64")]
+    fn blocked(&self) -> bool {
+        let c = self.win.c;
+        self.isa == Isa::Avx2Fma
+            && self.is_3x3()
+            && self.f.len() >= 9 * c
+            && self.win.bias.len() >= c
+    }
+
+    /// Runs `kernel(first_row, rows)` over the output rows of `out`, split over threads.
+    fn split<T: Send>(&self, out: &mut [T], kernel: impl Fn(usize, &mut [T]) + Sync) {
         let oc = self.win.c * self.mult;
         let (_, ow) = self.win.out_hw;
         let (fh, fw) = self.win.filter_hw;
         let row_len = ow * oc;
         if row_len == 0 || out.is_empty() {
-            return false;
+            return;
         }
         let rows = out.len() / row_len;
         // Flop-equivalents: the depthwise kernel runs at about a third of the GEMM's rate.
         let flops = out.len().saturating_mul(6 * fh * fw);
-        let three = self.is_3x3();
         // A run of the 3×3 kernel copies the input rows it reads (two more than its output
         // rows at stride 1) and packs the filter: runs of at least DW3_MIN_ROWS rows, and a
         // second thread only when each gets that many (7×7×1024 split in runs of one row took
         // longer on two threads than on one).
-        let (units, runs) = if three {
+        let (units, runs) = if self.is_3x3() {
             let runs = par::RowRuns {
                 align: 1,
                 min_rows: DW3_MIN_ROWS,
@@ -981,14 +1004,9 @@ impl DepthwiseF32<'_> {
         };
         let threads = par::threads_for(flops, units);
         let _ = par::for_row_runs(out, row_len, threads, runs, |r0, part| {
-            if three {
-                self.rows_3x3(r0, part);
-            } else {
-                self.rows(r0, zeroed(part));
-            }
+            kernel(r0, part);
             Ok::<(), ()>(())
         });
-        three
     }
 
     /// Whether the 3×3 kernel runs this operation: a 3×3 filter, multiplier 1, stride 1 or 2
@@ -1002,24 +1020,14 @@ impl DepthwiseF32<'_> {
             && g.stride_w <= 2
     }
 
-    /// Output rows `r0..` of a 3×3 depthwise convolution ([`Self::is_3x3`]), every element
-    /// written.
-    fn rows_3x3(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
+    /// Output rows `r0..` of a 3×3 depthwise convolution ([`Self::is_3x3`]) with the portable
+    /// kernel (x86-64 with AVX2 and FMA runs `dw3x3`'s instead, see [`Self::output`]).
+    fn rows_3x3(&self, r0: usize, out: &mut [f32]) {
         let c = self.win.c;
         if self.f.len() < 9 * c || self.win.bias.len() < c {
             // Operands shorter than their shapes say: the generic kernel reports nothing either.
-            return self.rows(r0, zeroed(out));
+            return self.rows(r0, out);
         }
-        #[cfg(target_arch = "x86_64")]
-        {
-            if self.isa == Isa::Avx2Fma {
-                // SAFETY: the CPU supports AVX2 and FMA (Isa::detect checked it), this is a
-                // 3×3 operation (`run` checked it) and the operands' lengths are checked above.
-                unsafe { self.rows_3x3_blocked_avx2_fma(r0, out) };
-                return;
-            }
-        }
-        let out = zeroed(out);
         #[cfg(target_arch = "aarch64")]
         self.rows_3x3_generic::<true>(r0, out);
         #[cfg(not(target_arch = "aarch64"))]
@@ -1029,8 +1037,7 @@ impl DepthwiseF32<'_> {
     /// The 3×3 kernel: the three input rows of an output row (a row of zeros above and below the
     /// input), border pixels through [`Self::pixel`], interior pixels in tiles of [`DW3_TILE`]:
     /// per tile and vector of [`DW3_LANES`] channels, the nine filter vectors and the bias are
-    /// loaded once, then each pixel is nine multiply-adds and one clamped store. (x86-64 with
-    /// AVX2 and FMA runs `dw3x3`'s kernel instead.)
+    /// loaded once, then each pixel is nine multiply-adds and one clamped store.
     #[inline(always)]
     fn rows_3x3_generic<const FMA: bool>(&self, r0: usize, out: &mut [f32]) {
         let (g, x, f, bias) = (&self.win.g, self.win.x, self.f, self.win.bias);
@@ -1360,11 +1367,7 @@ mod float_kernel_tests {
             dw.rows_generic::<false>(0, &mut portable);
             let mut fused = vec![f32::NAN; want.len()];
             dw.rows_generic::<true>(0, &mut fused);
-            let mut picked = vec![MaybeUninit::new(f32::NAN); want.len()];
-            dw.run(&mut picked);
-            // SAFETY: every element was initialized (NaN) before `run`, which writes only
-            // initialized floats.
-            let picked: Vec<f32> = picked.iter().map(|v| unsafe { v.assume_init() }).collect();
+            let (picked, _) = dw.output(want.len());
             let what = format!("{fh}×{fw} ×{mult} c {c} n {n} {h}×{w} {g:?}");
             for (name, got) in [("portable", &portable), ("fused", &fused), ("run", &picked)] {
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {

@@ -319,22 +319,16 @@ struct Tile<'a> {
     clamp: Option<(f32, f32)>,
 }
 
-/// A micro-kernel: computes one [`Tile`].
-///
-/// # Safety
-/// `a` valid for reads at `r * lda + kk` (r < mr, kk < kc), `b` for `kc * NR` floats, `c` for
-/// writes at `r * ldc + j` (r < mr, j < nr), and for reads there when `bias` is None (the
-/// earlier reduction blocks wrote them), written by no one else meanwhile.
-#[allow(dead_code)] // the contract the micro-kernels document; they are called by ColumnFns
-type TileFn = unsafe fn(&Tile<'_>);
-
 /// A column of micro-tiles: `t.mr` rows (any number) of one panel block, as tiles of MR rows
 /// (the last one shorter), in one call: for short reductions (a 1×1 convolution over 16
 /// channels is 16 steps of 12 multiply-adds) the per-tile call and setup were a tenth of the
 /// work.
 ///
 /// # Safety
-/// As [`TileFn`], for `t.mr` rows.
+/// The tile contract, which each micro-kernel (`tile_*`) also requires of its one tile: `a`
+/// valid for reads at `r * lda + kk` (r < mr, kk < kc), `b` for `kc * NR` floats, `c` for
+/// writes at `r * ldc + j` (r < mr, j < nr), and for reads there when `bias` is None (the
+/// earlier reduction blocks wrote them), written by no one else meanwhile.
 type ColumnFn = unsafe fn(&Tile<'_>);
 
 /// Runs `tile` on each tile of the column `t` (see [`ColumnFn`]): `t` cut into tiles of MR
@@ -378,7 +372,7 @@ unsafe fn column_avx2_fma(t: &Tile<'_>) {
 /// The portable micro-kernel.
 ///
 /// # Safety
-/// As [`TileFn`].
+/// The tile contract ([`ColumnFn`]), for `t.mr` <= MR rows.
 unsafe fn tile_portable(t: &Tile<'_>) {
     // aarch64 always has NEON with fused multiply-add: `mul_add` compiles to vector `fmla`.
     #[cfg(target_arch = "aarch64")]
@@ -394,7 +388,7 @@ unsafe fn tile_portable(t: &Tile<'_>) {
 }
 
 /// # Safety
-/// As [`TileFn`].
+/// The tile contract ([`ColumnFn`]), for `t.mr` <= MR rows.
 #[inline(always)]
 unsafe fn tile_generic<const FMA: bool>(t: &Tile<'_>) {
     let mut acc = [[0f32; NR]; MR];
@@ -460,7 +454,8 @@ pub(crate) fn st8(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
 /// The AVX2+FMA micro-kernel: MR×NR accumulators in 12 registers.
 ///
 /// # Safety
-/// As [`TileFn`], and the CPU must support AVX2 and FMA.
+/// The tile contract ([`ColumnFn`]), for `t.mr` <= MR rows, and the CPU must support AVX2 and
+/// FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]

@@ -41,7 +41,7 @@ impl DepthwiseF32<'_> {
     ///
     /// # Safety
     /// The CPU supports AVX2 and FMA; [`Self::is_3x3`] holds; the filter holds `9·c` floats and
-    /// the bias `c`.
+    /// the bias `c` (all as [`Self::blocked`] checks).
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_3x3_blocked_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
         let (g, x) = (&self.win.g, self.win.x);
@@ -66,24 +66,21 @@ impl DepthwiseF32<'_> {
         let in_row = w * c;
         for (ri, orow) in out.chunks_exact_mut(ow * c).enumerate() {
             let (b, oy) = ((r0 + ri) / oh, (r0 + ri) % oh);
-            for ky in 0..3 {
-                let Some(iy) = g.in_y(oy, ky, h) else {
-                    continue;
-                };
-                if rows.held[iy % 3] == Some((b, iy)) {
-                    continue;
+            // The slot of each window row, filled from the input unless it holds that row
+            // already; None (a row of zeros) above and below the input, or where the input is
+            // shorter than its shape says.
+            let slots: [Option<usize>; 3] = std::array::from_fn(|ky| {
+                let iy = g.in_y(oy, ky, h)?;
+                let at = iy % 3;
+                if rows.held[at] != Some((b, iy)) {
+                    let start = (b * h + iy) * in_row;
+                    rows.held[at] = None;
+                    rows.fill(at, x.get(start..start + in_row)?, c, g.pad_l);
+                    rows.held[at] = Some((b, iy));
                 }
-                let start = (b * h + iy) * in_row;
-                let src = x.get(start..start + in_row);
-                rows.fill(iy % 3, src, c, g.pad_l);
-                rows.held[iy % 3] = src.map(|_| (b, iy));
-            }
-            let window: [&[f32]; 3] = std::array::from_fn(|ky| match g.in_y(oy, ky, h) {
-                Some(iy) if rows.held[iy % 3] == Some((b, iy)) => {
-                    &rows.buf[iy % 3 * slot..(iy % 3 + 1) * slot]
-                }
-                _ => &zeros,
+                Some(at)
             });
+            let window = slots.map(|at| at.map_or(&zeros[..], |at| &rows.buf[at * slot..][..slot]));
             for blk in 0..blocks {
                 let taps = &packed[blk * PACKED..(blk + 1) * PACKED];
                 // Spelled out: `array::map` here was not inlined (a call per block).
@@ -118,17 +115,13 @@ impl DepthwiseF32<'_> {
 }
 
 impl BlockedRows {
-    /// Copies the NHWC row `src` (`w·c` floats; None: zeros) into slot `slot`, column
-    /// `x + pad_l` for input column `x`. Columns left of `pad_l` and right of the input are
-    /// never written, so they stay zero, and so do the lanes past `c` of the last block.
+    /// Copies the NHWC row `src` (`w·c` floats) into slot `slot`, column `x + pad_l` for input
+    /// column `x`. Columns left of `pad_l` and right of the input are never written, so they
+    /// stay zero, and so do the lanes past `c` of the last block.
     #[inline(always)]
-    fn fill(&mut self, slot: usize, src: Option<&[f32]>, c: usize, pad_l: usize) {
+    fn fill(&mut self, slot: usize, src: &[f32], c: usize, pad_l: usize) {
         let cols = self.cols;
         let dst = &mut self.buf[slot * self.slot..(slot + 1) * self.slot];
-        let Some(src) = src else {
-            dst.fill(0.0);
-            return;
-        };
         for (x, px) in src.chunks_exact(c).enumerate() {
             let col = x + pad_l;
             if col >= cols {

@@ -194,17 +194,13 @@ fn epilogue<'a>(ctx: &OpCtx<'a>, n: usize, k: usize, act: usize) -> KResult<Cow<
     let (_, bias) = ctx.i32s(2)?;
     let ep = Epilogue::new(&rq, bias, n, k)
         .ok_or_else(|| ctx.err("bias shorter than the output depth"))?;
-    Ok(match ctx.epilogue {
-        Some(cell) => match cell.set(ep) {
-            Ok(()) => cell.get().filter(fits).map_or_else(
-                || Err(ctx.err("internal: the kept epilogue is not the one made")),
-                |e| Ok(Cow::Borrowed(e)),
-            )?,
-            // Another execution kept one first.
-            Err(ep) => Cow::Owned(ep),
-        },
-        None => Cow::Owned(ep),
-    })
+    // Kept when the operation may keep one and none is kept yet (one another execution kept
+    // meanwhile is made from the same constants); a kept one that does not fit this
+    // execution's shapes stays, and this one is used once.
+    match ctx.epilogue.map(|cell| cell.get_or_init(|| ep.clone())) {
+        Some(kept) if fits(&kept) => Ok(Cow::Borrowed(kept)),
+        _ => Ok(Cow::Owned(ep)),
+    }
 }
 
 /// Writes rows `r0..` of `x` (rows of `k`), centered, into `dst` (rows of `padded(k)`).

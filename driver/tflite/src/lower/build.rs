@@ -499,6 +499,13 @@ impl<'g> Builder<'g> {
         self.push_operand(o)
     }
 
+    /// A NO_VALUE operand of `like`'s type, standing for an omitted optional input.
+    pub fn no_value(&mut self, like: u32) -> u32 {
+        let mut o = plain(self.ty(like), Vec::new());
+        o.lifetime = OperandLifetime::NoValue;
+        self.push_operand(o)
+    }
+
     /// A new temporary operand like `like` with its dimensions.
     pub fn temp_same(&mut self, like: u32) -> u32 {
         let dims = self.operands[like as usize].dimensions.clone();

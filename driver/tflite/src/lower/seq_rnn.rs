@@ -26,10 +26,10 @@
 //! activation passes through as for RNN ([`activation_code`]). Called through the hooks of
 //! `recurrent.rs`; shares RNN's helpers (`rnn.rs`).
 
-use nnaccel_hal::{OperandLifetime, OperationType};
+use nnaccel_hal::OperationType;
 
 use super::LowerError;
-use super::build::{Builder, plain};
+use super::build::Builder;
 use super::rnn::{activation_code, float_inputs, require_float};
 use crate::graph::{ElementType, Options};
 
@@ -118,11 +118,7 @@ pub(super) fn bidirectional(
                 present.push(o);
                 o
             }
-            None => {
-                let mut omitted = plain(b.ty(x), Vec::new());
-                omitted.lifetime = OperandLifetime::NoValue;
-                b.push_operand(omitted)
-            }
+            None => b.no_value(x),
         };
         inputs.push(o);
     }

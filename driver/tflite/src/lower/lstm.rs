@@ -314,10 +314,7 @@ fn bidirectional(
     for _ in 0..8 {
         ins.push(b.no_value(x));
     }
-    let mut outputs = Vec::new();
-    for k in 0..outs {
-        outputs.push(b.define(b.output(k)?)?);
-    }
+    let mut outputs = b.define_outputs()?;
     let new_states: Vec<u32> = states.iter().map(|&s| b.temp_same(s)).collect();
     outputs.extend(&new_states);
     b.op(OperationType::BidirectionalSequenceLstm, ins, outputs);

@@ -126,11 +126,7 @@ pub(super) fn bidirectional(
     inputs.push(b.int(code));
     inputs.push(b.boolean(time_major));
     inputs.push(b.boolean(merge_outputs));
-    let mut outs = Vec::with_capacity(outputs + 2);
-    for k in 0..outputs {
-        let t = b.output(k)?;
-        outs.push(b.define(t)?);
-    }
+    let mut outs = b.define_outputs()?;
     let fw_out = b.temp_same(fw_state);
     let bw_out = b.temp_same(bw_state);
     outs.extend([fw_out, bw_out]);

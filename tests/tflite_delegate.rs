@@ -132,23 +132,13 @@ fn script() -> PathBuf {
 
 /// Writes the Python test's small graphs into `dir` with the LiteRT venv's `python`.
 fn write_graphs(python: &Path, dir: &Path) -> Result<(), String> {
-    let out = Command::new(python)
-        .arg(script())
+    let mut cmd = Command::new(python);
+    cmd.arg(script())
         .arg("graphs")
         .arg(dir)
         .env("NNACCEL_TFLITE_RUNTIME", Runtime::Litert.module())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script().display()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "tests/tflite_delegate.py graphs failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+        .stderr(Stdio::piped());
+    models::output_of(&mut cmd, "tests/tflite_delegate.py graphs").map(drop)
 }
 
 /// What every run shares: the LiteRT venv's python, the models' and the graphs' directories
@@ -158,30 +148,6 @@ struct Shared {
     models: PathBuf,
     graphs: PathBuf,
     so: PathBuf,
-}
-
-/// Makes the venv of `runtime` with `scripts/litert-venv.sh`; returns its python.
-fn venv(runtime: Runtime) -> Result<PathBuf, String> {
-    if runtime == Runtime::Litert {
-        return models::litert_venv();
-    }
-    let out = Command::new(models::repo_root().join("scripts/litert-venv.sh"))
-        .arg(runtime.flavour())
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("scripts/litert-venv.sh: cannot start: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let python = PathBuf::from(text.trim());
-    if out.status.success() && python.is_file() {
-        Ok(python)
-    } else {
-        Err(format!(
-            "scripts/litert-venv.sh {} failed ({}) printing {text:?}",
-            runtime.flavour(),
-            out.status
-        ))
-    }
 }
 
 /// Fails the test under `CI=true`, else prints `SKIPPED` and returns None.
@@ -224,7 +190,7 @@ fn runtime_python(runtime: Runtime) -> Option<&'static PathBuf> {
     match runtime {
         Runtime::Litert => setup().map(|s| &s.litert),
         Runtime::TfliteRuntime => skip_unless_ci(
-            TFLITE_RUNTIME.get_or_init(|| venv(runtime)),
+            TFLITE_RUNTIME.get_or_init(|| models::tflite_venv(runtime.flavour())),
             "the tflite-runtime 2.14 venv",
         ),
     }

@@ -1009,9 +1009,7 @@ def bidirectional_rnn(act, time_major, merge, batch, time, size, units, aux=None
     bw_h variable tensors; `aux`: None, "parallel" (the auxiliary input alone, the backward
     cell's input) or "cross" (the auxiliary input and both auxiliary weights); `hybrid`: every
     weight matrix int8."""
-    def weights(g, name, shape):
-        real = g.weights(shape, shape[1])
-        return int8_weights(g, name, real) if hybrid else g.const(name, real)
+    kind = "i8" if hybrid else "f32"
 
     def build(g):
         x = g.input("x", sequence(time_major, batch, time, size))
@@ -1019,13 +1017,13 @@ def bidirectional_rnn(act, time_major, merge, batch, time, size, units, aux=None
         ins = [x]
         for d, n in zip(("fw", "bw"), units):
             n_in = aux_size if d == "bw" and aux == "parallel" else size
-            ins += [weights(g, d + "_w", [n, n_in]), weights(g, d + "_r", [n, n]),
+            ins += [seq_weights(g, d + "_w", [n, n_in], kind),
+                    seq_weights(g, d + "_r", [n, n], kind),
                     g.const(d + "_b", bias_values(n)(g)),
                     state_tensor(g, d + "_h", [batch, n])]
         ins.append(a)
         for d, n in zip(("fw", "bw"), units):
-            cross = aux == "cross"
-            ins.append(weights(g, d + "_aw", [n, aux_size]) if cross else None)
+            ins.append(seq_weights(g, d + "_aw", [n, aux_size], kind) if aux == "cross" else None)
         outs = [g.act("y")] if merge else [g.act("fw_y"), g.act("bw_y")]
         g.op(OP.BIDIRECTIONAL_SEQUENCE_RNN, ins, outs,
              ("BidirectionalSequenceRNNOptions",

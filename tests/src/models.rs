@@ -37,8 +37,9 @@ fn tail(stderr: &[u8]) -> String {
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
-/// Runs `cmd`, returning its stdout, or why it failed.
-fn output_of(cmd: &mut Command, what: &str) -> Result<String, String> {
+/// Runs `cmd` (its stdin closed), returning its stdout, or why it failed: `what`, the exit
+/// status and the last lines of stderr (piped by the caller to be seen here).
+pub fn output_of(cmd: &mut Command, what: &str) -> Result<String, String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -51,15 +52,20 @@ fn output_of(cmd: &mut Command, what: &str) -> Result<String, String> {
 
 /// Makes (or finds) the LiteRT venv with `scripts/litert-venv.sh`; returns its python.
 pub fn litert_venv() -> Result<PathBuf, String> {
+    tflite_venv("litert")
+}
+
+/// Makes (or finds) the venv of `scripts/litert-venv.sh FLAVOUR` (`litert` or
+/// `tflite-runtime`); returns its python.
+pub fn tflite_venv(flavour: &str) -> Result<PathBuf, String> {
+    let what = format!("scripts/litert-venv.sh {flavour}");
     let mut cmd = Command::new(repo_root().join("scripts/litert-venv.sh"));
-    let out = output_of(cmd.stderr(Stdio::piped()), "scripts/litert-venv.sh")?;
+    let out = output_of(cmd.arg(flavour).stderr(Stdio::piped()), &what)?;
     let python = PathBuf::from(out.trim());
     if python.is_file() {
         Ok(python)
     } else {
-        Err(format!(
-            "scripts/litert-venv.sh printed {out:?}, not a python"
-        ))
+        Err(format!("{what} printed {out:?}, not a python"))
     }
 }
 

@@ -532,7 +532,7 @@ pub fn byte_count(shape: &[i32], size: usize) -> Option<usize> {
 /// passes by value) or that stores nodes otherwise is refused.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Layout {
-    /// Bytes from node 0 to its registration, or None when the graph has no node.
+    /// Bytes from node 0 to its registration, or None when the plan is empty (nothing measured).
     pub node: Option<isize>,
     /// Bytes from node 0 to node 1, or None when the plan names node 0 only.
     pub entry: Option<isize>,

@@ -452,6 +452,12 @@ impl<'g> Builder<'g> {
         Ok(o)
     }
 
+    /// Every output tensor of the node, defined as operands ([`Builder::define`]), in order.
+    pub fn define_outputs(&mut self) -> Result<Vec<u32>> {
+        let n = self.cur()?.outputs.len();
+        (0..n).map(|k| self.define(self.output(k)?)).collect()
+    }
+
     /// Whether two quantized operands share scale and zero point.
     pub fn same_quantization(&self, a: u32, c: u32) -> bool {
         let (a, c) = (&self.operands[a as usize], &self.operands[c as usize]);
@@ -496,6 +502,13 @@ impl<'g> Builder<'g> {
         o.dimensions = dims;
         o.lifetime = OperandLifetime::TemporaryVariable;
         o.location = DataLocation::default();
+        self.push_operand(o)
+    }
+
+    /// A NO_VALUE operand of `like`'s type, standing for an omitted optional input.
+    pub fn no_value(&mut self, like: u32) -> u32 {
+        let mut o = plain(self.ty(like), Vec::new());
+        o.lifetime = OperandLifetime::NoValue;
         self.push_operand(o)
     }
 

@@ -69,12 +69,6 @@ fn operands_from(b: &mut Builder<'_>, from: usize) -> Result<Vec<u32>> {
     (from..n).map(|k| b.value(b.input(k)?)).collect()
 }
 
-/// The node's outputs, defined.
-fn outputs(b: &mut Builder<'_>) -> Result<Vec<u32>> {
-    let n = b.cur()?.outputs.len();
-    (0..n).map(|k| b.define(b.output(k)?)).collect()
-}
-
 /// IF: condition, then and else subgraphs, the inputs.
 pub(super) fn if_(b: &mut Builder<'_>) -> Result<()> {
     let Options::If {
@@ -89,7 +83,7 @@ pub(super) fn if_(b: &mut Builder<'_>) -> Result<()> {
     let otherwise = subgraph_operand(b, else_subgraph)?;
     let mut args = vec![cond, then, otherwise];
     args.extend(operands_from(b, 1)?);
-    let ys = outputs(b)?;
+    let ys = b.define_outputs()?;
     b.op(OperationType::If, args, ys);
     Ok(())
 }
@@ -107,7 +101,7 @@ pub(super) fn while_(b: &mut Builder<'_>) -> Result<()> {
     let body = subgraph_operand(b, body_subgraph)?;
     let mut args = vec![cond, body];
     args.extend(operands_from(b, 0)?);
-    let ys = outputs(b)?;
+    let ys = b.define_outputs()?;
     // TFLite's WHILE gives each output its loop variable's shape at Prepare, so a file may
     // store none for it; NNAPI needs the loop variable's dimensions there.
     for (k, &y) in ys.iter().enumerate() {

@@ -22,10 +22,10 @@
 //! (TFLite's int8/int16 scheme with intermediate scales, which NNAPI's QUANTIZED_LSTM spells
 //! differently), diagonal recurrent weights.
 
-use nnaccel_hal::{OperandLifetime, OperationType};
+use nnaccel_hal::OperationType;
 
 use super::LowerError;
-use super::build::{Builder, plain};
+use super::build::Builder;
 use super::code::{BIDIRECTIONAL_SEQUENCE_LSTM, LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM};
 use crate::graph::{Activation, ElementType, LstmCell, LstmKernel, Options};
 
@@ -158,13 +158,6 @@ fn float_type(b: &Builder<'_>) -> Result<ElementType> {
     Ok(x)
 }
 
-/// A NO_VALUE operand standing for an omitted optional input of type `like`'s.
-fn no_value(b: &mut Builder<'_>, like: u32) -> u32 {
-    let mut o = plain(b.ty(like), Vec::new());
-    o.lifetime = OperandLifetime::NoValue;
-    b.push_operand(o)
-}
-
 /// The operands of the node's inputs `range`: each present tensor's value (a weight's
 /// dequantized to float32 when hybrid, see [`Builder::weights`]; it must then have the
 /// input's type), NO_VALUE for an omitted (or absent) one.
@@ -186,7 +179,7 @@ fn args(b: &mut Builder<'_>, x: u32, range: std::ops::Range<usize>) -> Result<Ve
                 w
             }
             Some(t) => b.value(t)?,
-            None => no_value(b, x),
+            None => b.no_value(x),
         };
         ops.push(o);
     }
@@ -261,7 +254,7 @@ fn one_direction_lstm(
         // The sequence form always has NNAPI's 28 inputs; LSTM's 23-input form has none.
         (None, Some(_)) => {
             for _ in 0..4 {
-                ins.push(no_value(b, x));
+                ins.push(b.no_value(x));
             }
         }
         (None, None) => {}
@@ -319,12 +312,9 @@ fn bidirectional(
     ins.push(b.boolean(time_major));
     // TFLite's bidirectional form has no layer normalization: NNAPI's 8 coefficients omitted.
     for _ in 0..8 {
-        ins.push(no_value(b, x));
+        ins.push(b.no_value(x));
     }
-    let mut outputs = Vec::new();
-    for k in 0..outs {
-        outputs.push(b.define(b.output(k)?)?);
-    }
+    let mut outputs = b.define_outputs()?;
     let new_states: Vec<u32> = states.iter().map(|&s| b.temp_same(s)).collect();
     outputs.extend(&new_states);
     b.op(OperationType::BidirectionalSequenceLstm, ins, outputs);

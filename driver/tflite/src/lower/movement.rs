@@ -12,12 +12,6 @@ use crate::graph::{Activation, ElementType, Options};
 
 type Result<T> = std::result::Result<T, LowerError>;
 
-/// The output tensors of the node, defined as operands.
-fn define_outputs(b: &mut Builder<'_>) -> Result<Vec<u32>> {
-    let n = b.cur()?.outputs.len();
-    (0..n).map(|k| b.define(b.output(k)?)).collect()
-}
-
 /// SPLIT (inputs: axis tensor, input) and SPLIT_V (input, sizes, axis tensor): NNAPI's SPLIT
 /// when the pieces are equal, else one SLICE per output.
 pub(super) fn split(b: &mut Builder<'_>, v: bool) -> Result<()> {
@@ -64,7 +58,7 @@ pub(super) fn split(b: &mut Builder<'_>, v: bool) -> Result<()> {
     // Each size is now in 0..=dim, so the sums below stay in i32.
     let sizes: Vec<i32> = sizes.into_iter().map(|s| s as i32).collect();
     let x = b.value(xt)?;
-    let ys = define_outputs(b)?;
+    let ys = b.define_outputs()?;
     if sizes.iter().all(|&s| s == sizes[0]) {
         let a = b.int(axis);
         let n = b.int(outs as i32);
@@ -145,7 +139,7 @@ pub(super) fn unpack(b: &mut Builder<'_>) -> Result<()> {
         )));
     }
     piece_dims[axis as usize] = 1;
-    let ys = define_outputs(b)?;
+    let ys = b.define_outputs()?;
     let pieces: Vec<u32> = (0..outs)
         .map(|_| b.temp_like(x, piece_dims.clone()))
         .collect();
@@ -367,7 +361,7 @@ pub(super) fn top_k(b: &mut Builder<'_>) -> Result<()> {
     };
     let x = b.value(b.input(0)?)?;
     let k = b.int(k);
-    let ys = define_outputs(b)?;
+    let ys = b.define_outputs()?;
     b.op(OperationType::TopkV2, vec![x, k], ys);
     Ok(())
 }
@@ -406,7 +400,7 @@ pub(super) fn direct(b: &mut Builder<'_>, ty: OperationType) -> Result<()> {
     let args = (0..n)
         .map(|k| b.value(b.input(k)?))
         .collect::<Result<Vec<_>>>()?;
-    let ys = define_outputs(b)?;
+    let ys = b.define_outputs()?;
     if ys.is_empty() {
         return Err(b.err("no outputs"));
     }

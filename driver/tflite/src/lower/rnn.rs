@@ -44,24 +44,18 @@ pub(super) fn activation_code(b: &Builder<'_>, act: Activation) -> Result<i32> {
 /// zero bias of `units` elements is made then); the weights (inputs 1 and 2) dequantized
 /// when hybrid ([`Builder::weights`]). Refuses non-float inputs.
 pub(super) fn float_inputs(b: &mut Builder<'_>, bias_units: Option<u32>) -> Result<Vec<u32>> {
-    let mut ops: Vec<u32> = Vec::new();
-    for k in 0..STATE_INPUT {
+    let Some(xt) = b.opt_input(0)? else {
+        return Err(b.err("input 0 is omitted"));
+    };
+    let x = b.value(xt)?;
+    require_float(b, 0, x)?;
+    let mut ops = vec![x];
+    for k in 1..STATE_INPUT {
         let o = match (b.opt_input(k)?, k, bias_units) {
-            (Some(t), 1 | 2, _) => {
-                let x = ops
-                    .first()
-                    .copied()
-                    .ok_or_else(|| b.err("input 0 is missing"))?;
-                b.weights(x, t)?
-            }
+            (Some(t), 1 | 2, _) => b.weights(x, t)?,
             (Some(t), _, _) => b.value(t)?,
             (None, 3, Some(units)) => {
-                let like = ops
-                    .first()
-                    .copied()
-                    .ok_or_else(|| b.err("input 0 is missing"))?;
-                let ty = b.ty(like);
-                let operand = plain(ty, vec![units]);
+                let operand = plain(b.ty(x), vec![units]);
                 let len = byte_len(&operand).ok_or_else(|| b.err("the bias size overflows"))?;
                 b.constant(operand, vec![0; len])
             }

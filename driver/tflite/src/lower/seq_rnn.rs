@@ -26,10 +26,10 @@
 //! activation passes through as for RNN ([`activation_code`]). Called through the hooks of
 //! `recurrent.rs`; shares RNN's helpers (`rnn.rs`).
 
-use nnaccel_hal::{OperandLifetime, OperationType};
+use nnaccel_hal::OperationType;
 
 use super::LowerError;
-use super::build::{Builder, plain};
+use super::build::Builder;
 use super::rnn::{activation_code, float_inputs, require_float};
 use crate::graph::{ElementType, Options};
 
@@ -110,31 +110,19 @@ pub(super) fn bidirectional(
         };
         inputs.push(o);
     }
-    let mut present = inputs.clone();
     for k in AUX_INPUT..BIDIRECTIONAL_INPUTS {
         let o = match b.opt_input(k)? {
-            Some(t) => {
-                let o = input_or_weights(b, x, k, t)?;
-                present.push(o);
-                o
-            }
-            None => {
-                let mut omitted = plain(b.ty(x), Vec::new());
-                omitted.lifetime = OperandLifetime::NoValue;
-                b.push_operand(omitted)
-            }
+            Some(t) => input_or_weights(b, x, k, t)?,
+            None => b.no_value(x),
         };
         inputs.push(o);
     }
-    one_type(b, &present)?;
+    // An omitted auxiliary input's NO_VALUE operand has the input's type, so it passes.
+    one_type(b, &inputs)?;
     inputs.push(b.int(code));
     inputs.push(b.boolean(time_major));
     inputs.push(b.boolean(merge_outputs));
-    let mut outs = Vec::with_capacity(outputs + 2);
-    for k in 0..outputs {
-        let t = b.output(k)?;
-        outs.push(b.define(t)?);
-    }
+    let mut outs = b.define_outputs()?;
     let fw_out = b.temp_same(fw_state);
     let bw_out = b.temp_same(bw_state);
     outs.extend([fw_out, bw_out]);

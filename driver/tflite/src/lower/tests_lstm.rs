@@ -378,6 +378,15 @@ fn assert_dequantized_patterns(l: &Lowered, inputs: impl IntoIterator<Item = usi
     }
 }
 
+/// The FLOAT32 outputs `got` (a hybrid model's) are those of the float model, `want`: as
+/// many, each close.
+fn assert_same_outputs(got: &[Vec<u8>], want: &[Vec<u8>]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert_close(&to_f32s(g), &to_f32s(w));
+    }
+}
+
 #[test]
 fn hybrid_lstm_with_cifg_peephole_and_projection_dequantizes_every_weight_at_import() {
     let mut graph = cifg_graph();
@@ -549,9 +558,7 @@ fn hybrid_unidirectional_sequence_lstm_computes_as_the_float_one_with_dequantize
     let zeros = f32s(&[0.0; 4]);
     let inputs = [x, zeros.clone(), zeros];
     let (want, got) = (run(&float, &inputs), run(&hybrid, &inputs));
-    for (g, w) in got.iter().zip(&want) {
-        assert_close(&to_f32s(g), &to_f32s(w));
-    }
+    assert_same_outputs(&got, &want);
 }
 
 #[test]
@@ -599,9 +606,7 @@ fn hybrid_bidirectional_sequence_lstm_dequantizes_both_cells_weights() {
     let hybrid = lower_model(&graph).unwrap();
     assert_dequantized_patterns(&hybrid, weights);
     let (want, got) = (run_bidirectional(&float), run_bidirectional(&hybrid));
-    for (g, w) in got.iter().zip(&want) {
-        assert_close(&to_f32s(g), &to_f32s(w));
-    }
+    assert_same_outputs(&got, &want);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use super::code;
 use super::tests::{
     G, assert_close, f16_bits, f32s, float_const, node0_refusal, quantize_const, run, to_f32s,
 };
-use super::{lower_model, lower_nodes};
+use super::{Lowered, lower_model, lower_nodes};
 use crate::graph::{Activation, ElementType, Graph, Options};
 
 const F32: ElementType = ElementType::Float32;
@@ -54,6 +54,15 @@ fn uni_node(mut g: G, inputs: [i32; 5], y: i32, time_major: bool, activation: Ac
 const UNI_B0: [f32; 4] = [1.1, 2.0, 4.65, 2.0];
 const UNI_B1: [f32; 4] = [-0.9, -2.0, -1.85, 3.0];
 
+/// Runs a lowered batch-major [`uni_graph`] on x = [[1, 2], [-1, 0.5]] ([batch, time]) from
+/// its initial hidden state.
+fn run_batch_major(l: &Lowered) -> Vec<Vec<u8>> {
+    run(
+        l,
+        &[f32s(&[1.0, 2.0, -1.0, 0.5]), l.state[0].initial.clone()],
+    )
+}
+
 #[test]
 fn unidirectional_batch_major_runs_each_batch_through_time_and_outputs_the_last_state() {
     let l = lower_model(&uni_graph(false, Activation::None, None)).unwrap();
@@ -62,7 +71,7 @@ fn unidirectional_batch_major_runs_each_batch_through_time_and_outputs_the_last_
     assert_eq!((s.name.as_str(), s.input, s.output), ("h", 1, 1));
     assert_eq!(s.initial, f32s(&[0.0; 4]));
     // x is [batch, time, 1]: batch 0 = [1, 2], batch 1 = [-1, 0.5].
-    let out = run(&l, &[f32s(&[1.0, 2.0, -1.0, 0.5]), s.initial.clone()]);
+    let out = run_batch_major(&l);
     let want: Vec<f32> = UNI_B0.iter().chain(&UNI_B1).copied().collect();
     assert_close(&to_f32s(&out[0]), &want);
     assert_close(&to_f32s(&out[1]), &[4.65, 2.0, -1.85, 3.0]);
@@ -89,10 +98,7 @@ fn unidirectional_time_major_reads_and_writes_time_first() {
 fn unidirectional_applies_relu_inside_the_recurrence() {
     let l = lower_model(&uni_graph(false, Activation::Relu, None)).unwrap();
     // Batch 1: t0 [-0.9, -2] → [0, 0]; t1 [0.5 + 0.1, 1] = [0.6, 1]. Batch 0 stays positive.
-    let out = run(
-        &l,
-        &[f32s(&[1.0, 2.0, -1.0, 0.5]), l.state[0].initial.clone()],
-    );
+    let out = run_batch_major(&l);
     assert_close(
         &to_f32s(&out[0]),
         &[1.1, 2.0, 4.65, 2.0, 0.0, 0.0, 0.6, 1.0],
@@ -102,10 +108,7 @@ fn unidirectional_applies_relu_inside_the_recurrence() {
 #[test]
 fn unidirectional_applies_tanh_inside_the_recurrence() {
     let l = lower_model(&uni_graph(false, Activation::Tanh, None)).unwrap();
-    let out = run(
-        &l,
-        &[f32s(&[1.0, 2.0, -1.0, 0.5]), l.state[0].initial.clone()],
-    );
+    let out = run_batch_major(&l);
     let got = to_f32s(&out[0]);
     // t0 of batch 0: tanh([1.1, 2]); t1: tanh([2 + 0.5·tanh 1.1 + tanh 2 + 0.1, 4 - tanh 2]).
     let (a, c) = (1.1f32.tanh(), 2f32.tanh());
@@ -123,10 +126,7 @@ fn unidirectional_state_starts_from_the_variable_buffer() {
     .unwrap();
     assert_eq!(l.state[0].initial, f32s(&[1.0, 1.0, 0.0, 0.0]));
     // b0 t0 from h = [1, 1]: [1 + 0.5 + 1 + 0.1, 2 + 0 - 1] = [2.6, 1].
-    let out = run(
-        &l,
-        &[f32s(&[1.0, 2.0, -1.0, 0.5]), l.state[0].initial.clone()],
-    );
+    let out = run_batch_major(&l);
     assert_close(&to_f32s(&out[0])[..2], &[2.6, 1.0]);
 }
 
@@ -165,10 +165,7 @@ fn unidirectional_hybrid_computes_in_float_with_its_int8_weights_dequantized_at_
     let op = &l.model.operations[0];
     assert_close(&float_const(&l, op.inputs[1]), &[1.0, 2.0]);
     assert_close(&float_const(&l, op.inputs[2]), &[0.5, 1.0, 0.0, -1.0]);
-    let out = run(
-        &l,
-        &[f32s(&[1.0, 2.0, -1.0, 0.5]), l.state[0].initial.clone()],
-    );
+    let out = run_batch_major(&l);
     let want: Vec<f32> = UNI_B0.iter().chain(&UNI_B1).copied().collect();
     assert_close(&to_f32s(&out[0]), &want);
 }

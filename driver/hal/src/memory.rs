@@ -23,7 +23,7 @@
 //! out of one, [`MappedPool::constants`] into a private snapshot kept for the pool's lifetime.
 
 use std::os::fd::AsFd;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, PoisonError};
 
 use nnaccel_uapi::sys::{
     self, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START, DMA_BUF_SYNC_WRITE, Mapping,
@@ -289,10 +289,142 @@ impl MappedPool {
     }
 }
 
+/// How many pools [`RecentPools`] keeps mapped, at most.
+pub const RECENT_POOLS: usize = 4;
+
+/// The most bytes [`RecentPools`] keeps mapped: a larger pool is mapped per execution, where
+/// the mapping's cost is small beside the execution's.
+pub const RECENT_POOL_BYTES: usize = 64 << 20;
+
+/// The pools the last regular executions of one prepared model mapped, kept mapped for the
+/// next ones.
+///
+/// A client runs execution after execution on the same memory (an `ANeuralNetworksMemory`
+/// lives across executions), and mapping a pool, faulting in the pages an execution touches
+/// and unmapping it costs about 6 µs per execution on this project's test machine: as much as
+/// a small model's whole run (`docs/performance.md`). A burst keeps its mappings by slot
+/// (REFERENCE.md §5); regular executions find theirs here, by the identity of the file.
+///
+/// Reusing a mapping gives the execution what a new one would:
+/// - **The same file.** The key is the file's `(st_dev, st_ino)`, read from the fd of this
+///   request. A kept pool holds its own fd open, so its inode is not freed, and its number not
+///   given to another file, while the entry lives.
+/// - **The same range.** The key holds the request's kind (with mmap_fd's offset and
+///   protection) and size. Only pools whose size cannot change are kept (a memfd sealed
+///   against shrinking, a dma-buf), so the range checked when the pool was mapped is still
+///   inside the file.
+/// - **No more access than this fd grants.** The key holds the fd's access mode and the
+///   file's seals (but `F_SEAL_SHRINK`, which every kept memfd has): a read-only fd, or a memfd
+///   sealed against writing since, gets a mapping of its own, as it would without the cache.
+///
+/// What a client sees: up to [`RECENT_POOLS`] pools and [`RECENT_POOL_BYTES`] bytes of its
+/// memory stay mapped here after its executions return, until newer pools push them out or the
+/// prepared model is freed; meanwhile a kept memfd cannot be sealed with `F_SEAL_WRITE` (the
+/// kernel refuses while a writable shared mapping exists), as with a burst's cache.
+#[derive(Debug, Default)]
+pub struct RecentPools {
+    /// Most recently used first.
+    kept: std::sync::Mutex<KeptPools>,
+}
+
+type KeptPools = std::collections::VecDeque<(PoolIdentity, Arc<MappedPool>)>;
+
+/// What makes two request pools the same mapping (see [`RecentPools`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PoolIdentity {
+    dev: u64,
+    ino: u64,
+    kind: MemoryKind,
+    size: u64,
+    access: rustix::fs::OFlags,
+    seals: SealFlags,
+}
+
+impl PoolIdentity {
+    /// The identity of `memory`'s file as its fd shows it now; None when the fd cannot be
+    /// asked (the mapping then fails with its own error).
+    fn of(memory: &Memory) -> Option<Self> {
+        let fd = memory.fd.as_fd();
+        let st = rustix::fs::fstat(fd).ok()?;
+        let access = rustix::fs::fcntl_getfl(fd).ok()? & rustix::fs::OFlags::RWMODE;
+        Some(Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            kind: memory.kind,
+            size: memory.size,
+            access,
+            seals: sys::seals(fd) - SealFlags::SHRINK,
+        })
+    }
+}
+
+impl RecentPools {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `memory` mapped: the kept mapping of the same pool, or a new one ([`MappedPool::map`]),
+    /// kept when its size is pinned and it fits [`RECENT_POOL_BYTES`].
+    pub fn map(&self, memory: &Memory) -> Result<Arc<MappedPool>, ErrorStatus> {
+        let Some(id) = PoolIdentity::of(memory) else {
+            return MappedPool::map(memory).map(Arc::new);
+        };
+        if let Some(pool) = self.find(&id) {
+            return Ok(pool);
+        }
+        // Mapped without the lock: a file whose fstat or mmap blocks (one on FUSE) holds up
+        // this execution only.
+        let pool = Arc::new(MappedPool::map(memory)?);
+        if !matches!(pool.backing, Backing::Mapped(_)) || pool.len > RECENT_POOL_BYTES {
+            return Ok(pool);
+        }
+        let mut kept = self.lock();
+        if !kept.iter().any(|(k, _)| *k == id) {
+            kept.push_front((id, pool.clone()));
+            let mut bytes = 0usize;
+            let within = kept
+                .iter()
+                .take_while(|(_, p)| {
+                    bytes += p.len;
+                    bytes <= RECENT_POOL_BYTES
+                })
+                .count();
+            kept.truncate(within.min(RECENT_POOLS));
+        }
+        Ok(pool)
+    }
+
+    /// The kept pool `id`, made the most recently used.
+    fn find(&self, id: &PoolIdentity) -> Option<Arc<MappedPool>> {
+        let mut kept = self.lock();
+        let at = kept.iter().position(|(k, _)| k == id)?;
+        let entry = kept.remove(at)?;
+        let pool = entry.1.clone();
+        kept.push_front(entry);
+        Some(pool)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KeptPools> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many pools are kept.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use rustix::fs::OFlags;
+    use std::os::fd::AsRawFd;
 
     fn memfd(size: u64) -> Memory {
         let fd = sys::memfd_create(c"pool-test", size).unwrap();
@@ -398,6 +530,102 @@ mod tests {
             MappedPool::map(&bad).unwrap_err(),
             ErrorStatus::GeneralFailure
         );
+    }
+
+    /// `memory` through a new fd of its own (as the service receives one per request).
+    fn again(memory: &Memory) -> Memory {
+        Memory {
+            fd: Arc::new(memory.fd.try_clone().unwrap()),
+            ..memory.clone()
+        }
+    }
+
+    #[test]
+    fn recent_pools_map_a_pool_once_across_executions_through_new_fds() {
+        let recent = RecentPools::new();
+        let m = memfd(4096);
+        let first = recent.map(&m).unwrap();
+        let second = recent.map(&again(&m)).unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "the kept mapping is reused");
+        assert_eq!(recent.len(), 1);
+        // The mapping is shared, not a snapshot: the client's writes show.
+        let client = Mapping::map_shared(m.fd.as_fd(), 0, 4096, true).unwrap();
+        client.write_at(8, &[5; 4]).unwrap();
+        assert_eq!(second.read(8, 4).unwrap(), [5; 4]);
+    }
+
+    #[test]
+    fn recent_pools_tell_files_apart_and_keep_the_newest_few() {
+        let recent = RecentPools::new();
+        let pools: Vec<Memory> = (0..RECENT_POOLS + 1).map(|_| memfd(4096)).collect();
+        let mapped: Vec<_> = pools.iter().map(|m| recent.map(m).unwrap()).collect();
+        for (i, (m, p)) in pools.iter().zip(&mapped).enumerate() {
+            p.write(0, &[i as u8]).unwrap();
+            let client = Mapping::map_shared(m.fd.as_fd(), 0, 4096, false).unwrap();
+            let mut b = [0u8];
+            client.read_at(0, &mut b).unwrap();
+            assert_eq!(b, [i as u8], "pool {i} is its own file");
+        }
+        assert_eq!(recent.len(), RECENT_POOLS);
+        let oldest = recent.map(&pools[0]).unwrap();
+        assert!(!Arc::ptr_eq(&oldest, &mapped[0]), "the oldest was let go");
+        let newest = recent.map(&pools[RECENT_POOLS]).unwrap();
+        assert!(Arc::ptr_eq(&newest, &mapped[RECENT_POOLS]));
+    }
+
+    #[test]
+    fn recent_pools_never_hand_a_writable_mapping_to_a_read_only_fd() {
+        let recent = RecentPools::new();
+        let m = memfd(4096);
+        let writable = recent.map(&m).unwrap();
+        assert!(writable.writable());
+        let path = format!("/proc/self/fd/{}", m.fd.as_raw_fd());
+        let ro =
+            rustix::fs::open(path.as_str(), OFlags::RDONLY, rustix::fs::Mode::empty()).unwrap();
+        let read_only = recent
+            .map(&Memory {
+                fd: Arc::new(ro),
+                ..m.clone()
+            })
+            .unwrap();
+        assert!(!Arc::ptr_eq(&writable, &read_only));
+        assert!(!read_only.writable());
+        assert_eq!(read_only.write(0, &[1]), Err(ErrorStatus::GeneralFailure));
+    }
+
+    #[test]
+    fn recent_pools_map_anew_once_the_client_seals_against_writing() {
+        let recent = RecentPools::new();
+        let m = memfd(4096);
+        let before = recent.map(&m).unwrap();
+        rustix::fs::fcntl_add_seals(&*m.fd, SealFlags::FUTURE_WRITE).unwrap();
+        let after = recent.map(&m).unwrap();
+        assert!(!Arc::ptr_eq(&before, &after));
+        assert!(!after.writable(), "a new mapping follows the new seal");
+    }
+
+    #[test]
+    fn recent_pools_keep_neither_unpinned_files_nor_large_pools() {
+        let recent = RecentPools::new();
+        // A memfd that cannot take the shrink seal is used through pread/pwrite: not kept.
+        let unpinned = memfd(4096);
+        rustix::fs::fcntl_add_seals(&*unpinned.fd, SealFlags::SEAL).unwrap();
+        let p = recent.map(&unpinned).unwrap();
+        p.write(0, &[3]).unwrap();
+        assert_eq!(p.read(0, 1).unwrap(), [3]);
+        assert!(recent.is_empty());
+        let large = memfd(RECENT_POOL_BYTES as u64 + 4096);
+        recent.map(&large).unwrap();
+        assert!(recent.is_empty());
+        // A pool of the request's size differs from one of the whole file.
+        let whole = memfd(8192);
+        let part = Memory {
+            size: 4096,
+            ..whole.clone()
+        };
+        let (a, b) = (recent.map(&whole).unwrap(), recent.map(&part).unwrap());
+        assert_eq!((a.len(), b.len()), (8192, 4096));
+        assert_eq!(recent.len(), 2);
     }
 
     #[test]

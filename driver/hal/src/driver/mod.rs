@@ -41,7 +41,7 @@ use super::domain::{
     BoundRequest, BufferDesc, BufferRole, BufferTracker, DeviceBuffer, LOCAL_OWNER, OwnerId,
     RoleModel,
 };
-use super::memory::MappedPool;
+use super::memory::{MappedPool, RecentPools};
 use super::types::*;
 use super::validate::{combined_dimensions, validate_model, validate_request};
 use crate::device::DeviceInfo;
@@ -631,6 +631,7 @@ impl Driver {
                 preference,
                 uid: next_prepared_uid(),
                 domain: self.domain.clone(),
+                recent_pools: RecentPools::new(),
             }),
         })
     }
@@ -736,6 +737,8 @@ struct PreparedInner {
     uid: u64,
     /// The driver's buffer tracker.
     domain: BufferTracker,
+    /// The pools regular executions mapped last, kept for the next ones.
+    recent_pools: RecentPools,
 }
 
 fn next_prepared_uid() -> u64 {
@@ -913,7 +916,12 @@ impl PreparedModel {
                 }
             }
         } else if let Some(plan) = self.inner.partition.as_ref() {
-            match plan.run(bound, deadline, reborrow(&mut burst)) {
+            match plan.run(
+                bound,
+                &self.inner.recent_pools,
+                deadline,
+                reborrow(&mut burst),
+            ) {
                 PartitionOutcome::Done(r) => return r,
                 PartitionOutcome::WholeCpu(why) => {
                     tracing::debug!("the partitioned execution runs whole on the CPU: {why}")
@@ -926,6 +934,7 @@ impl PreparedModel {
                 &self.inner.model,
                 request,
                 &bound.cpu_pools(),
+                &self.inner.recent_pools,
                 deadline,
                 burst,
             ),

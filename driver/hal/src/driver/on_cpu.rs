@@ -54,13 +54,15 @@ fn loop_timeout(deadline: Option<Deadline>) -> Duration {
 }
 
 /// Runs `request` on the CPU plan. `mapped[i]`, where given, is pool `i` already mapped (a
-/// memory-domain buffer); the other pools are mapped for this execution, or, in a burst, once
-/// per slot and kept in the burst's cache. WHILE loops stop at [`loop_timeout`].
+/// memory-domain buffer); the other pools are found in or added to `recent` (the prepared
+/// model's last mapped pools), or, in a burst, mapped once per slot and kept in the burst's
+/// cache. WHILE loops stop at [`loop_timeout`].
 pub(super) fn run_on_cpu(
     plan: &CpuPlan,
     model: &Model,
     request: &Request,
     mapped: &[Option<&MappedPool>],
+    recent: &RecentPools,
     deadline: Option<Deadline>,
     burst: Option<BurstSlots<'_, '_>>,
 ) -> ExecutionResult {
@@ -84,7 +86,7 @@ pub(super) fn run_on_cpu(
                     owned.push(None);
                     continue;
                 }
-                match MappedPool::map(mem) {
+                match recent.map(mem) {
                     Ok(m) => owned.push(Some(m)),
                     Err(s) => return ExecutionResult::failure(s),
                 }
@@ -94,7 +96,7 @@ pub(super) fn run_on_cpu(
     let mut pools: Vec<&MappedPool> = Vec::with_capacity(request.pools.len());
     for i in 0..request.pools.len() {
         let pool = premapped(i)
-            .or_else(|| owned.get(i).and_then(Option::as_ref))
+            .or_else(|| owned.get(i).and_then(Option::as_deref))
             .or_else(|| cache.and_then(|(c, slots)| c.mapped(slots.get(i))));
         match pool {
             Some(p) => pools.push(p),

@@ -566,6 +566,7 @@ impl PartitionPlan {
     pub(super) fn run(
         &self,
         bound: &BoundRequest,
+        recent: &RecentPools,
         deadline: Option<Deadline>,
         burst: Option<BurstSlots<'_, '_>>,
     ) -> PartitionOutcome {
@@ -579,7 +580,7 @@ impl PartitionPlan {
                 return PartitionOutcome::WholeCpu("no crossing memory");
             }
         };
-        let outcome = self.run_parts(bound, arena.as_ref(), deadline, burst);
+        let outcome = self.run_parts(bound, recent, arena.as_ref(), deadline, burst);
         if let Some(a) = arena {
             self.give_back(a);
         }
@@ -589,6 +590,7 @@ impl PartitionPlan {
     fn run_parts(
         &self,
         bound: &BoundRequest,
+        recent: &RecentPools,
         arena: Option<&Arena>,
         deadline: Option<Deadline>,
         mut burst: Option<BurstSlots<'_, '_>>,
@@ -626,13 +628,13 @@ impl PartitionPlan {
         // once for all the CPU parts of this execution, not once per part. A pool that does
         // not map is left to the CPU path, which answers for it.
         let cpu_parts = self.cpu_parts();
-        let owned: Vec<Option<MappedPool>> = if burst.is_none() && cpu_parts > 1 {
+        let owned: Vec<Option<Arc<MappedPool>>> = if burst.is_none() && cpu_parts > 1 {
             request
                 .pools
                 .iter()
                 .zip(&maps)
                 .map(|(p, premapped)| match p {
-                    MemoryPool::Memory(m) if premapped.is_none() => MappedPool::map(m).ok(),
+                    MemoryPool::Memory(m) if premapped.is_none() => recent.map(m).ok(),
                     _ => None,
                 })
                 .collect()
@@ -688,7 +690,7 @@ impl PartitionPlan {
                     }
                 }
                 PartPlan::Cpu(plan) => {
-                    run_on_cpu(plan, &part.model, &sub, &maps, deadline, part_burst)
+                    run_on_cpu(plan, &part.model, &sub, &maps, recent, deadline, part_burst)
                 }
             };
             match r.status {

@@ -15,6 +15,8 @@
 //! K ≤ [`MAX_K`] (`i32::MAX / 65025`); `_mm256_madd_epi16` adds two such products (≤ 130050,
 //! no saturation). Callers route larger K to the scalar reference kernels.
 
+use std::mem::MaybeUninit;
+
 use super::quant::{Requant, rdbpot, srdhm};
 use crate::par;
 
@@ -269,12 +271,13 @@ impl Epilogue {
 
 /// `out[m][n]` = the requantized `A·B + bias` where `fill(row0, a)` writes rows `row0..` of A
 /// into `a` (whole rows of `w.kp` centered values, zero past `w.k`). Splits the rows over
-/// `threads` threads.
+/// `threads` threads. On `Ok`, every element of `out` has been written, so `out` may come
+/// uninitialized ([`crate::tensor::output_buffer_uninit`]); on `Err` none has.
 pub(crate) fn gemm<F>(
     isa: Isa,
     w: &QWeights,
     ep: &Epilogue,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
     threads: usize,
     fill: F,
 ) -> Result<(), String>
@@ -300,7 +303,7 @@ where
 }
 
 /// Output rows `r0..` (all of `out`), one block of A at a time.
-fn rows<F>(isa: Isa, w: &QWeights, ep: &Epilogue, r0: usize, out: &mut [u8], fill: &F)
+fn rows<F>(isa: Isa, w: &QWeights, ep: &Epilogue, r0: usize, out: &mut [MaybeUninit<u8>], fill: &F)
 where
     F: Fn(usize, &mut [i16]),
 {
@@ -405,14 +408,15 @@ impl<V> Narrow<V> {
 }
 
 /// Writes the 16 bytes `store` writes into `dst`, or (when `dst` is shorter) its first
-/// `dst.len()` of them.
+/// `dst.len()` of them. `dst` may be uninitialized (an output buffer not cleared first):
+/// `store` writes all 16 bytes it is given.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline(always)]
-fn put16(dst: &mut [u8], store: impl FnOnce(&mut [u8; 16])) {
+fn put16(dst: &mut [MaybeUninit<u8>], store: impl FnOnce(&mut [MaybeUninit<u8>; 16])) {
     match dst.first_chunk_mut::<16>() {
         Some(d) => store(d),
         None => {
-            let mut out = [0u8; 16];
+            let mut out = [MaybeUninit::new(0u8); 16];
             store(&mut out);
             dst.copy_from_slice(&out[..dst.len()]);
         }
@@ -421,7 +425,7 @@ fn put16(dst: &mut [u8], store: impl FnOnce(&mut [u8; 16])) {
 
 /// Where a tile goes: row r (of `mr`) at `out[r * ldo + j0..][..nc]`.
 pub(crate) struct Dst<'a> {
-    out: &'a mut [u8],
+    out: &'a mut [MaybeUninit<u8>],
     ldo: usize,
     j0: usize,
     nc: usize,
@@ -457,7 +461,7 @@ fn tile_portable_with<const R: usize, E: Copy + Into<i32>>(
     for (r, accr) in acc.iter().enumerate().take(mr) {
         let o = &mut out[r * ldo + j0..][..nc];
         for (j, (d, &v)) in o.iter_mut().zip(accr).enumerate() {
-            *d = ep.scalar(v, j0 + j);
+            d.write(ep.scalar(v, j0 + j));
         }
     }
 }
@@ -468,6 +472,7 @@ pub(crate) mod avx2 {
 
     use super::{Dst, Epilogue, Group, MR, NR, Panel, Rows};
     use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
 
     /// 16 i16 from an array of at least 16.
     #[inline]
@@ -595,7 +600,7 @@ pub(crate) mod avx2 {
     /// bounds within ±255, a value saturated at ±32767 lands on the same bound as the exact sum.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(crate) fn store16(dst: &mut [u8], v0: __m256i, v1: __m256i, n: &Narrow) {
+    pub(crate) fn store16(dst: &mut [MaybeUninit<u8>], v0: __m256i, v1: __m256i, n: &Narrow) {
         let w = _mm256_adds_epi16(_mm256_packs_epi32(v0, v1), n.zp);
         let w = _mm256_min_epi16(_mm256_max_epi16(w, n.lo), n.hi);
         let w = _mm256_permute4x64_epi64(w, 0xD8);
@@ -675,6 +680,7 @@ pub(crate) mod neon {
 
     use super::{Dst, Epilogue, Group, MR, NR, Panel, Rows};
     use std::arch::aarch64::*;
+    use std::mem::MaybeUninit;
 
     /// Kernel calls made (tiles and depthwise rows), for the test that proves NEON ran.
     #[cfg(test)]
@@ -798,7 +804,7 @@ pub(crate) mod neon {
     /// lands on the same bound as the exact sum, and the clamped values narrow exactly.
     #[inline]
     #[target_feature(enable = "neon")]
-    pub(crate) fn store16(dst: &mut [u8], v: [int32x4_t; 4], n: &Narrow) {
+    pub(crate) fn store16(dst: &mut [MaybeUninit<u8>], v: [int32x4_t; 4], n: &Narrow) {
         let fix = |w: int16x8_t| vminq_s16(vmaxq_s16(vqaddq_s16(w, n.zp), n.lo), n.hi);
         let w0 = fix(vqmovn_high_s32(vqmovn_s32(v[0]), v[1]));
         let w1 = fix(vqmovn_high_s32(vqmovn_s32(v[2]), v[3]));
@@ -808,7 +814,7 @@ pub(crate) mod neon {
             vqmovun_high_s16(vqmovun_s16(w0), w1)
         };
         // SAFETY: `d` holds 16 bytes; vst1q_u8 has no alignment requirement.
-        super::put16(dst, |d| unsafe { vst1q_u8(d.as_mut_ptr(), b) });
+        super::put16(dst, |d| unsafe { vst1q_u8(d.as_mut_ptr().cast(), b) });
     }
 
     /// The NEON form of [`super::tile_portable`]: each pair entry of B is loaded
@@ -955,9 +961,10 @@ pub(crate) mod tests {
     #[target_feature(enable = "avx2")]
     fn avx2_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
         let v = avx2::requant(_mm256_set1_epi32(acc), &avx2::Lanes::load(ep, j / 8));
-        let mut bytes = [0u8; 16];
+        let mut bytes = [MaybeUninit::new(0u8); 16];
         avx2::store16(&mut bytes, v, v, &avx2::Narrow::load(ep));
-        bytes[j % 8]
+        // SAFETY: initialized above (and stored over).
+        unsafe { bytes[j % 8].assume_init() }
     }
 
     /// One value through the NEON epilogue, in lane `j % 4` of a register of copies.
@@ -966,9 +973,10 @@ pub(crate) mod tests {
     fn neon_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
         use std::arch::aarch64::vdupq_n_s32;
         let v = neon::requant(vdupq_n_s32(acc), &neon::Lanes::load(ep, j / 4));
-        let mut bytes = [0u8; 16];
+        let mut bytes = [MaybeUninit::new(0u8); 16];
         neon::store16(&mut bytes, [v; 4], &neon::Narrow::load(ep));
-        bytes[j % 4]
+        // SAFETY: initialized above (and stored over).
+        unsafe { bytes[j % 4].assume_init() }
     }
 
     /// A plain `[m][k] · [n][k]ᵀ` through the reference requantization.
@@ -1007,7 +1015,8 @@ pub(crate) mod tests {
             let want = naive(&a, &w, &bias, &rq, m, k);
             for isa in Isa::all() {
                 for threads in [1, 2] {
-                    let mut out = vec![0u8; m * n];
+                    // Poisoned: an element the kernels skip shows.
+                    let mut out = vec![MaybeUninit::new(0xA5u8); m * n];
                     gemm(isa, &qw, &ep, &mut out, threads, |r0, dst| {
                         let kp = qw.kp;
                         for (i, row) in dst.chunks_exact_mut(kp).enumerate() {
@@ -1017,6 +1026,8 @@ pub(crate) mod tests {
                         }
                     })
                     .unwrap();
+                    // SAFETY: every element was initialized (poisoned) above.
+                    let out: Vec<u8> = out.iter().map(|b| unsafe { b.assume_init() }).collect();
                     assert_eq!(out, want, "{isa:?} m {m} k {k} n {n} threads {threads}");
                 }
             }

@@ -6,6 +6,7 @@
 //! oracle.
 
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 use super::qconv_reference::{self as reference, QuantOperands, Window};
 use super::{ConvSetup, filter_quant};
@@ -241,13 +242,15 @@ pub(super) fn fully_connected(
                 return Err(ctx.err("input does not match its dimensions"));
             }
             let ep = epilogue(ctx, units, isz, 3)?;
-            let mut out = crate::tensor::output_buffer::<u8>(batch * units);
+            let mut out = crate::tensor::output_buffer_uninit::<u8>(batch * units);
             let work = 2usize.saturating_mul(out.len()).saturating_mul(isz);
             let threads = par::threads_for(work, batch.div_ceil(MR));
             qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
                 copy_rows(&x, isz, r0, dst)
             })
             .map_err(|e| ctx.err(e))?;
+            // SAFETY: `qgemm::gemm` succeeded, so it wrote every element of `out`.
+            let out = unsafe { crate::tensor::assume_written(out) };
             ran_fast();
             return Ok(bytes_tensor(ep.signed, od, out, false));
         }
@@ -277,7 +280,7 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
         if let (Some(x), Some(w)) = (Input::new(ctx, nchw)?, weights(ctx, oc, k, &mut owned)?) {
             let ep = epilogue(ctx, oc, k, s.args.act)?;
             let m = n * oh * ow;
-            let mut out = crate::tensor::output_buffer::<u8>(m * oc);
+            let mut out = crate::tensor::output_buffer_uninit::<u8>(m * oc);
             let work = 2usize.saturating_mul(out.len()).saturating_mul(k);
             let threads = par::threads_for(work, m.div_ceil(MR));
             let g = &win.g;
@@ -292,6 +295,8 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
                 }
             })
             .map_err(|e| ctx.err(e))?;
+            // SAFETY: `qgemm::gemm` succeeded, so it wrote every element of `out`.
+            let out = unsafe { crate::tensor::assume_written(out) };
             ran_fast();
             return Ok(bytes_tensor(ep.signed, s.od.clone(), out, nchw));
         }
@@ -418,7 +423,8 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
                 ep: &ep,
                 isa,
             };
-            let mut out = crate::tensor::output_buffer::<u8>(n * oh * ow * oc);
+            // Every element written: each row's every pixel, every channel block.
+            let mut out = crate::tensor::output_buffer_uninit::<u8>(n * oh * ow * oc);
             let row_len = ow * oc;
             // Flop-equivalents: about a third of the GEMM's rate, as the float kernel.
             let work = out.len().saturating_mul(6 * taps);
@@ -428,6 +434,9 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
                 Ok::<(), ()>(())
             })
             .map_err(|()| ctx.err("depthwise kernel failed"))?;
+            // SAFETY: the row kernels write every element of every row they are given
+            // (`Depthwise::rows`), and the rows cover `out`.
+            let out = unsafe { crate::tensor::assume_written(out) };
             ran_fast();
             return Ok(bytes_tensor(ep.signed, s.od.clone(), out, nchw));
         }
@@ -515,8 +524,9 @@ fn depthwise_filter(
 }
 
 impl Depthwise<'_> {
-    /// Output rows `r0..` (a row is one (batch, y) pair), all of `out`.
-    fn rows(&self, r0: usize, out: &mut [u8]) {
+    /// Output rows `r0..` (a row is one (batch, y) pair), all of `out`: every element of
+    /// every whole row is written (`out` may come uninitialized).
+    fn rows(&self, r0: usize, out: &mut [MaybeUninit<u8>]) {
         match self.isa {
             Isa::Portable => self.rows_with::<false>(r0, out),
             #[cfg(target_arch = "x86_64")]
@@ -529,7 +539,7 @@ impl Depthwise<'_> {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn rows_avx2(&self, r0: usize, out: &mut [u8]) {
+    fn rows_avx2(&self, r0: usize, out: &mut [MaybeUninit<u8>]) {
         self.rows_with::<true>(r0, out);
     }
 
@@ -539,7 +549,7 @@ impl Depthwise<'_> {
     /// step their tap offsets by the stride; border pixels point their outside taps at the zero
     /// pixel.
     #[inline(always)]
-    fn rows_with<const VECTOR: bool>(&self, r0: usize, out: &mut [u8]) {
+    fn rows_with<const VECTOR: bool>(&self, r0: usize, out: &mut [MaybeUninit<u8>]) {
         let ([_, h, w, _], (fh, fw), (oh, ow), g) = (
             self.win.nhwc,
             self.win.filter_hw,
@@ -605,7 +615,7 @@ impl Depthwise<'_> {
     }
 
     /// One output pixel's `oc` channels from the inputs at `offs` (one per tap).
-    fn pixel_portable(&self, offs: &[usize], out: &mut [u8]) {
+    fn pixel_portable(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
         let taps = self.taps;
         for (b, o) in out.chunks_mut(DW).enumerate() {
             let mut acc = [0i32; DW];
@@ -617,7 +627,7 @@ impl Depthwise<'_> {
                 }
             }
             for (l, d) in o.iter_mut().enumerate() {
-                *d = self.ep.scalar(acc[l], b * DW + l);
+                d.write(self.ep.scalar(acc[l], b * DW + l));
             }
         }
     }
@@ -629,7 +639,7 @@ impl Depthwise<'_> {
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn row_avx2(&self, offs: &[usize], out: &mut [u8]) {
+    fn row_avx2(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
         match self.taps_even / 2 {
             5 => self.row_avx2_pairs::<5>(offs, out),
             _ => self.row_avx2_pairs::<0>(offs, out),
@@ -641,7 +651,7 @@ impl Depthwise<'_> {
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn row_avx2_pairs<const P: usize>(&self, offs: &[usize], out: &mut [u8]) {
+    fn row_avx2_pairs<const P: usize>(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
         use crate::ops::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
         use std::arch::x86_64::*;
         let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
@@ -690,7 +700,7 @@ impl Depthwise<'_> {
     /// into 4 × 4 i32 accumulators.
     #[cfg(target_arch = "aarch64")]
     #[target_feature(enable = "neon")]
-    fn row_neon(&self, offs: &[usize], out: &mut [u8]) {
+    fn row_neon(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
         use crate::ops::qgemm::neon::{Lanes, Narrow, ld8, ran, requant, store16};
         use std::arch::aarch64::*;
         ran();

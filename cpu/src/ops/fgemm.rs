@@ -451,7 +451,9 @@ pub(crate) fn st8(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
     }
 }
 
-/// The AVX2+FMA micro-kernel: MR×NR accumulators in 12 registers.
+/// The AVX2+FMA micro-kernel: MR×NR accumulators in 12 registers, or, for a panel of at most 8
+/// live columns (the last panel of n = 24, 40, ..., 1000), MR×8 in 6: half the multiply-adds of
+/// a full tile whose other half would be thrown away.
 ///
 /// # Safety
 /// The tile contract ([`ColumnFn`]), for `t.mr` <= MR rows, and the CPU must support AVX2 and
@@ -460,19 +462,36 @@ pub(crate) fn st8(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn tile_avx2_fma(t: &Tile<'_>) {
+    if t.nr <= 8 {
+        // SAFETY: the caller's contract.
+        unsafe { tile_avx2_fma_wide::<1>(t) }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { tile_avx2_fma_wide::<2>(t) }
+    }
+}
+
+/// [`tile_avx2_fma`] on the first `W` × 8 columns of the panel (`t.nr` <= 8·W).
+///
+/// # Safety
+/// As [`tile_avx2_fma`], and `t.nr` <= 8·W.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_avx2_fma_wide<const W: usize>(t: &Tile<'_>) {
     use std::arch::x86_64::*;
     // Rows past mr read row mr-1 again (inside A) and are never stored.
     let rows: [*const f32; MR] = std::array::from_fn(|r| t.a.wrapping_add(r.min(t.mr - 1) * t.lda));
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    let mut acc = [[_mm256_setzero_ps(); W]; MR];
     match t.bias {
-        Some(b) => acc = [[ld8(b, 0), ld8(b, 8)]; MR],
+        Some(b) => acc = [std::array::from_fn(|h| ld8(b, 8 * h)); MR],
         None => {
             for (r, row) in acc.iter_mut().enumerate().take(t.mr) {
                 let mut buf = [0f32; NR];
                 // SAFETY: r < mr: nr floats of row r of C are readable (contract).
                 let src = unsafe { std::slice::from_raw_parts(t.c.wrapping_add(r * t.ldc), t.nr) };
                 buf[..t.nr].copy_from_slice(src);
-                *row = [ld8(&buf, 0), ld8(&buf, 8)];
+                *row = std::array::from_fn(|h| ld8(&buf, 8 * h));
             }
         }
     }
@@ -480,12 +499,13 @@ unsafe fn tile_avx2_fma(t: &Tile<'_>) {
     for kk in 0..t.kc {
         // SAFETY: kk < kc: the panel block's row kk, NR floats (contract).
         let b = unsafe { &*bp.cast::<[f32; NR]>() };
-        let (b0, b1) = (ld8(b, 0), ld8(b, 8));
+        let bv: [__m256; W] = std::array::from_fn(|h| ld8(b, 8 * h));
         for (row, &ap) in acc.iter_mut().zip(&rows) {
             // SAFETY: each row pointer is a row < mr of A, kk < kc (contract).
             let x = _mm256_set1_ps(unsafe { *ap.wrapping_add(kk) });
-            row[0] = _mm256_fmadd_ps(x, b0, row[0]);
-            row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+            for (v, &w) in row.iter_mut().zip(&bv) {
+                *v = _mm256_fmadd_ps(x, w, *v);
+            }
         }
         bp = bp.wrapping_add(NR);
     }
@@ -500,15 +520,17 @@ unsafe fn tile_avx2_fma(t: &Tile<'_>) {
     for (r, row) in acc.iter().enumerate().take(t.mr) {
         // Written through the pointer, never through a reference: C may be uninitialized.
         let dst = t.c.wrapping_add(r * t.ldc);
-        if t.nr == NR {
-            // SAFETY: r < mr: NR floats of row r of C are writable, by this tile only (contract).
-            unsafe { _mm256_storeu_ps(dst, row[0]) };
-            // SAFETY: as above.
-            unsafe { _mm256_storeu_ps(dst.wrapping_add(8), row[1]) };
+        if t.nr == 8 * W {
+            for (h, &v) in row.iter().enumerate() {
+                // SAFETY: r < mr: nr = 8·W floats of row r of C are writable, by this tile
+                // only (contract).
+                unsafe { _mm256_storeu_ps(dst.wrapping_add(8 * h), v) };
+            }
         } else {
             let mut buf = [0f32; NR];
-            st8(&mut buf, 0, row[0]);
-            st8(&mut buf, 8, row[1]);
+            for (h, &v) in row.iter().enumerate() {
+                st8(&mut buf, 8 * h, v);
+            }
             // SAFETY: r < mr: nr floats of row r of C are writable, by this tile only (contract).
             unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, t.nr) };
         }
@@ -606,10 +628,13 @@ mod tests {
     #[test]
     fn every_kernel_set_and_thread_split_matches_the_definition_on_random_shapes() {
         let mut seed = 0x2545_F491u32;
-        // Row counts around the 6-row tile, columns around the 16-wide panel, reductions past
-        // the 512-long block (k = 1100: three blocks).
+        // Row counts around the 6-row tile, columns around the 16-wide panel (a last panel of
+        // 8 columns or fewer takes the half-width AVX2 tile), reductions past the 512-long
+        // block (k = 1100: three blocks).
         for &(m, k, n) in &[
             (1, 1, 1),
+            (12, 24, 24),
+            (7, 600, 8),
             (5, 3, 17),
             (6, 16, 16),
             (7, 33, 15),

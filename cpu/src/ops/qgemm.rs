@@ -396,14 +396,16 @@ impl<V> Narrow<V> {
     /// each put in every lane by `splat`.
     #[inline(always)]
     fn splat(ep: &Epilogue, splat: impl Fn(i16) -> V) -> Narrow<V> {
-        let [zp, lo, hi] = [ep.zp, ep.vector.out_lo, ep.vector.out_hi]
-            .map(|v| splat(v.clamp(-32768, 32767) as i16));
-        Narrow {
-            zp,
-            lo,
-            hi,
-            signed: ep.signed,
-        }
+        let zp_lo_hi = [ep.zp, ep.vector.out_lo, ep.vector.out_hi];
+        Narrow::of(zp_lo_hi, ep.signed, splat)
+    }
+
+    /// The zero point and the bounds `[zp, lo, hi]` (saturated to i16), each put in every lane
+    /// by `splat`.
+    #[inline(always)]
+    fn of([zp, lo, hi]: [i32; 3], signed: bool, splat: impl Fn(i16) -> V) -> Narrow<V> {
+        let [zp, lo, hi] = [zp, lo, hi].map(|v| splat(v.clamp(-32768, 32767) as i16));
+        Narrow { zp, lo, hi, signed }
     }
 }
 
@@ -500,13 +502,13 @@ pub(crate) mod avx2 {
         _mm256_blendv_epi8(s, sat, _mm256_srai_epi32(ovf, 31))
     }
 
-    /// gemmlowp SaturatingRoundingDoublingHighMul for `m >= 0` (as every multiplier is, so
-    /// the saturating case a = m = i32::MIN never arises). Its rounding, (a·m + 2^30) / 2^31
+    /// gemmlowp SaturatingRoundingDoublingHighMul for `m != i32::MIN` (of either sign: the
+    /// saturating case a = m = i32::MIN never arises). Its rounding, (a·m + 2^30) / 2^31
     /// truncated for a·m >= 0 and (a·m + 1 - 2^30) / 2^31 truncated (= ceiled) below, is in both
     /// cases floor((a·m + 2^30) / 2^31), whose value fits i32: bits 31..62 of the 64-bit sum.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn srdhm(a: __m256i, m: __m256i) -> __m256i {
+    pub(crate) fn srdhm(a: __m256i, m: __m256i) -> __m256i {
         let half = _mm256_set1_epi64x(1 << 30);
         let p_even = _mm256_add_epi64(_mm256_mul_epi32(a, m), half);
         // Lanes 1, 3, 5, 7 moved to the even positions mul_epi32 reads.
@@ -524,11 +526,28 @@ pub(crate) mod avx2 {
         bias: __m256i,
         mult: __m256i,
         left: __m256i,
+        right: RightShift,
+        plain_bias: bool,
+        no_left: bool,
+    }
+
+    /// A rounding right shift ([`rdbpot`]) of each lane by its exponent (0..=31), with the
+    /// exponent's remainder mask and half mask.
+    #[derive(Clone, Copy)]
+    pub(crate) struct RightShift {
         right: __m256i,
         mask: __m256i,
         half: __m256i,
-        plain_bias: bool,
-        no_left: bool,
+    }
+
+    /// gemmlowp RoundingDivideByPOT (`quant::rdbpot`) of each lane by its exponent in `s`:
+    /// (x >> e) + (rem > half + (x < 0)).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn rdbpot(x: __m256i, s: &RightShift) -> __m256i {
+        let rem = _mm256_and_si256(x, s.mask);
+        let thr = _mm256_sub_epi32(s.half, _mm256_srai_epi32(x, 31));
+        _mm256_sub_epi32(_mm256_srav_epi32(x, s.right), _mm256_cmpgt_epi32(rem, thr))
     }
 
     impl Lanes {
@@ -548,9 +567,11 @@ pub(crate) mod avx2 {
                 bias: ld8(bias),
                 mult: ld8(mult),
                 left: ld8(left),
-                right: ld8(right),
-                mask: ld8(mask),
-                half: ld8(half),
+                right: RightShift {
+                    right: ld8(right),
+                    mask: ld8(mask),
+                    half: ld8(half),
+                },
                 plain_bias: ep.vector.plain_bias,
                 no_left: ep.vector.no_left,
             }
@@ -575,11 +596,7 @@ pub(crate) mod avx2 {
             let sat = _mm256_xor_si256(_mm256_srai_epi32(a, 31), _mm256_set1_epi32(i32::MAX));
             _mm256_blendv_epi8(sat, sh, kept)
         };
-        let x = srdhm(xs, p.mult);
-        // RoundingDivideByPOT: (x >> e) + (rem > half + (x < 0)).
-        let rem = _mm256_and_si256(x, p.mask);
-        let thr = _mm256_sub_epi32(p.half, _mm256_srai_epi32(x, 31));
-        _mm256_sub_epi32(_mm256_srav_epi32(x, p.right), _mm256_cmpgt_epi32(rem, thr))
+        rdbpot(srdhm(xs, p.mult), &p.right)
     }
 
     /// The output zero point and activation bounds as i16 lanes, and the output's signedness.

@@ -434,6 +434,21 @@ pub(crate) fn output_buffer_uninit<T: Reusable>(n: usize) -> Vec<MaybeUninit<T>>
     u
 }
 
+/// `s` seen as memory a kernel overwrites (the kernels that take their output as
+/// `MaybeUninit`, so that a fresh buffer need not be cleared first, writing into a buffer that
+/// is initialized already).
+///
+/// # Safety
+/// Whoever writes through the view must write only initialized values (`MaybeUninit::write`,
+/// or a vector store of initialized lanes), never `MaybeUninit::uninit()`: `s` must stay
+/// initialized.
+pub(crate) unsafe fn as_uninit<T>(s: &mut [T]) -> &mut [MaybeUninit<T>] {
+    let len = s.len();
+    // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`; the view borrows `s`
+    // exclusively for its lifetime, and the caller writes only initialized values through it.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<MaybeUninit<T>>(), len) }
+}
+
 /// The buffer of [`output_buffer_uninit`] once written.
 ///
 /// # Safety

@@ -109,19 +109,6 @@ pub(crate) struct Product<'a> {
     pub(crate) ep: Epilogue<'a>,
 }
 
-/// `s` seen as memory a kernel overwrites ([`Product::run`] and the convolution take their
-/// output that way, so a fresh buffer need not be cleared first).
-///
-/// # Safety
-/// Whoever writes through the view must write only initialized values (`MaybeUninit::write` of
-/// a float), never `MaybeUninit::uninit()`: `s` must stay initialized.
-pub(crate) unsafe fn as_uninit(s: &mut [f32]) -> &mut [MaybeUninit<f32>] {
-    let len = s.len();
-    // SAFETY: `MaybeUninit<f32>` has the size and alignment of `f32`; the view borrows `s`
-    // exclusively for its lifetime, and the caller writes only initialized floats through it.
-    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<MaybeUninit<f32>>(), len) }
-}
-
 impl Product<'_> {
     /// The product into a new vector (m·n floats), for tests: the vector starts as NaN, so an
     /// element the kernels skip shows.
@@ -130,7 +117,7 @@ impl Product<'_> {
         let len = self.m.checked_mul(self.n).ok_or("gemm size overflow")?;
         let mut v = vec![f32::NAN; len];
         // SAFETY: `run` writes only initialized floats.
-        self.run(unsafe { as_uninit(&mut v) }, threads, isa)?;
+        self.run(unsafe { crate::tensor::as_uninit(&mut v) }, threads, isa)?;
         Ok(v)
     }
 
@@ -574,7 +561,11 @@ impl PackedGemm {
             ep,
         };
         // SAFETY: `run` writes only initialized floats.
-        p.run(unsafe { as_uninit(c) }, threads, Isa::detect())
+        p.run(
+            unsafe { crate::tensor::as_uninit(c) },
+            threads,
+            Isa::detect(),
+        )
     }
 }
 

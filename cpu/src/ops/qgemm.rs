@@ -1033,8 +1033,10 @@ pub(crate) mod tests {
             for isa in Isa::all() {
                 for threads in [1, 2] {
                     // Poisoned: an element the kernels skip shows.
-                    let mut out = vec![MaybeUninit::new(0xA5u8); m * n];
-                    gemm(isa, &qw, &ep, &mut out, threads, |r0, dst| {
+                    let mut out = vec![0xA5u8; m * n];
+                    // SAFETY: the kernels write only initialized bytes.
+                    let view = unsafe { crate::tensor::as_uninit(&mut out) };
+                    gemm(isa, &qw, &ep, view, threads, |r0, dst| {
                         let kp = qw.kp;
                         for (i, row) in dst.chunks_exact_mut(kp).enumerate() {
                             for (c, d) in row.iter_mut().enumerate() {
@@ -1043,8 +1045,6 @@ pub(crate) mod tests {
                         }
                     })
                     .unwrap();
-                    // SAFETY: every element was initialized (poisoned) above.
-                    let out: Vec<u8> = out.iter().map(|b| unsafe { b.assume_init() }).collect();
                     assert_eq!(out, want, "{isa:?} m {m} k {k} n {n} threads {threads}");
                 }
             }
@@ -1066,7 +1066,9 @@ pub(crate) mod tests {
         let ep = Epilogue::new(&rq, &[0; 20], n, k).unwrap();
         let before = neon::RUNS.load(Relaxed);
         let mut out = vec![0u8; m * n];
-        gemm(Isa::Neon, &qw, &ep, &mut out, 1, |_, dst| dst.fill(1)).unwrap();
+        // SAFETY: the kernels write only initialized bytes.
+        let view = unsafe { crate::tensor::as_uninit(&mut out) };
+        gemm(Isa::Neon, &qw, &ep, view, 1, |_, dst| dst.fill(1)).unwrap();
         // 3 tiles of rows (9 = 4 + 4 + 1) by 2 panels of columns.
         assert!(neon::RUNS.load(Relaxed) >= before + 6);
         // Row r, column j: the sum of channel j's weights (A is all ones) plus 100.

@@ -255,9 +255,52 @@ fn mbqm_right(x: i32, m: i32, r: u32) -> i32 {
     (q >> r) + i32::from((q & mask) > threshold)
 }
 
+/// The fixed-point parameters of 8-bit ADD / SUB (TFLite's): both inputs, centered and
+/// shifted left by [`ADD_LEFT_SHIFT`], rescaled onto twice the larger input scale (multiplier
+/// and shift `m1, s1` and `m2, s2`; `m2` negated for SUB), their sum onto the output scale
+/// (`mo, so`).
+#[derive(Clone, Copy, Debug)]
+struct AddScales {
+    m1: i32,
+    s1: i32,
+    m2: i32,
+    s2: i32,
+    mo: i32,
+    so: i32,
+}
+
+/// The left shift of ADD / SUB's centered inputs before their rescaling.
+const ADD_LEFT_SHIFT: i32 = 20;
+
+impl AddScales {
+    /// For inputs of scales `sa` and `sb` and an output of scale `so`; `sub` for SUB.
+    fn new(sa: f32, sb: f32, so: f32, sub: bool) -> AddScales {
+        let twice_max = 2.0 * f64::from(sa.max(sb));
+        let (m1, s1) = quantize_multiplier(f64::from(sa) / twice_max);
+        let (m2, s2) = quantize_multiplier(f64::from(sb) / twice_max);
+        let (mo, so) =
+            quantize_multiplier(twice_max / (f64::from(1 << ADD_LEFT_SHIFT) * f64::from(so)));
+        let m2 = if sub { -m2 } else { m2 };
+        AddScales {
+            m1,
+            s1,
+            m2,
+            s2,
+            mo,
+            so,
+        }
+    }
+}
+
+/// One input's rescaled term for value `v` (zero point `-off`): `mbqm((v + off) << 20, m, s)`.
+fn add_term(v: i32, off: i32, m: i32, s: i32) -> i32 {
+    mbqm((v + off) * (1 << ADD_LEFT_SHIFT), m, s)
+}
+
 /// 8-bit ADD / SUB of two operands of one shape, straight on the stored bytes: each element's
 /// output from the two inputs' rescaled terms (`t1`, `t2`: one per 8-bit value, indexed by
 /// value − the type's lowest) and the output requantization.
+#[derive(Debug)]
 struct AddQ8 {
     t1: [i32; 256],
     t2: [i32; 256],
@@ -267,15 +310,48 @@ struct AddQ8 {
     out_off: i32,
     lo: i32,
     hi: i32,
+    /// The vector kernels' parameters, when they compute exactly what the tables do.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    vector: Option<AddVector>,
+}
+
+/// What the vector kernel of [`AddQ8`] computes each input's term from (instead of the
+/// tables): the offsets (minus the zero points), the multipliers and the right shifts (0..=31)
+/// of `quant::mbqm((v + off) << 20, m, -right)`.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct AddVector {
+    off: [i32; 2],
+    m: [i32; 2],
+    right: [u32; 2],
+}
+
+/// 16 bytes from `s` (at least 16), read unaligned.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+fn ld_bytes16(s: &[u8]) -> std::arch::x86_64::__m128i {
+    let s = &s[..16];
+    // SAFETY: `s` holds 16 bytes, read unaligned.
+    unsafe { std::arch::x86_64::_mm_loadu_si128(s.as_ptr().cast()) }
 }
 
 /// An 8-bit storage type and its values' table index (value − the type's lowest).
 trait Byte8: Copy + Send + Sync {
+    /// Whether the type is signed (i8).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    const SIGNED: bool;
     fn index(self) -> usize;
     fn from_i32(v: i32) -> Self;
+    /// The bytes of `s`, as stored.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn bytes(s: &[Self]) -> &[u8];
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn bytes_mut(s: &mut [Self]) -> &mut [u8];
 }
 
 impl Byte8 for u8 {
+    const SIGNED: bool = false;
     #[inline(always)]
     fn index(self) -> usize {
         usize::from(self)
@@ -284,9 +360,18 @@ impl Byte8 for u8 {
     fn from_i32(v: i32) -> Self {
         v as u8
     }
+    #[inline(always)]
+    fn bytes(s: &[u8]) -> &[u8] {
+        s
+    }
+    #[inline(always)]
+    fn bytes_mut(s: &mut [u8]) -> &mut [u8] {
+        s
+    }
 }
 
 impl Byte8 for i8 {
+    const SIGNED: bool = true;
     #[inline(always)]
     fn index(self) -> usize {
         // -128 → 0, 127 → 255.
@@ -296,9 +381,70 @@ impl Byte8 for i8 {
     fn from_i32(v: i32) -> Self {
         v as i8
     }
+    #[inline(always)]
+    fn bytes(s: &[i8]) -> &[u8] {
+        // SAFETY: i8 and u8 have one size and alignment and share every bit pattern; the
+        // view borrows `s` for its lifetime.
+        unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), s.len()) }
+    }
+    #[inline(always)]
+    fn bytes_mut(s: &mut [i8]) -> &mut [u8] {
+        // SAFETY: as in `bytes`; the view borrows `s` exclusively for its lifetime.
+        unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), s.len()) }
+    }
 }
 
 impl AddQ8 {
+    /// ADD / SUB with `p` of inputs of an 8-bit type whose lowest value is `qmin` (−128 or 0),
+    /// input offsets (minus the zero points) `off`, output zero point `out_off` and activation
+    /// bounds `lo..=hi`; None unless the output multiplier shifts right (`mbqm_right`).
+    fn new(
+        qmin: i32,
+        off: [i32; 2],
+        p: &AddScales,
+        out_off: i32,
+        lo: i32,
+        hi: i32,
+    ) -> Option<Self> {
+        if p.mo < 0 || p.so > 0 {
+            return None;
+        }
+        let full = |off: i32, m: i32, s: i32| -> [i32; 256] {
+            std::array::from_fn(|i| add_term(qmin + i as i32, off, m, s))
+        };
+        let qmax = qmin + 255;
+        // The vector kernel's i32 steps are exact when: every centered input is within ±255
+        // (so below 2^28 after the shift, its term too, and the plain sum of two terms is the
+        // saturating one); the input multipliers only shift right and are not i32::MIN (the
+        // vector `srdhm`); the output zero point and bounds are within [-255, 255] and ordered
+        // (the narrowing of `qgemm::avx2::store16`).
+        let within = |v: i32| (-255..=255).contains(&v);
+        let exact = [off[0], off[1]]
+            .iter()
+            .all(|&o| within(qmin + o) && within(qmax + o))
+            && [p.m1, p.m2].iter().all(|&m| m != i32::MIN)
+            && p.s1 <= 0
+            && p.s2 <= 0
+            && within(out_off)
+            && qmin <= lo
+            && lo <= hi
+            && hi <= qmax;
+        Some(AddQ8 {
+            t1: full(off[0], p.m1, p.s1),
+            t2: full(off[1], p.m2, p.s2),
+            mo: p.mo,
+            right: p.so.unsigned_abs(),
+            out_off,
+            lo,
+            hi,
+            vector: exact.then(|| AddVector {
+                off,
+                m: [p.m1, p.m2],
+                right: [p.s1.unsigned_abs(), p.s2.unsigned_abs()],
+            }),
+        })
+    }
+
     /// `out = a ⊕ b` elementwise, split across threads when large.
     fn run<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
         split_zip(a, b, out, Q8_ELEMENT_COST, |a, b, part| {
@@ -318,10 +464,59 @@ impl AddQ8 {
         self.rows_generic(a, b, out);
     }
 
+    /// [`Self::rows_generic`] 16 elements at a time in AVX2 registers of 8 i32 lanes: each
+    /// input's term computed as `quant::mbqm` does (the doubling high multiply and rounding
+    /// shift of `qgemm::avx2`) instead of looked up, then the output's requantization and the
+    /// narrowing of the quantized GEMM's epilogue. Elements past the last 16 (and parameters
+    /// the kernel does not cover exactly) go through `rows_generic`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn rows_avx2<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
-        self.rows_generic(a, b, out);
+    fn rows_avx2<T: Byte8>(&self, a: &[T], b: &[T], out: &mut [T]) {
+        use crate::ops::qgemm::avx2::{Narrow, RightShift, rdbpot, srdhm, store16};
+        use std::arch::x86_64::*;
+        let Some(v) = &self.vector else {
+            return self.rows_generic(a, b, out);
+        };
+        let n = out.len().min(a.len()).min(b.len());
+        let full = n - n % 16;
+        let (ab, bb) = (T::bytes(&a[..full]), T::bytes(&b[..full]));
+        let ob = T::bytes_mut(&mut out[..full]);
+        let off = v.off.map(|o| _mm256_set1_epi32(o));
+        let m = v.m.map(|m| _mm256_set1_epi32(m));
+        let right = v.right.map(|r| RightShift::splat(r));
+        let mo = _mm256_set1_epi32(self.mo);
+        let right_o = RightShift::splat(self.right);
+        let narrow = Narrow::new(self.out_off, self.lo, self.hi, T::SIGNED);
+        // 8 bytes (the low half of `x`) widened to i32.
+        let widen = |x: __m128i| {
+            if T::SIGNED {
+                _mm256_cvtepi8_epi32(x)
+            } else {
+                _mm256_cvtepu8_epi32(x)
+            }
+        };
+        // Input i's terms of 8 values.
+        let term = |x: __m256i, i: usize| {
+            let c = _mm256_slli_epi32::<ADD_LEFT_SHIFT>(_mm256_add_epi32(x, off[i]));
+            rdbpot(srdhm(c, m[i]), &right[i])
+        };
+        // The output before its zero point and bounds, from 8 values of each input.
+        let sum8 = |x: __m128i, y: __m128i| {
+            let s = _mm256_add_epi32(term(widen(x), 0), term(widen(y), 1));
+            rdbpot(srdhm(s, mo), &right_o)
+        };
+        for ((o, x), y) in ob
+            .chunks_exact_mut(16)
+            .zip(ab.chunks_exact(16))
+            .zip(bb.chunks_exact(16))
+        {
+            let (x, y) = (ld_bytes16(x), ld_bytes16(y));
+            let lo = sum8(x, y);
+            let hi = sum8(_mm_srli_si128::<8>(x), _mm_srli_si128::<8>(y));
+            // SAFETY: store16 writes 16 initialized bytes (or o.len() of them).
+            store16(unsafe { crate::tensor::as_uninit(o) }, lo, hi, &narrow);
+        }
+        self.rows_generic(&a[full..n], &b[full..n], &mut out[full..n]);
     }
 
     #[inline(always)]
@@ -362,47 +557,28 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
     let out_off = out.zero_point;
     match ctx.op.op {
         OperationType::Add | OperationType::Sub => {
-            let left_shift = 20;
-            let twice_max = 2.0 * f64::from(o1.scale.max(o2.scale));
-            let (m1, s1) = quantize_multiplier(f64::from(o1.scale) / twice_max);
-            let (mut m2, s2) = quantize_multiplier(f64::from(o2.scale) / twice_max);
-            let (mo, so) = quantize_multiplier(
-                twice_max / (f64::from(1 << left_shift) * f64::from(out.scale)),
-            );
-            if ctx.op.op == OperationType::Sub {
-                m2 = -m2;
-            }
+            let sub = ctx.op.op == OperationType::Sub;
+            let p = AddScales::new(o1.scale, o2.scale, out.scale, sub);
+            let AddScales {
+                m1,
+                s1,
+                m2,
+                s2,
+                mo,
+                so,
+            } = p;
             // Each input's rescaled term depends on one 8-bit value: for an input of more
             // elements than there are values, computed once per possible value (the same
             // `mbqm`, so bit-identical), leaving one `mbqm` per element instead of three; a
             // smaller input (an empty table) computes its terms directly.
-            let term =
-                move |v: i32, off: i32, m: i32, s: i32| mbqm((v + off) * (1 << left_shift), m, s);
             let values = usize::try_from(qmax - qmin + 1).unwrap_or(0);
             let (ta, tb) = (ctx.t(0)?, ctx.t(1)?);
             let n = ta.data.len();
             // One shape, a right-shifting output multiplier (the output scale is not below
             // 2^-20 of the inputs'), 256 values: the branch-free loop on the stored bytes.
-            if ta.dims == tb.dims
-                && n > values
-                && values == 256
-                && mo >= 0
-                && so <= 0
-                && count(ctx, &ta.dims)? == n
-            {
-                let full = |off: i32, m: i32, s: i32| -> [i32; 256] {
-                    std::array::from_fn(|i| term(qmin + i as i32, off, m, s))
-                };
-                let add = AddQ8 {
-                    t1: full(off1, m1, s1),
-                    t2: full(off2, m2, s2),
-                    mo,
-                    right: so.unsigned_abs(),
-                    out_off,
-                    lo,
-                    hi,
-                };
-                if let Some(d) = add.apply(&ta.data, &tb.data, qmin) {
+            if ta.dims == tb.dims && n > values && values == 256 && count(ctx, &ta.dims)? == n {
+                let add = AddQ8::new(qmin, [off1, off2], &p, out_off, lo, hi);
+                if let Some(d) = add.and_then(|add| add.apply(&ta.data, &tb.data, qmin)) {
                     return Ok(Tensor::new(ta.dims.clone(), d));
                 }
             }
@@ -412,14 +588,14 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
                 if len <= values {
                     return Vec::new();
                 }
-                (qmin..=qmax).map(|v| term(v, off, m, s)).collect()
+                (qmin..=qmax).map(|v| add_term(v, off, m, s)).collect()
             };
             let (t1, t2) = (table(a.len(), off1, m1, s1), table(b.len(), off2, m2, s2));
             let look = |t: &[i32], v: i32, off: i32, m: i32, s: i32| {
                 usize::try_from(v - qmin)
                     .ok()
                     .and_then(|i| t.get(i).copied())
-                    .unwrap_or_else(|| term(v, off, m, s))
+                    .unwrap_or_else(|| add_term(v, off, m, s))
             };
             let (od, v) = broadcast(ctx, (&ad, &a), (&bd, &b), |x, y| {
                 let sx = look(&t1, x, off1, m1, s1);
@@ -759,6 +935,149 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The AVX2 kernel of 8-bit ADD / SUB of one shape against the scalar loop: every pair of
+    /// input values for a few parameter sets, random data of lengths around the 16-element
+    /// step for many more (scales and zero points of the inputs and the output, u8 and i8,
+    /// ADD and SUB, activations NONE, RELU, RELU1, RELU6).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn quant8_add_avx2_kernel_writes_the_bytes_of_the_scalar_loop() {
+        use super::{AddQ8, AddScales, Byte8};
+        use crate::ops::qgemm::tests::Rng;
+        use crate::ops::quant::act_range_q;
+        if !is_x86_feature_detected!("avx2") {
+            return;
+        }
+
+        /// `add` on `a` and `b` by both loops; the AVX2 one must cover the parameters.
+        fn same<X: Byte8 + PartialEq + std::fmt::Debug>(add: &AddQ8, a: &[X], b: &[X]) {
+            assert!(add.vector.is_some(), "not covered: {add:?}");
+            let mut want = vec![X::from_i32(0x5a); a.len()];
+            add.rows_generic(a, b, &mut want);
+            let mut got = vec![X::from_i32(0x33); a.len()];
+            // SAFETY: the CPU supports AVX2 (checked above).
+            unsafe { add.rows_avx2(a, b, &mut got) };
+            if got != want {
+                let i = got.iter().zip(&want).position(|(g, w)| g != w).unwrap_or(0);
+                panic!(
+                    "element {i} of {}: {:?} ⊕ {:?} gave {:?}, not {:?} ({add:?})",
+                    a.len(),
+                    a[i],
+                    b[i],
+                    got[i],
+                    want[i]
+                );
+            }
+        }
+
+        /// Bytes `a` and `b` as the type of `add` (`signed`: i8).
+        fn check(add: &AddQ8, signed: bool, a: &[u8], b: &[u8]) {
+            if signed {
+                let w = |v: &[u8]| v.iter().map(|&x| x as i8).collect::<Vec<i8>>();
+                same(add, &w(a), &w(b));
+            } else {
+                same(add, a, b);
+            }
+        }
+
+        /// The kernel for scales `[sa, sb, so]`, zero points `zp` and activation `act`.
+        fn make(signed: bool, sub: bool, sc: [f32; 3], zp: [i32; 3], act: i32) -> Option<AddQ8> {
+            let (qmin, qmax) = if signed { (-128, 127) } else { (0, 255) };
+            let p = AddScales::new(sc[0], sc[1], sc[2], sub);
+            let (lo, hi) = act_range_q(act, sc[2], zp[2], qmin, qmax).ok()?;
+            AddQ8::new(qmin, [-zp[0], -zp[1]], &p, zp[2], lo, hi)
+        }
+
+        let mut rng = Rng(0x2468_ace1);
+        let random_params = |rng: &mut Rng, signed: bool| {
+            let (qmin, qmax) = if signed { (-128, 127) } else { (0, 255) };
+            // Scales 2^(e / 100), or for half of the sets powers of two (whose rescalings
+            // often land exactly halfway: the rounding of ties).
+            let step = if rng.range(0, 2) == 0 { 100.0 } else { 1.0 };
+            let exp = |rng: &mut Rng, lo: i32, hi: i32| {
+                let e = rng.range(lo, hi) as f32;
+                2f32.powf(if step == 1.0 { e.round() } else { e / 100.0 })
+            };
+            let wide = |x: i32| if step == 1.0 { x } else { x * 100 };
+            let (sa, sb) = (exp(rng, wide(-12), wide(4)), exp(rng, wide(-12), wide(4)));
+            // Sometimes the same scales of the inputs, or one below 2^-18 of the other
+            // (terms of a few units); an output scale near theirs, a tiny or a huge one
+            // (outputs saturating or all zero).
+            let sb = match rng.range(0, 5) {
+                0 => sa,
+                1 => sa * exp(rng, wide(-40), wide(-18)),
+                _ => sb,
+            };
+            let so = sa.max(sb)
+                * match rng.range(0, 5) {
+                    0 => exp(rng, wide(-19), wide(-17)),
+                    1 => 1e6,
+                    _ => exp(rng, wide(-3), wide(3)),
+                };
+            let zp = [(); 3].map(|_| match rng.range(0, 4) {
+                0 => qmin,
+                1 => qmax,
+                _ => rng.range(qmin, qmax),
+            });
+            ([sa, sb, so], zp, rng.range(0, 3))
+        };
+        let bytes = |rng: &mut Rng, n: usize| (0..n).map(|_| rng.next() as u8).collect::<Vec<u8>>();
+
+        // Every pair of values (a = the high byte of the index, b the low one).
+        let a: Vec<u8> = (0..=u16::MAX).map(|i| (i >> 8) as u8).collect();
+        let b: Vec<u8> = (0..=u16::MAX).map(|i| i as u8).collect();
+        let mut exhaustive = 0;
+        for signed in [false, true] {
+            for sub in [false, true] {
+                let z = if signed { -128 } else { 0 };
+                let fixed = [
+                    ([0.5, 0.5, 0.5], [z + 128, z + 128, z + 128], 0),
+                    ([0.02, 0.07, 0.05], [z + 3, z + 250, z + 100], 3),
+                    ([1.0, 1.0 / 3.0, 1.5], [z + 200, z, z + 255], 1),
+                    // Ties at the output's rounding shift (sums of odd values halved) and at
+                    // the second input's (odd values halved).
+                    ([1.0, 1.0, 2.0], [z + 128, z + 127, z + 128], 0),
+                    (
+                        [1.0, 2f32.powi(-20), 1.0 / 1024.0],
+                        [z + 128, z + 100, z + 128],
+                        0,
+                    ),
+                ];
+                for (sc, zp, act) in fixed {
+                    if let Some(add) = make(signed, sub, sc, zp, act) {
+                        check(&add, signed, &a, &b);
+                        exhaustive += 1;
+                    }
+                }
+                for _ in 0..2 {
+                    let (sc, zp, act) = random_params(&mut rng, signed);
+                    if let Some(add) = make(signed, sub, sc, zp, act) {
+                        check(&add, signed, &a, &b);
+                        exhaustive += 1;
+                    }
+                }
+            }
+        }
+        assert!(exhaustive >= 24, "{exhaustive} exhaustive sets");
+
+        let mut random = 0;
+        for i in 0..2000 {
+            let (signed, sub) = (i % 2 == 1, i % 4 >= 2);
+            let (sc, zp, act) = random_params(&mut rng, signed);
+            let Some(add) = make(signed, sub, sc, zp, act) else {
+                continue;
+            };
+            random += 1;
+            for n in [0, 1, 15, 16, 17, 31, 33, 100] {
+                let (a, b) = (bytes(&mut rng, n + 1), bytes(&mut rng, n + 1));
+                // From an even and an odd start.
+                check(&add, signed, &a[..n], &b[..n]);
+                check(&add, signed, &a[1..], &b[1..]);
+            }
+        }
+        assert!(random >= 1000, "{random} random sets");
     }
 
     #[test]

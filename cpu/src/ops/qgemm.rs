@@ -540,6 +540,21 @@ pub(crate) mod avx2 {
         half: __m256i,
     }
 
+    impl RightShift {
+        /// The shift of every lane by `e` (at most 31, as `quant::rdbpot` clamps it).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn splat(e: u32) -> RightShift {
+            let e = e.min(31);
+            let mask = ((1i64 << e) - 1) as i32;
+            RightShift {
+                right: _mm256_set1_epi32(e as i32),
+                mask: _mm256_set1_epi32(mask),
+                half: _mm256_set1_epi32(mask >> 1),
+            }
+        }
+    }
+
     /// gemmlowp RoundingDivideByPOT (`quant::rdbpot`) of each lane by its exponent in `s`:
     /// (x >> e) + (rem > half + (x < 0)).
     #[inline]
@@ -607,6 +622,14 @@ pub(crate) mod avx2 {
         #[target_feature(enable = "avx2")]
         pub(crate) fn load(ep: &Epilogue) -> Narrow {
             Narrow::splat(ep, |v| _mm256_set1_epi16(v))
+        }
+
+        /// Zero point `zp` and bounds `lo..=hi`, all within [-255, 255] (as [`store16`]
+        /// needs), for bytes that are i8 when `signed`.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn new(zp: i32, lo: i32, hi: i32, signed: bool) -> Narrow {
+            Narrow::of([zp, lo, hi], signed, |v| _mm256_set1_epi16(v))
         }
     }
 

@@ -59,79 +59,94 @@ fn dots(x: &[f32], w: &[f32], out: &mut [f32]) {
     dots_generic::<false>(x, w, out);
 }
 
-/// How far ahead of the multiply-adds [`dots_avx2_fma`] asks for the weights, in floats.
-#[cfg(target_arch = "x86_64")]
-const PREFETCH_AHEAD: usize = 256;
-
-/// [`dots_generic`] with AVX2 and FMA: the same 32 lanes per step, summed as a tree, and the
-/// weights prefetched [`PREFETCH_AHEAD`] floats ahead (the rows are one stream).
+/// [`dots`] with AVX2 and FMA ([`dot_avx2_fma`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn dots_avx2_fma(x: &[f32], w: &[f32], out: &mut [f32]) {
-    use crate::ops::fgemm::ld8;
-    use std::arch::x86_64::*;
-    let k = x.len();
-    if k == 0 {
+    dots_with(x, w, out, |x, wr| dot_avx2_fma(x, wr));
+}
+
+/// `out[j] = x · w[j*k .. (j+1)*k]` (k = x.len()) with `dot` computing each product of two
+/// non-empty slices of k floats.
+#[inline(always)]
+fn dots_with(x: &[f32], w: &[f32], out: &mut [f32], dot: impl Fn(&[f32], &[f32]) -> f32) {
+    if x.is_empty() {
         out.fill(0.0);
         return;
     }
-    let body = k / DOT_LANES * DOT_LANES;
-    for (o, wr) in out.iter_mut().zip(w.chunks_exact(k)) {
-        let mut acc = [_mm256_setzero_ps(); DOT_LANES / 8];
-        for (xc, wc) in x[..body]
-            .chunks_exact(DOT_LANES)
-            .zip(wr[..body].chunks_exact(DOT_LANES))
-        {
-            let ahead = wc.as_ptr().wrapping_add(PREFETCH_AHEAD);
-            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16).cast());
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(ld8(xc, 8 * h), ld8(wc, 8 * h), *a);
-            }
-        }
-        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        let v = _mm_add_ss(v, _mm_movehdup_ps(v));
-        let mut sum = _mm_cvtss_f32(v);
-        for (&xv, &wv) in x[body..].iter().zip(&wr[body..]) {
-            sum = xv.mul_add(wv, sum);
-        }
-        *o = sum;
+    for (o, wr) in out.iter_mut().zip(w.chunks_exact(x.len())) {
+        *o = dot(x, wr);
     }
+}
+
+/// How far ahead of the multiply-adds [`dot_avx2_fma`] asks for the weights, in floats.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_AHEAD: usize = 256;
+
+/// `x · wr` with AVX2 and FMA: [`dot_generic`]'s 32 lanes per step, summed as a tree (the
+/// generic loop adds its lanes one after another: a 31-add chain per output), and the weights
+/// prefetched [`PREFETCH_AHEAD`] floats ahead (the rows are one stream).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn dot_avx2_fma(x: &[f32], wr: &[f32]) -> f32 {
+    use crate::ops::fgemm::ld8;
+    use std::arch::x86_64::*;
+    let body = x.len() / DOT_LANES * DOT_LANES;
+    let mut acc = [_mm256_setzero_ps(); DOT_LANES / 8];
+    for (xc, wc) in x[..body]
+        .chunks_exact(DOT_LANES)
+        .zip(wr[..body].chunks_exact(DOT_LANES))
+    {
+        let ahead = wc.as_ptr().wrapping_add(PREFETCH_AHEAD);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16).cast());
+        for (h, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(ld8(xc, 8 * h), ld8(wc, 8 * h), *a);
+        }
+    }
+    let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    let v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    let mut sum = _mm_cvtss_f32(v);
+    for (&xv, &wv) in x[body..].iter().zip(&wr[body..]) {
+        sum = xv.mul_add(wv, sum);
+    }
+    sum
 }
 
 /// Independent partial sums per lane, so the loop vectorizes.
 const DOT_LANES: usize = 32;
 
+/// [`dots`] without explicit vectors (`FMA`: with fused multiply-adds).
 #[inline(always)]
 fn dots_generic<const FMA: bool>(x: &[f32], w: &[f32], out: &mut [f32]) {
-    let k = x.len();
-    if k == 0 {
-        out.fill(0.0);
-        return;
-    }
-    let body = k / DOT_LANES * DOT_LANES;
-    for (o, wr) in out.iter_mut().zip(w.chunks_exact(k)) {
-        let mut acc = [0f32; DOT_LANES];
-        for (xc, wc) in x[..body]
-            .chunks_exact(DOT_LANES)
-            .zip(wr[..body].chunks_exact(DOT_LANES))
-        {
-            for i in 0..DOT_LANES {
-                acc[i] = if FMA {
-                    xc[i].mul_add(wc[i], acc[i])
-                } else {
-                    acc[i] + xc[i] * wc[i]
-                };
-            }
+    dots_with(x, w, out, dot_generic::<FMA>);
+}
+
+/// `x · wr` in [`DOT_LANES`] independent lanes.
+#[inline(always)]
+fn dot_generic<const FMA: bool>(x: &[f32], wr: &[f32]) -> f32 {
+    let body = x.len() / DOT_LANES * DOT_LANES;
+    let mut acc = [0f32; DOT_LANES];
+    for (xc, wc) in x[..body]
+        .chunks_exact(DOT_LANES)
+        .zip(wr[..body].chunks_exact(DOT_LANES))
+    {
+        for i in 0..DOT_LANES {
+            acc[i] = if FMA {
+                xc[i].mul_add(wc[i], acc[i])
+            } else {
+                acc[i] + xc[i] * wc[i]
+            };
         }
-        let mut sum = acc.iter().sum::<f32>();
-        for (&xv, &wv) in x[body..].iter().zip(&wr[body..]) {
-            sum += xv * wv;
-        }
-        *o = sum;
     }
+    let mut sum = acc.iter().sum::<f32>();
+    for (&xv, &wv) in x[body..].iter().zip(&wr[body..]) {
+        sum += xv * wv;
+    }
+    sum
 }
 
 #[cfg(test)]

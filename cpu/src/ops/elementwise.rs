@@ -255,18 +255,14 @@ fn mbqm_right(x: i32, m: i32, r: u32) -> i32 {
     (q >> r) + i32::from((q & mask) > threshold)
 }
 
-/// The fixed-point parameters of 8-bit ADD / SUB (TFLite's): both inputs, centered and
-/// shifted left by [`ADD_LEFT_SHIFT`], rescaled onto twice the larger input scale (multiplier
-/// and shift `m1, s1` and `m2, s2`; `m2` negated for SUB), their sum onto the output scale
-/// (`mo, so`).
+/// The fixed-point parameters of 8-bit ADD / SUB (TFLite's), each a multiplier and a shift:
+/// both inputs, centered and shifted left by [`ADD_LEFT_SHIFT`], rescaled onto twice the larger
+/// input scale (`inputs`; the second multiplier negated for SUB), their sum onto the output
+/// scale (`out`).
 #[derive(Clone, Copy, Debug)]
 struct AddScales {
-    m1: i32,
-    s1: i32,
-    m2: i32,
-    s2: i32,
-    mo: i32,
-    so: i32,
+    inputs: [(i32, i32); 2],
+    out: (i32, i32),
 }
 
 /// The left shift of ADD / SUB's centered inputs before their rescaling.
@@ -282,12 +278,8 @@ impl AddScales {
             quantize_multiplier(twice_max / (f64::from(1 << ADD_LEFT_SHIFT) * f64::from(so)));
         let m2 = if sub { -m2 } else { m2 };
         AddScales {
-            m1,
-            s1,
-            m2,
-            s2,
-            mo,
-            so,
+            inputs: [(m1, s1), (m2, s2)],
+            out: (mo, so),
         }
     }
 }
@@ -406,7 +398,8 @@ impl AddQ8 {
         lo: i32,
         hi: i32,
     ) -> Option<Self> {
-        if p.mo < 0 || p.so > 0 {
+        let ([(m1, s1), (m2, s2)], (mo, so)) = (p.inputs, p.out);
+        if mo < 0 || so > 0 {
             return None;
         }
         let full = |off: i32, m: i32, s: i32| -> [i32; 256] {
@@ -422,25 +415,25 @@ impl AddQ8 {
         let exact = [off[0], off[1]]
             .iter()
             .all(|&o| within(qmin + o) && within(qmax + o))
-            && [p.m1, p.m2].iter().all(|&m| m != i32::MIN)
-            && p.s1 <= 0
-            && p.s2 <= 0
+            && [m1, m2].iter().all(|&m| m != i32::MIN)
+            && s1 <= 0
+            && s2 <= 0
             && within(out_off)
             && qmin <= lo
             && lo <= hi
             && hi <= qmax;
         Some(AddQ8 {
-            t1: full(off[0], p.m1, p.s1),
-            t2: full(off[1], p.m2, p.s2),
-            mo: p.mo,
-            right: p.so.unsigned_abs(),
+            t1: full(off[0], m1, s1),
+            t2: full(off[1], m2, s2),
+            mo,
+            right: so.unsigned_abs(),
             out_off,
             lo,
             hi,
             vector: exact.then(|| AddVector {
                 off,
-                m: [p.m1, p.m2],
-                right: [p.s1.unsigned_abs(), p.s2.unsigned_abs()],
+                m: [m1, m2],
+                right: [s1.unsigned_abs(), s2.unsigned_abs()],
             }),
         })
     }
@@ -559,14 +552,7 @@ fn binary_quant8(ctx: &OpCtx<'_>, ty: OperandType) -> KResult<Tensor> {
         OperationType::Add | OperationType::Sub => {
             let sub = ctx.op.op == OperationType::Sub;
             let p = AddScales::new(o1.scale, o2.scale, out.scale, sub);
-            let AddScales {
-                m1,
-                s1,
-                m2,
-                s2,
-                mo,
-                so,
-            } = p;
+            let ([(m1, s1), (m2, s2)], (mo, so)) = (p.inputs, p.out);
             // Each input's rescaled term depends on one 8-bit value: for an input of more
             // elements than there are values, computed once per possible value (the same
             // `mbqm`, so bit-identical), leaving one `mbqm` per element instead of three; a

@@ -1001,10 +1001,15 @@ pub(crate) mod tests {
     #[target_feature(enable = "avx2")]
     fn avx2_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
         let v = avx2::requant(_mm256_set1_epi32(acc), &avx2::Lanes::load(ep, j / 8));
-        let mut bytes = [MaybeUninit::new(0u8); 16];
-        avx2::store16(&mut bytes, v, v, &avx2::Narrow::load(ep));
-        // SAFETY: initialized above (and stored over).
-        unsafe { bytes[j % 8].assume_init() }
+        let mut bytes = [0u8; 16];
+        // SAFETY: store16 writes only initialized bytes.
+        avx2::store16(
+            unsafe { crate::tensor::as_uninit(&mut bytes) },
+            v,
+            v,
+            &avx2::Narrow::load(ep),
+        );
+        bytes[j % 8]
     }
 
     /// One value through the NEON epilogue, in lane `j % 4` of a register of copies.
@@ -1013,10 +1018,14 @@ pub(crate) mod tests {
     fn neon_epilogue(ep: &Epilogue, acc: i32, j: usize) -> u8 {
         use std::arch::aarch64::vdupq_n_s32;
         let v = neon::requant(vdupq_n_s32(acc), &neon::Lanes::load(ep, j / 4));
-        let mut bytes = [MaybeUninit::new(0u8); 16];
-        neon::store16(&mut bytes, [v; 4], &neon::Narrow::load(ep));
-        // SAFETY: initialized above (and stored over).
-        unsafe { bytes[j % 4].assume_init() }
+        let mut bytes = [0u8; 16];
+        // SAFETY: store16 writes only initialized bytes.
+        neon::store16(
+            unsafe { crate::tensor::as_uninit(&mut bytes) },
+            [v; 4],
+            &neon::Narrow::load(ep),
+        );
+        bytes[j % 4]
     }
 
     /// A plain `[m][k] · [n][k]ᵀ` through the reference requantization.

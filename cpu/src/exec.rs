@@ -55,9 +55,9 @@ struct Plan {
     /// FULLY_CONNECTED or CONV_2D reads it as weights: one copy per constant, shared by every
     /// operation reading it, made once instead of on every execution.
     packed: Vec<Option<Packed>>,
-    /// For each operation, where its 8-bit epilogue is kept when it may be
-    /// (`ops::epilogue_cacheable`).
-    epilogues: Vec<Option<ops::EpilogueCache>>,
+    /// For each operation, where its 8-bit epilogue and depthwise filter are kept when they may
+    /// be (`ops::epilogue_cacheable`).
+    kept: Vec<Option<ops::QuantCache>>,
 }
 
 impl Plan {
@@ -110,17 +110,17 @@ impl Plan {
             }
         }
         let packed = packed::pack_graph(graph, &consts);
-        let epilogues = graph
+        let kept = graph
             .operations
             .iter()
-            .map(|op| ops::epilogue_cacheable(graph, op).then(ops::EpilogueCache::new))
+            .map(|op| ops::epilogue_cacheable(graph, op).then(ops::QuantCache::default))
             .collect();
         Ok(Plan {
             order,
             consts,
             last_use,
             packed,
-            epilogues,
+            kept,
         })
     }
 }
@@ -386,7 +386,7 @@ impl Run<'_> {
                     values: &values,
                     weights_t: packed.and_then(Packed::f32),
                     qweights: packed.and_then(Packed::q8),
-                    epilogue: plan.epilogues.get(opi).and_then(Option::as_ref),
+                    kept: plan.kept.get(opi).and_then(Option::as_ref),
                 };
                 ops::run(&ctx)?
             };

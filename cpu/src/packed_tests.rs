@@ -269,6 +269,44 @@ fn an_8bit_epilogue_of_constant_operands_is_made_once_and_kept() {
     assert_eq!(crate::ops::epilogues_on_this_thread() - before, 1);
 }
 
+/// An 8-bit DEPTHWISE_CONV_2D of constant operands lays its filter out for the kernel once,
+/// on the first execution, and keeps it with the epilogue: later executions lay out none and
+/// compute the same outputs.
+#[test]
+fn an_8bit_depthwise_filter_of_constant_operands_is_laid_out_once_and_kept() {
+    let mut b = B::new();
+    let x = b.input(T::TensorQuant8Asymm, &[1, 1, 1, 16]);
+    b.q(x, 1.0, 0);
+    // A 1×1 filter: channel c times c % 3 (centered on 128).
+    let f = b.konst(
+        T::TensorQuant8Asymm,
+        &[1, 1, 1, 16],
+        (0..16).map(|c| 128 + c % 3).collect(),
+    );
+    b.q(f, 1.0, 128);
+    let bias = b.i32c(&[16], &[1; 16]);
+    let mut ins = vec![x, f, bias];
+    // No padding, stride 1, multiplier 1, no activation.
+    for v in [0, 0, 0, 0, 1, 1, 1, 0] {
+        ins.push(b.int(v));
+    }
+    let o = b.output(T::TensorQuant8Asymm, &[1, 1, 1, 16]);
+    b.q(o, 1.0, 0);
+    b.op(O::DepthwiseConv2d, &ins, &[o]);
+    let p = PreparedGraph::new(b.g).unwrap();
+    let before = crate::ops::depthwise_filters_on_this_thread();
+    for shift in [0u8, 7, 0] {
+        let x: Vec<u8> = (0..16).map(|c| c + shift).collect();
+        let want: Vec<u8> = x
+            .iter()
+            .enumerate()
+            .map(|(c, &v)| v * (c as u8 % 3) + 1)
+            .collect();
+        assert_eq!(run(&p, &[], &x, 16), want);
+    }
+    assert_eq!(crate::ops::depthwise_filters_on_this_thread() - before, 1);
+}
+
 /// The counter above can fail, and a bias that is a model input is never kept: each
 /// execution makes its epilogue from the bias it passes.
 #[test]

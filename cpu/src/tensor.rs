@@ -246,6 +246,13 @@ impl Reusable for i8 {
     }
 }
 
+/// The bytes of `s` as stored (each i8 as its two's complement byte), without copying.
+pub(crate) fn i8_bytes(s: &[i8]) -> &[u8] {
+    // SAFETY: i8 and u8 have one size and alignment and share every bit pattern; the view
+    // borrows `s` for its lifetime.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), s.len()) }
+}
+
 /// A byte buffer's allocation as the other byte type, without copying.
 pub(crate) fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
     // SAFETY: `Byte` is implemented only for u8 and i8, which have the same size (1) and

@@ -30,7 +30,7 @@ mod qconv;
 mod qconv_reference;
 #[cfg(test)]
 mod qconv_tests;
-pub(crate) use qconv::pack_q8_weights;
+pub(crate) use qconv::{DepthwiseFilter, pack_q8_weights};
 
 pub(crate) static DEFS: &[OpDef] = &[
     OpDef::new(

@@ -62,20 +62,27 @@ pub(crate) struct OpCtx<'a> {
     /// The operation's constant 8-bit weights packed for the quantized GEMM, when prepared
     /// (see [`pack_q8_weights`]).
     pub(crate) qweights: Option<&'a QWeights>,
-    /// Where the 8-bit GEMM's bias, requantization and activation is kept once made, when
-    /// everything it derives from is fixed for the prepared model (see [`EpilogueCache`]).
-    pub(crate) epilogue: Option<&'a EpilogueCache>,
+    /// Where the 8-bit kernels keep what they derive from the operation's constants once made
+    /// (see [`QuantCache`]), when everything it derives from is fixed for the prepared model.
+    pub(crate) kept: Option<&'a QuantCache>,
 }
 
-/// One operation's 8-bit epilogue (per-channel multipliers, shifts, bias, bounds), made by
-/// the first execution and reused by the others: made on every execution it cost about a
-/// sixth of a batch-1 int8 FULLY_CONNECTED network. Kept only for operations whose every
-/// input but input 0 is a constant (weights, bias, the activation and the other scalars): the
-/// scales and zero points are fixed by the operand types, so nothing it reads can change.
-pub(crate) type EpilogueCache = std::sync::OnceLock<QEpilogue>;
+/// What one 8-bit operation derives from its constants, made by the first execution and
+/// reused by the others: the epilogue (per-channel multipliers, shifts, bias, bounds; made on
+/// every execution it cost about a sixth of a batch-1 int8 FULLY_CONNECTED network) and, for a
+/// DEPTHWISE_CONV_2D, its filter in the kernel's layout (about 1% of an int8 MobileNetV2).
+/// Kept only for operations whose every input but input 0 is a constant (weights, bias, the
+/// activation and the other scalars): the scales and zero points are fixed by the operand
+/// types, so nothing it reads can change.
+#[derive(Debug, Default)]
+pub(crate) struct QuantCache {
+    pub(crate) epilogue: std::sync::OnceLock<QEpilogue>,
+    pub(crate) depthwise_filter: std::sync::OnceLock<conv::DepthwiseFilter>,
+}
 pub(crate) use qgemm::Epilogue as QEpilogue;
 
-/// Whether operation `op` of `graph` may keep its epilogue ([`EpilogueCache`]).
+/// Whether operation `op` of `graph` may keep what it derives from its constants
+/// ([`QuantCache`]).
 pub(crate) fn epilogue_cacheable(graph: &Graph, op: &Operation) -> bool {
     use crate::model::OperationType as O;
     matches!(op.op, O::FullyConnected | O::Conv2d | O::DepthwiseConv2d)
@@ -94,6 +101,7 @@ pub(crate) fn epilogue_cacheable(graph: &Graph, op: &Operation) -> bool {
 #[cfg(test)]
 thread_local! {
     static EPILOGUES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static DEPTHWISE_FILTERS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Counts one epilogue made on this thread (tests).
@@ -106,6 +114,18 @@ pub(crate) fn count_epilogue() {
 #[cfg(test)]
 pub(crate) fn epilogues_on_this_thread() -> u64 {
     EPILOGUES.with(std::cell::Cell::get)
+}
+
+/// Counts one 8-bit depthwise filter laid out for a kernel on this thread (tests).
+pub(crate) fn count_depthwise_filter() {
+    #[cfg(test)]
+    DEPTHWISE_FILTERS.with(|c| c.set(c.get() + 1));
+}
+
+/// How many 8-bit depthwise filters this thread has laid out.
+#[cfg(test)]
+pub(crate) fn depthwise_filters_on_this_thread() -> u64 {
+    DEPTHWISE_FILTERS.with(std::cell::Cell::get)
 }
 
 pub(crate) type KResult<T> = Result<T, ExecError>;

@@ -492,6 +492,15 @@ pub(crate) mod avx2 {
         unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
     }
 
+    /// 8 i32 from an array of at least 8.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn ld8i<const L: usize>(s: &[i32; L], at: usize) -> __m256i {
+        let s = &s[at..at + 8];
+        // SAFETY: `s` holds 8 i32 (32 bytes), read unaligned.
+        unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
+    }
+
     /// `a + b` saturated to i32.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -593,6 +602,36 @@ pub(crate) mod avx2 {
         }
     }
 
+    impl Lanes {
+        /// Channels `16b + 4h + [0, 1, 2, 3, 8, 9, 10, 11]` of `ep` (h is 0 or 1): the
+        /// channels of `_mm256_madd_epi16` of the `_mm256_unpacklo_epi16` (h = 0) or
+        /// `_mm256_unpackhi_epi16` (h = 1) of two registers of channels `16b..16b + 16`.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn load_unpacked(ep: &Epilogue, b: usize, h: usize) -> Lanes {
+            let (g0, g1) = (&ep.groups[2 * b], &ep.groups[2 * b + 1]);
+            let at = 4 * h;
+            let half = |v: &[i32; 8]| {
+                let v = &v[at..at + 4];
+                // SAFETY: `v` holds 4 i32 (16 bytes), read unaligned.
+                unsafe { _mm_loadu_si128(v.as_ptr().cast()) }
+            };
+            let ld = |v0: &[i32; 8], v1: &[i32; 8]| _mm256_set_m128i(half(v1), half(v0));
+            Lanes {
+                bias: ld(&g0.bias, &g1.bias),
+                mult: ld(&g0.mult, &g1.mult),
+                left: ld(&g0.left, &g1.left),
+                right: RightShift {
+                    right: ld(&g0.right, &g1.right),
+                    mask: ld(&g0.mask, &g1.mask),
+                    half: ld(&g0.half, &g1.half),
+                },
+                plain_bias: ep.vector.plain_bias,
+                no_left: ep.vector.no_left,
+            }
+        }
+    }
+
     /// `acc` (8 channels' accumulators) requantized with the channels' `p`, before the zero
     /// point and the activation ([`store16`] adds and applies them).
     #[inline]
@@ -650,6 +689,31 @@ pub(crate) mod avx2 {
             _mm256_packus_epi16(w, w)
         };
         let b = _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
+        // SAFETY: `d` holds 16 bytes, written unaligned.
+        super::put16(dst, |d| unsafe {
+            _mm_storeu_si128(d.as_mut_ptr().cast(), b)
+        });
+    }
+
+    /// [`store16`] of 16 channels requantized in the order of [`Lanes::load_unpacked`]:
+    /// channels 0-3 and 8-11 in `lo`, 4-7 and 12-15 in `hi`, which `_mm256_packs_epi32`
+    /// puts in order, so no lane crosses a 128-bit half but in the final pack.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn store16_unpacked(
+        dst: &mut [MaybeUninit<u8>],
+        lo: __m256i,
+        hi: __m256i,
+        n: &Narrow,
+    ) {
+        let w = _mm256_adds_epi16(_mm256_packs_epi32(lo, hi), n.zp);
+        let w = _mm256_min_epi16(_mm256_max_epi16(w, n.lo), n.hi);
+        let (l, u) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+        let b = if n.signed {
+            _mm_packs_epi16(l, u)
+        } else {
+            _mm_packus_epi16(l, u)
+        };
         // SAFETY: `d` holds 16 bytes, written unaligned.
         super::put16(dst, |d| unsafe {
             _mm_storeu_si128(d.as_mut_ptr().cast(), b)

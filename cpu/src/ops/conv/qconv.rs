@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
+use std::sync::OnceLock;
 
 use super::qconv_reference::{self as reference, QuantOperands, Window};
 use super::{ConvSetup, filter_quant};
@@ -141,10 +142,19 @@ impl<'a> Input<'a> {
     }
 
     fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// The values' bytes as stored (an i8 as its two's complement byte).
+    fn bytes(&self) -> &[u8] {
         match &self.raw {
-            Raw::U8(v) => v.len(),
-            Raw::I8(v) => v.len(),
+            Raw::U8(v) => v,
+            Raw::I8(v) => crate::tensor::i8_bytes(v),
         }
+    }
+
+    fn signed(&self) -> bool {
+        matches!(self.raw, Raw::I8(_))
     }
 
     /// Writes values `from..from + dst.len()` minus the zero point into `dst`.
@@ -181,27 +191,42 @@ fn bytes_tensor(signed: bool, od: Vec<u32>, bytes: Vec<u8>, nchw: bool) -> Tenso
     }
 }
 
+/// What `cell` keeps when it `fits` this execution, else one made now by `make`: kept in
+/// `cell` when there is one and it keeps nothing yet (one another execution kept meanwhile is
+/// made from the same constants), used once otherwise (a kept one that does not fit this
+/// execution's shapes or kernels stays).
+fn kept_or_made<'a, T: Clone>(
+    cell: Option<&'a OnceLock<T>>,
+    fits: impl Fn(&T) -> bool,
+    make: impl FnOnce() -> KResult<T>,
+) -> KResult<Cow<'a, T>> {
+    if let Some(kept) = cell.and_then(OnceLock::get).filter(|t| fits(t)) {
+        return Ok(Cow::Borrowed(kept));
+    }
+    let made = make()?;
+    match cell.map(|c| c.get_or_init(|| made.clone())) {
+        Some(kept) if fits(kept) => Ok(Cow::Borrowed(kept)),
+        _ => Ok(Cow::Owned(made)),
+    }
+}
+
 /// The requantization and the bias of `n` output channels after reductions of `k` products,
 /// activation at input `act`: the one the operation keeps when it may
-/// ([`crate::ops::EpilogueCache`]), else made now.
+/// ([`crate::ops::QuantCache`]), else made now.
 fn epilogue<'a>(ctx: &OpCtx<'a>, n: usize, k: usize, act: usize) -> KResult<Cow<'a, Epilogue>> {
-    let fits = |e: &&Epilogue| e.n == n && e.k == k;
-    if let Some(e) = ctx.epilogue.and_then(std::sync::OnceLock::get).filter(fits) {
-        return Ok(Cow::Borrowed(e));
-    }
-    crate::ops::count_epilogue();
-    let (_, fscales) = filter_quant(ctx, n)?;
-    let rq = Requant::new(ctx, ctx.operand(0)?.scale, &fscales, act)?;
-    let (_, bias) = ctx.i32s(2)?;
-    let ep = Epilogue::new(&rq, bias, n, k)
-        .ok_or_else(|| ctx.err("bias shorter than the output depth"))?;
-    // Kept when the operation may keep one and none is kept yet (one another execution kept
-    // meanwhile is made from the same constants); a kept one that does not fit this
-    // execution's shapes stays, and this one is used once.
-    match ctx.epilogue.map(|cell| cell.get_or_init(|| ep.clone())) {
-        Some(kept) if fits(&kept) => Ok(Cow::Borrowed(kept)),
-        _ => Ok(Cow::Owned(ep)),
-    }
+    let cell = ctx.kept.map(|k| &k.epilogue);
+    kept_or_made(
+        cell,
+        |e| e.n == n && e.k == k,
+        || {
+            crate::ops::count_epilogue();
+            let (_, fscales) = filter_quant(ctx, n)?;
+            let rq = Requant::new(ctx, ctx.operand(0)?.scale, &fscales, act)?;
+            let (_, bias) = ctx.i32s(2)?;
+            Epilogue::new(&rq, bias, n, k)
+                .ok_or_else(|| ctx.err("bias shorter than the output depth"))
+        },
+    )
 }
 
 /// Writes rows `r0..` of `x` (rows of `k`), centered, into `dst` (rows of `padded(k)`).
@@ -351,25 +376,99 @@ fn im2col(x: &Input<'_>, win: &Window, p0: usize, dst: &mut [i16]) {
 /// Channels per depthwise step (one AVX2 register of i16, two of i32 accumulators).
 const DW: usize = 16;
 
-/// A depthwise convolution prepared for the channel-vectorised kernels: input and filter
-/// centered, widened and padded to whole blocks of [`DW`] output channels.
+/// A depthwise convolution prepared for the channel-vectorised kernels: filter centered,
+/// widened and padded to whole blocks of [`DW`] output channels; input read where it is or
+/// (see [`Taps`]) widened first.
 struct Depthwise<'a> {
     win: Window,
     /// Output channels and blocks of DW.
     oc: usize,
     blocks: usize,
-    /// The input per pixel in output-channel order (channel o reads input channel o / mult),
-    /// `blocks` blocks a pixel, then one zero pixel (at `zero`) that taps outside the input read.
-    x: Vec<[i16; DW]>,
-    zero: usize,
+    x: Taps<'a>,
     /// Taps (fh·fw) and taps rounded up to even (the last one of an odd count has zero weights).
     taps: usize,
     taps_even: usize,
-    /// The filter `[block][tap]` (portable and NEON kernels) or `[block][tap pair]` interleaved as
-    /// `_mm256_unpacklo/hi_epi16` interleave the input of the pair's two taps (AVX2 kernel).
-    f: Vec<[i16; 2 * DW]>,
+    /// The filter, in the layout of the kernels of its `isa`.
+    f: &'a DepthwiseFilter,
     ep: &'a Epilogue,
     isa: Isa,
+}
+
+/// Where a depthwise kernel reads its input: the offset of a pixel, in units of bytes or of
+/// blocks, is its index times the units a pixel takes, and one offset stands for a tap outside
+/// the input (it reads as centered zero); see [`Taps::unit_and_outside`].
+enum Taps<'a> {
+    /// The input's bytes in place (a depth multiplier of 1, the channels whole blocks: channel
+    /// block b of a pixel is 16 bytes of it): each block is widened as it is read, and
+    /// centered by the portable kernels (the AVX2 one multiplies it uncentered). `outside` is
+    /// the input's length, where no block fits. Saves the widened copy: a pass over the input
+    /// writing twice its bytes, and twice the bytes for the kernel to read.
+    Bytes {
+        bytes: &'a [u8],
+        signed: bool,
+        zp: i16,
+        /// One pixel of the zero point's bytes (`oc` of them): what a tap outside reads for
+        /// the AVX2 kernel, which multiplies the bytes uncentered.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+        zp_pixel: Vec<u8>,
+    },
+    /// The input centered and widened first, per pixel in output-channel order (channel o reads
+    /// input channel o / mult), `blocks` blocks a pixel, then one zero pixel at `outside`.
+    Widened(Vec<[i16; DW]>),
+}
+
+impl Taps<'_> {
+    /// The offset units a pixel takes, and the offset of a tap outside the input, for `oc`
+    /// output channels in `blocks` blocks.
+    fn unit_and_outside(&self, oc: usize, blocks: usize) -> (usize, usize) {
+        match self {
+            Taps::Bytes { bytes, .. } => (oc, bytes.len()),
+            Taps::Widened(x) => (blocks, x.len().saturating_sub(blocks)),
+        }
+    }
+
+    /// Channel block `b` of the pixel at `off`, centered (zeros for the outside tap).
+    #[inline(always)]
+    fn block(&self, off: usize, b: usize) -> [i16; DW] {
+        match self {
+            Taps::Bytes {
+                bytes, signed, zp, ..
+            } => {
+                let at = off + b * DW;
+                let Some(s) = bytes.get(at..at + DW) else {
+                    return [0; DW];
+                };
+                std::array::from_fn(|l| {
+                    let v = if *signed {
+                        i16::from(s[l] as i8)
+                    } else {
+                        i16::from(s[l])
+                    };
+                    v - zp
+                })
+            }
+            Taps::Widened(x) => x[off + b],
+        }
+    }
+}
+
+/// A DEPTHWISE_CONV_2D's filter in a kernel's layout (see [`depthwise_filter`]), kept with
+/// the operation's other derived constants ([`crate::ops::QuantCache`]): None when a centered
+/// value exceeds the kernels' bound (the reference kernel runs).
+#[derive(Clone, Debug)]
+pub(crate) struct DepthwiseFilter {
+    isa: Isa,
+    taps: usize,
+    oc: usize,
+    /// The input's zero point.
+    xzp: i16,
+    f: Option<Vec<[i16; 2 * DW]>>,
+    /// Per block of DW channels, `−xzp · Σ_taps filter`: the AVX2 kernel starts its
+    /// accumulators there and multiplies the input's bytes as they are, not centered (a tap
+    /// outside the input then reads the zero point). Laid out as the kernel's two
+    /// accumulators hold the block: channels 0-3 and 8-11, then 4-7 and 12-15.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    zp_terms: Vec<[i32; DW]>,
 }
 
 /// DEPTHWISE_CONV_2D on 8-bit operands.
@@ -381,7 +480,6 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
     // An empty output (no channels: a zero-sized temporary) is the reference kernels' to make.
     let nonempty = oc > 0 && n * oh * ow > 0;
     if let Route::Fast(isa) = route(taps <= MAX_K && nonempty) {
-        let (fzp, _) = filter_quant(ctx, oc)?;
         if let Some(x) = Input::new(ctx, nchw)? {
             let ep = epilogue(ctx, oc, taps, s.args.act)?;
             let blocks = oc.div_ceil(DW);
@@ -390,36 +488,32 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
                 return Err(ctx.err("input does not match its dimensions"));
             }
             // The filter first: when it leaves the fast kernels, the input is not copied.
-            let Some(f) = depthwise_filter(ctx, fzp, taps, oc, isa)? else {
+            let f = kept_or_made(
+                ctx.kept.map(|k| &k.depthwise_filter),
+                |f| f.isa == isa && f.taps == taps && f.oc == oc && f.xzp == x.zp,
+                || depthwise_filter(ctx, taps, oc, isa),
+            )?;
+            if f.f.is_none() {
                 return depthwise_reference(ctx, s);
-            };
-            // Grown a pixel at a time (zeroed while in cache, then written), not zeroed whole.
-            let mut xb = Vec::with_capacity((pixels + 1) * blocks);
-            let mut px = vec![0i16; c];
-            for p in 0..pixels {
-                let start = xb.len();
-                xb.resize(start + blocks, [0i16; DW]);
-                let dst = &mut xb[start..].as_flattened_mut()[..oc];
-                if mult == 1 {
-                    x.center(p * c, dst);
-                } else {
-                    x.center(p * c, &mut px);
-                    for (d, &v) in dst.chunks_exact_mut(mult).zip(&px) {
-                        d.fill(v);
-                    }
-                }
             }
-            // The zero pixel that taps outside the input read.
-            xb.resize((pixels + 1) * blocks, [0i16; DW]);
+            let taps_in = if mult == 1 && c % DW == 0 {
+                Taps::Bytes {
+                    bytes: x.bytes(),
+                    signed: x.signed(),
+                    zp: x.zp,
+                    zp_pixel: vec![x.zp as u8; oc],
+                }
+            } else {
+                Taps::Widened(widened(&x, pixels, c, mult, blocks))
+            };
             let d = Depthwise {
                 win,
                 oc,
                 blocks,
-                x: xb,
-                zero: pixels * blocks,
+                x: taps_in,
                 taps,
                 taps_even: padded(taps),
-                f,
+                f: &f,
                 ep: &ep,
                 isa,
             };
@@ -444,6 +538,31 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
     depthwise_reference(ctx, s)
 }
 
+/// `pixels` pixels of `c` channels of `x` centered and widened into blocks of DW output
+/// channels (each input channel repeated `mult` times), then one zero pixel ([`Taps::Widened`]).
+fn widened(x: &Input<'_>, pixels: usize, c: usize, mult: usize, blocks: usize) -> Vec<[i16; DW]> {
+    let oc = c * mult;
+    // Grown a pixel at a time (zeroed while in cache, then written), not zeroed whole.
+    let mut xb = Vec::with_capacity((pixels + 1) * blocks);
+    let mut px = vec![0i16; c];
+    for p in 0..pixels {
+        let start = xb.len();
+        xb.resize(start + blocks, [0i16; DW]);
+        let dst = &mut xb[start..].as_flattened_mut()[..oc];
+        if mult == 1 {
+            x.center(p * c, dst);
+        } else {
+            x.center(p * c, &mut px);
+            for (d, &v) in dst.chunks_exact_mut(mult).zip(&px) {
+                d.fill(v);
+            }
+        }
+    }
+    // The zero pixel that taps outside the input read.
+    xb.resize((pixels + 1) * blocks, [0i16; DW]);
+    xb
+}
+
 fn depthwise_reference(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
     let q = QuantOperands::new(ctx, s.args.nchw, s.oc, s.args.act)?;
     let out = reference::depthwise_conv2d(&q, &window(s), s.args.multiplier);
@@ -451,15 +570,13 @@ fn depthwise_reference(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
     Ok(q8_tensor(q.rq.ty, d, v))
 }
 
-/// The depthwise filter (input 1, `[1][fh][fw][oc]`) centered on `fzp`, in the layout of
-/// `isa`'s kernel (see [`Depthwise::f`]); None when a value exceeds the kernel's bound.
-fn depthwise_filter(
-    ctx: &OpCtx<'_>,
-    fzp: i32,
-    taps: usize,
-    oc: usize,
-    isa: Isa,
-) -> KResult<Option<Vec<[i16; 2 * DW]>>> {
+/// The depthwise filter (input 1, `[1][fh][fw][oc]`) centered on its zero point, in the layout
+/// of `isa`'s kernel: `[block][tap]` (portable and NEON kernels, the first DW lanes used) or
+/// `[block][tap pair]` interleaved as `_mm256_unpacklo/hi_epi16` interleave the input of the
+/// pair's two taps (AVX2 kernel).
+fn depthwise_filter(ctx: &OpCtx<'_>, taps: usize, oc: usize, isa: Isa) -> KResult<DepthwiseFilter> {
+    crate::ops::count_depthwise_filter();
+    let (fzp, _) = filter_quant(ctx, oc)?;
     let t = ctx.t(1)?;
     let raw: Vec<i32> = match &t.data {
         Data::U8(v) => v.iter().map(|&b| i32::from(b) - fzp).collect(),
@@ -469,10 +586,20 @@ fn depthwise_filter(
     if raw.len() != taps * oc {
         return Err(ctx.err("filter does not match its dimensions"));
     }
-    if raw.iter().any(|v| !(-255..=255).contains(v)) {
-        return Ok(None);
-    }
+    let xzp = i16::try_from(ctx.operand(0)?.zero_point)
+        .map_err(|_| ctx.err("input zero point outside the 8-bit types' range"))?;
     let blocks = oc.div_ceil(DW);
+    let kept = |f, zp_terms| DepthwiseFilter {
+        isa,
+        taps,
+        oc,
+        xzp,
+        f,
+        zp_terms,
+    };
+    if raw.iter().any(|v| !(-255..=255).contains(v)) {
+        return Ok(kept(None, Vec::new()));
+    }
     // Tap t, output channel o (0 past the filter).
     let at = |t: usize, o: usize| -> i16 {
         if t < taps && o < oc {
@@ -481,7 +608,6 @@ fn depthwise_filter(
             0
         }
     };
-    // Portable and NEON: `[block][tap]`, the first DW lanes used.
     let block_taps = || {
         let mut f = vec![[0i16; 2 * DW]; taps * blocks];
         for (i, e) in f.iter_mut().enumerate() {
@@ -520,10 +646,25 @@ fn depthwise_filter(
             f
         }
     };
-    Ok(Some(f))
+    let zp_terms = (0..blocks)
+        .map(|b| {
+            std::array::from_fn(|l| {
+                // Lane l: accumulator l / 8, its 128-bit half (l / 4) % 2, element l % 4.
+                let o = b * DW + 8 * ((l / 4) % 2) + 4 * (l / 8) + l % 4;
+                let sum: i32 = (0..taps).map(|t| i32::from(at(t, o))).sum();
+                -i32::from(xzp) * sum
+            })
+        })
+        .collect();
+    Ok(kept(Some(f), zp_terms))
 }
 
 impl Depthwise<'_> {
+    /// The filter's values (present: a filter without them routes to the reference kernel).
+    fn filter(&self) -> &[[i16; 2 * DW]] {
+        self.f.f.as_deref().unwrap_or_default()
+    }
+
     /// Output rows `r0..` (a row is one (batch, y) pair), all of `out`: every element of
     /// every whole row is written (`out` may come uninitialized).
     fn rows(&self, r0: usize, out: &mut [MaybeUninit<u8>]) {
@@ -556,11 +697,12 @@ impl Depthwise<'_> {
             self.win.out_hw,
             &self.win.g,
         );
-        let (oc, blocks) = (self.oc, self.blocks);
+        let oc = self.oc;
+        let (unit, outside) = self.x.unit_and_outside(oc, self.blocks);
         let interior = g.interior_cols(w, fw, ow);
         let te = self.taps_even;
-        // The row's tap offsets, `te` a pixel (the odd count's last tap reads the zero pixel).
-        let mut row_offs = vec![self.zero; ow * te];
+        // The row's tap offsets, `te` a pixel (the odd count's last tap reads outside).
+        let mut row_offs = vec![outside; ow * te];
         // Interior pixels: tap offsets at input column 0.
         let mut rel = vec![0usize; fh * fw];
         let mut row_at: Vec<Option<usize>> = vec![None; fh];
@@ -574,12 +716,12 @@ impl Depthwise<'_> {
             if full_rows {
                 for (t, rv) in rel.iter_mut().enumerate() {
                     let (ky, kx) = (t / fw, t % fw);
-                    *rv = row_at[ky].map_or(0, |a| (a + kx * g.dil_w) * blocks);
+                    *rv = row_at[ky].map_or(0, |a| (a + kx * g.dil_w) * unit);
                 }
             }
             for (ox, offs) in row_offs.chunks_exact_mut(te).enumerate() {
                 if full_rows && interior.contains(&ox) {
-                    let shift = (ox * g.stride_w - g.pad_l) * blocks;
+                    let shift = (ox * g.stride_w - g.pad_l) * unit;
                     for (d, &rv) in offs.iter_mut().zip(&rel) {
                         *d = rv + shift;
                     }
@@ -588,8 +730,8 @@ impl Depthwise<'_> {
                         let ix = g.in_x(ox, kx, w);
                         for (ky, at) in row_at.iter().enumerate() {
                             offs[ky * fw + kx] = match (at, ix) {
-                                (Some(a), Some(ix)) => (a + ix) * blocks,
-                                _ => self.zero,
+                                (Some(a), Some(ix)) => (a + ix) * unit,
+                                _ => outside,
                             };
                         }
                     }
@@ -616,12 +758,12 @@ impl Depthwise<'_> {
 
     /// One output pixel's `oc` channels from the inputs at `offs` (one per tap).
     fn pixel_portable(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
-        let taps = self.taps;
+        let (taps, filter) = (self.taps, self.filter());
         for (b, o) in out.chunks_mut(DW).enumerate() {
             let mut acc = [0i32; DW];
-            let fb = &self.f[b * taps..(b + 1) * taps];
+            let fb = &filter[b * taps..(b + 1) * taps];
             for (&off, f) in offs.iter().zip(fb) {
-                let x = &self.x[off + b];
+                let x = self.x.block(off, b);
                 for l in 0..DW {
                     acc[l] += i32::from(x[l]) * i32::from(f[l]);
                 }
@@ -636,60 +778,120 @@ impl Depthwise<'_> {
     /// taps), one block of channels at a time so its filter and epilogue parameters stay in
     /// registers: two taps per `_mm256_madd_epi16`. A 3×3 filter (5 tap pairs) runs an
     /// unrolled instance that keeps the block's 10 filter registers loaded across the row.
+    /// Input bytes read in place are multiplied uncentered, from accumulators that start at
+    /// the zero point's terms ([`DepthwiseFilter::zp_terms`]), and the epilogue takes the
+    /// channels in the order the multiply-adds leave them: measured on MobileNetV2 int8, the
+    /// depthwise layers went from 2.75 ms (widened input, centered per tap, channels put back
+    /// in order before the requantization) to 1.8 ms.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
     fn row_avx2(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
-        match self.taps_even / 2 {
-            5 => self.row_avx2_pairs::<5>(offs, out),
-            _ => self.row_avx2_pairs::<0>(offs, out),
+        use crate::ops::qgemm::avx2::ld16;
+        use std::arch::x86_64::*;
+        match (&self.x, self.taps_even / 2) {
+            (
+                Taps::Bytes {
+                    bytes,
+                    signed,
+                    zp_pixel,
+                    ..
+                },
+                pairs,
+            ) => {
+                // Each tap's pixel: `oc` bytes of the input, or of the zero point outside it.
+                let pixels: Vec<*const u8> = offs
+                    .iter()
+                    .map(|&off| match bytes.get(off..off + self.oc) {
+                        Some(px) => px.as_ptr(),
+                        None => zp_pixel.as_ptr(),
+                    })
+                    .collect();
+                // Block b (< blocks) of a pixel: 16 bytes widened, not centered (the zero
+                // point's terms start the accumulators).
+                let load = |px: *const u8, b: usize| {
+                    // SAFETY: `px` starts `oc` = 16·blocks bytes of `bytes` or `zp_pixel`,
+                    // both borrowed for this call, and b < blocks: the 16 bytes at 16·b are
+                    // inside them (read unaligned).
+                    let v = unsafe { _mm_loadu_si128(px.wrapping_add(b * DW).cast()) };
+                    if *signed {
+                        _mm256_cvtepi8_epi16(v)
+                    } else {
+                        _mm256_cvtepu8_epi16(v)
+                    }
+                };
+                let terms = &self.f.zp_terms;
+                match pairs {
+                    5 => self.row_avx2_pairs::<5, _>(&pixels, out, load, terms),
+                    _ => self.row_avx2_pairs::<0, _>(&pixels, out, load, terms),
+                }
+            }
+            (Taps::Widened(x), pairs) => {
+                let load = |off: usize, b: usize| ld16(&x[off + b], 0);
+                match pairs {
+                    5 => self.row_avx2_pairs::<5, _>(offs, out, load, &[]),
+                    _ => self.row_avx2_pairs::<0, _>(offs, out, load, &[]),
+                }
+            }
         }
     }
 
     /// [`Self::row_avx2`] for `P` tap pairs held in registers, or (P = 0) any count read from
-    /// memory.
+    /// memory: `taps` names each pixel's taps' pixels, block b of the one named `t` is
+    /// `load(t, b)` (b < blocks), and the accumulators of block b start at `starts[b]` (at
+    /// zero past its end).
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn row_avx2_pairs<const P: usize>(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
-        use crate::ops::qgemm::avx2::{Lanes, Narrow, ld16, requant, store16};
+    fn row_avx2_pairs<const P: usize, T: Copy>(
+        &self,
+        taps: &[T],
+        out: &mut [MaybeUninit<u8>],
+        load: impl Fn(T, usize) -> std::arch::x86_64::__m256i,
+        starts: &[[i32; DW]],
+    ) {
+        use crate::ops::qgemm::avx2::{Lanes, Narrow, ld8i, ld16, requant, store16_unpacked};
         use std::arch::x86_64::*;
         let (blocks, oc, te) = (self.blocks, self.oc, self.taps_even);
         let narrow = Narrow::load(self.ep);
-        // Two taps' inputs interleaved, times their filter pair, added to lo and hi.
-        let mac = |lo: &mut __m256i, hi: &mut __m256i, at: &[usize], f0, f1| {
-            let x0 = ld16(&self.x[at[0]], 0);
-            let x1 = ld16(&self.x[at[1]], 0);
+        // Two taps' inputs (block b of the pixels at `at`) interleaved, times their filter
+        // pair, added to lo and hi.
+        let mac = |lo: &mut __m256i, hi: &mut __m256i, at: [T; 2], b, f0, f1| {
+            let x0 = load(at[0], b);
+            let x1 = load(at[1], b);
             let plo = _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), f0);
             let phi = _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), f1);
             *lo = _mm256_add_epi32(*lo, plo);
             *hi = _mm256_add_epi32(*hi, phi);
         };
         for b in 0..blocks {
-            let p0 = Lanes::load(self.ep, 2 * b);
-            let p1 = Lanes::load(self.ep, 2 * b + 1);
+            // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
+            let p_lo = Lanes::load_unpacked(self.ep, b, 0);
+            let p_hi = Lanes::load_unpacked(self.ep, b, 1);
             let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
-            let fb = &self.f[b * te / 2..(b + 1) * te / 2];
+            let fb = &self.filter()[b * te / 2..(b + 1) * te / 2];
             let held: [[__m256i; 2]; P] =
                 std::array::from_fn(|q| [ld16(&fb[q], 0), ld16(&fb[q], 16)]);
-            for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
-                let mut lo = _mm256_setzero_si256();
-                let mut hi = _mm256_setzero_si256();
+            let (lo0, hi0) = starts
+                .get(b)
+                .map_or((_mm256_setzero_si256(), _mm256_setzero_si256()), |s| {
+                    (ld8i(s, 0), ld8i(s, 8))
+                });
+            for (po, o) in taps.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
+                let (mut lo, mut hi) = (lo0, hi0);
                 if P > 0 {
                     for (q, f) in held.iter().enumerate() {
-                        let at = [po[2 * q] + b, po[2 * q + 1] + b];
-                        mac(&mut lo, &mut hi, &at, f[0], f[1]);
+                        let at = [po[2 * q], po[2 * q + 1]];
+                        mac(&mut lo, &mut hi, at, b, f[0], f[1]);
                     }
                 } else {
                     for (pair, f) in po.chunks_exact(2).zip(fb) {
-                        let at = [pair[0] + b, pair[1] + b];
-                        mac(&mut lo, &mut hi, &at, ld16(f, 0), ld16(f, 16));
+                        let at = [pair[0], pair[1]];
+                        mac(&mut lo, &mut hi, at, b, ld16(f, 0), ld16(f, 16));
                     }
                 }
-                // lo holds channels 0-3 and 8-11, hi 4-7 and 12-15.
-                let v0 = requant(_mm256_permute2x128_si256(lo, hi, 0x20), &p0);
-                let v1 = requant(_mm256_permute2x128_si256(lo, hi, 0x31), &p1);
-                store16(&mut o[c0..c1], v0, v1, &narrow);
+                let (lo, hi) = (requant(lo, &p_lo), requant(hi, &p_hi));
+                store16_unpacked(&mut o[c0..c1], lo, hi, &narrow);
             }
         }
     }
@@ -709,12 +911,12 @@ impl Depthwise<'_> {
         for b in 0..blocks {
             let p = [0, 1, 2, 3].map(|i| Lanes::load(self.ep, 4 * b + i));
             let (c0, c1) = (b * DW, oc.min((b + 1) * DW));
-            let fb = &self.f[b * taps..(b + 1) * taps];
+            let fb = &self.filter()[b * taps..(b + 1) * taps];
             for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
                 let mut acc = [vdupq_n_s32(0); 4];
                 for (&off, f) in po.iter().zip(fb) {
-                    let x = &self.x[off + b];
-                    let (x0, x1) = (ld8(x, 0), ld8(x, 8));
+                    let x = self.x.block(off, b);
+                    let (x0, x1) = (ld8(&x, 0), ld8(&x, 8));
                     let (f0, f1) = (ld8(f, 0), ld8(f, 8));
                     acc[0] = vmlal_s16(acc[0], vget_low_s16(x0), vget_low_s16(f0));
                     acc[1] = vmlal_high_s16(acc[1], x0, f0);

@@ -166,20 +166,25 @@ fn fully_connected_case(rng: &mut Rng, batch: u32, isz: u32, units: u32) -> Case
 /// One random CONV_2D or DEPTHWISE_CONV_2D: explicit or implicit padding, strides, dilation,
 /// NCHW or NHWC, batch up to 2, depth multiplier up to 3.
 fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
-    conv_case_with(rng, depthwise, None)
+    conv_case_with(rng, depthwise, None, None)
 }
 
-/// [`conv_case`] with the filter's (height, width) when given, else random up to 5×5.
-fn conv_case_with(rng: &mut Rng, depthwise: bool, filter_hw: Option<(u32, u32)>) -> Case {
+/// [`conv_case`] with the filter's (height, width) when given, else random up to 5×5, and the
+/// input's channels and depth multiplier when given.
+fn conv_case_with(
+    rng: &mut Rng,
+    depthwise: bool,
+    filter_hw: Option<(u32, u32)>,
+    channels: Option<(u32, u32)>,
+) -> Case {
     let ty = random_type(rng);
     let r = |rng: &mut Rng, lo: i32, hi: i32| rng.range(lo, hi) as u32;
     let (n, h, w) = (r(rng, 1, 2), r(rng, 1, 9), r(rng, 1, 9));
-    let c = if depthwise {
-        r(rng, 1, 40)
-    } else {
-        r(rng, 1, 19)
+    let (c, mult) = match channels {
+        Some(cm) => cm,
+        None if depthwise => (r(rng, 1, 40), r(rng, 1, 3)),
+        None => (r(rng, 1, 19), 1),
     };
-    let mult = if depthwise { r(rng, 1, 3) } else { 1 };
     let (fh, fw) = filter_hw.unwrap_or_else(|| (r(rng, 1, 5), r(rng, 1, 5)));
     let (sw, sh) = (r(rng, 1, 3), r(rng, 1, 3));
     let (dw, dh) = (r(rng, 1, 2), r(rng, 1, 2));
@@ -299,7 +304,20 @@ fn fast_depthwise_conv2d_equals_the_reference_on_random_shapes() {
 fn fast_depthwise_conv2d_3x3_equals_the_reference_on_random_shapes() {
     let mut rng = Rng(0x5eed_0006);
     for _ in 0..60 {
-        check(&conv_case_with(&mut rng, true, Some((3, 3))));
+        check(&conv_case_with(&mut rng, true, Some((3, 3)), None));
+    }
+}
+
+/// With a depth multiplier of 1 and whole blocks of 16 channels the kernels read the input's
+/// bytes where they are (elsewhere a widened copy): every filter size, padding, stride,
+/// dilation, both 8-bit types and zero points at the ends of their ranges.
+#[test]
+fn fast_depthwise_conv2d_reading_its_input_in_place_equals_the_reference() {
+    let mut rng = Rng(0x5eed_0008);
+    for i in 0..90 {
+        let hw = (i % 2 == 0).then_some((3, 3));
+        let c = 16 * rng.range(1, 3) as u32;
+        check(&conv_case_with(&mut rng, true, hw, Some((c, 1))));
     }
 }
 

@@ -682,13 +682,17 @@ pub(crate) mod avx2 {
     pub(crate) fn store16(dst: &mut [MaybeUninit<u8>], v0: __m256i, v1: __m256i, n: &Narrow) {
         let w = _mm256_adds_epi16(_mm256_packs_epi32(v0, v1), n.zp);
         let w = _mm256_min_epi16(_mm256_max_epi16(w, n.lo), n.hi);
-        let w = _mm256_permute4x64_epi64(w, 0xD8);
+        let (l, u) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
         let b = if n.signed {
-            _mm256_packs_epi16(w, w)
+            _mm_packs_epi16(l, u)
         } else {
-            _mm256_packus_epi16(w, w)
+            _mm_packus_epi16(l, u)
         };
-        let b = _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
+        // Channels 0-3, 8-11, 4-7, 12-15 (the 128-bit halves of the packs) back in order.
+        let b = _mm_shuffle_epi8(
+            b,
+            _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15),
+        );
         // SAFETY: `d` holds 16 bytes, written unaligned.
         super::put16(dst, |d| unsafe {
             _mm_storeu_si128(d.as_mut_ptr().cast(), b)

@@ -56,7 +56,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// The CPU's model name and flags, and the load average now.
+/// The CPU's model name (with its family and model numbers: a virtual machine's "AMD EPYC"
+/// says neither the generation nor the core), its flags, and the load average now.
 fn machine() -> (String, String, String) {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let field = |key: &str| {
@@ -71,7 +72,13 @@ fn machine() -> (String, String, String) {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ");
-    (field("model name"), field("flags"), load)
+    let name = format!(
+        "{} (family {}, model {})",
+        field("model name"),
+        field("cpu family"),
+        field("model")
+    );
+    (name, field("flags"), load)
 }
 
 /// Median milliseconds of `p`'s executions with the CPU executor limited to `threads`.

@@ -818,10 +818,12 @@ impl ConvF32<'_> {
         let k = fh * fw * c;
         let pointwise = self.pointwise();
         let rows_total = out.len() / oc;
+        // From the arena when there is one: a new zeroed block every execution was a memset
+        // of up to 512 KiB (im2col writes every element).
         let mut patch = if pointwise {
             Vec::new()
         } else {
-            vec![0f32; block.min(rows_total) * k]
+            crate::tensor::output_buffer::<f32>(block.min(rows_total) * k)
         };
         for (bi, chunk) in out.chunks_mut(block * oc).enumerate() {
             let rows = chunk.len() / oc;
@@ -856,6 +858,7 @@ impl ConvF32<'_> {
             };
             p.run(chunk, threads, self.isa)?;
         }
+        crate::tensor::recycle(Data::F32(patch));
         Ok(())
     }
 
@@ -867,11 +870,11 @@ impl ConvF32<'_> {
         let (fh, fw) = self.win.filter_hw;
         let c = self.win.c;
         let k = fh * fw * c;
-        let per_img = oh * ow;
-        for (r, dst) in patch.chunks_exact_mut(k.max(1)).enumerate() {
-            let p = p0 + r;
-            let (b, q) = (p / per_img, p % per_img);
-            let (oy, ox) = (q / ow, q % ow);
+        // The output pixel, stepped along the rows (no divisions per row).
+        let per_img = (oh * ow).max(1);
+        let (mut b, q) = (p0 / per_img, p0 % per_img);
+        let (mut oy, mut ox) = (q / ow.max(1), q % ow.max(1));
+        for dst in patch.chunks_exact_mut(k.max(1)) {
             for ky in 0..fh {
                 let drow = &mut dst[ky * fw * c..(ky + 1) * fw * c];
                 let Some(iy) = g.in_y(oy, ky, h) else {
@@ -887,19 +890,43 @@ impl ConvF32<'_> {
                     drow[..lo * c].fill(0.0);
                     if hi > lo {
                         let ix0 = base + lo - g.pad_l;
-                        drow[lo * c..hi * c].copy_from_slice(&src[ix0 * c..(ix0 + hi - lo) * c]);
+                        copy_run(
+                            &mut drow[lo * c..hi * c],
+                            &src[ix0 * c..(ix0 + hi - lo) * c],
+                        );
                     }
                     drow[hi * c..].fill(0.0);
                 } else {
                     for (kx, d) in drow.chunks_exact_mut(c.max(1)).enumerate() {
                         match g.in_x(ox, kx, w) {
-                            Some(ix) => d.copy_from_slice(&src[ix * c..(ix + 1) * c]),
+                            Some(ix) => copy_run(d, &src[ix * c..(ix + 1) * c]),
                             None => d.fill(0.0),
                         }
                     }
                 }
             }
+            ox += 1;
+            if ox == ow {
+                (ox, oy) = (0, oy + 1);
+                if oy == oh {
+                    (oy, b) = (0, b + 1);
+                }
+            }
         }
+    }
+}
+
+/// `dst.copy_from_slice(src)` (same lengths), with runs of up to 16 floats copied in place
+/// rather than by a call to `memcpy`: a first layer over 3 channels copies 9 floats per filter
+/// row, and those calls were 2.4% of MobileNetV1 float32.
+#[inline]
+fn copy_run(dst: &mut [f32], src: &[f32]) {
+    if dst.len() > 16 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = s;
     }
 }
 

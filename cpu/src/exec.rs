@@ -56,7 +56,7 @@ struct Plan {
     /// operation reading it, made once instead of on every execution.
     packed: Vec<Option<Packed>>,
     /// For each operation, where its 8-bit epilogue and depthwise filter are kept when they may
-    /// be (`ops::epilogue_cacheable`).
+    /// be (`ops::quant_cacheable`).
     kept: Vec<Option<ops::QuantCache>>,
 }
 
@@ -113,7 +113,7 @@ impl Plan {
         let kept = graph
             .operations
             .iter()
-            .map(|op| ops::epilogue_cacheable(graph, op).then(ops::QuantCache::default))
+            .map(|op| ops::quant_cacheable(graph, op).then(ops::QuantCache::default))
             .collect();
         Ok(Plan {
             order,

@@ -7,6 +7,7 @@ use crate::InputArg;
 use crate::PreparedGraph;
 use crate::model::Lifetime;
 use crate::model::{OperandType as T, OperationType as O};
+use crate::ops::{Derived, made_on_this_thread as made};
 use crate::packed::packings_on_this_thread;
 use crate::test_support::{B, bf, close, fb};
 
@@ -259,14 +260,14 @@ fn pool_constants_given_at_preparation_are_decoded_there_and_not_read_again() {
 #[test]
 fn an_8bit_epilogue_of_constant_operands_is_made_once_and_kept() {
     let p = PreparedGraph::new(q8_fc()).unwrap();
-    let before = crate::ops::epilogues_on_this_thread();
+    let before = made(Derived::Epilogue);
     for x in [[1u8, 2, 3], [0, 0, 0], [1, 2, 3]] {
         // Worked by hand: 100 + centered dot + bias, with (1, 2, 3), (-1, -2, -3), (0, 20).
         let dot = i32::from(x[0]) + 2 * i32::from(x[1]) + 3 * i32::from(x[2]);
         let want = [(100 + dot) as u8, (100 - dot + 20) as u8];
         assert_eq!(run(&p, &[], &x, 2), want);
     }
-    assert_eq!(crate::ops::epilogues_on_this_thread() - before, 1);
+    assert_eq!(made(Derived::Epilogue) - before, 1);
 }
 
 /// An 8-bit DEPTHWISE_CONV_2D of constant operands lays its filter out for the kernel once,
@@ -294,7 +295,7 @@ fn an_8bit_depthwise_filter_of_constant_operands_is_laid_out_once_and_kept() {
     b.q(o, 1.0, 0);
     b.op(O::DepthwiseConv2d, &ins, &[o]);
     let p = PreparedGraph::new(b.g).unwrap();
-    let before = crate::ops::depthwise_filters_on_this_thread();
+    let before = made(Derived::DepthwiseFilter);
     for shift in [0u8, 7, 0] {
         let x: Vec<u8> = (0..16).map(|c| c + shift).collect();
         let want: Vec<u8> = x
@@ -304,7 +305,7 @@ fn an_8bit_depthwise_filter_of_constant_operands_is_laid_out_once_and_kept() {
             .collect();
         assert_eq!(run(&p, &[], &x, 16), want);
     }
-    assert_eq!(crate::ops::depthwise_filters_on_this_thread() - before, 1);
+    assert_eq!(made(Derived::DepthwiseFilter) - before, 1);
 }
 
 /// The counter above can fail, and a bias that is a model input is never kept: each
@@ -322,7 +323,7 @@ fn an_epilogue_whose_bias_is_a_model_input_is_made_by_every_execution() {
     b.q(o, 1.0, 100);
     b.op(O::FullyConnected, &[x, w, bias, act], &[o]);
     let p = PreparedGraph::new(b.g).unwrap();
-    let before = crate::ops::epilogues_on_this_thread();
+    let before = made(Derived::Epilogue);
     for bias in [[0i32, 20], [5, -5], [0, 20]] {
         let bias_bytes: Vec<u8> = bias.iter().flat_map(|v| v.to_le_bytes()).collect();
         let args = [
@@ -340,5 +341,5 @@ fn an_epilogue_whose_bias_is_a_model_input_is_made_by_every_execution() {
         // 100 ± 14 (the centered dots) plus the bias passed.
         assert_eq!(out, [(114 + bias[0]) as u8, (86 + bias[1]) as u8]);
     }
-    assert_eq!(crate::ops::epilogues_on_this_thread() - before, 3);
+    assert_eq!(made(Derived::Epilogue) - before, 3);
 }

@@ -253,6 +253,13 @@ pub(crate) fn i8_bytes(s: &[i8]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), s.len()) }
 }
 
+/// The bytes of `s` as stored, mutably (see [`i8_bytes`]).
+pub(crate) fn i8_bytes_mut(s: &mut [i8]) -> &mut [u8] {
+    // SAFETY: i8 and u8 have one size and alignment and share every bit pattern; the view
+    // borrows `s` exclusively for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), s.len()) }
+}
+
 /// A byte buffer's allocation as the other byte type, without copying.
 pub(crate) fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
     // SAFETY: `Byte` is implemented only for u8 and i8, which have the same size (1) and

@@ -379,9 +379,7 @@ impl Byte8 for i8 {
     }
     #[inline(always)]
     fn bytes_mut(s: &mut [i8]) -> &mut [u8] {
-        // SAFETY: i8 and u8 have one size and alignment and share every bit pattern; the
-        // view borrows `s` exclusively for its lifetime.
-        unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), s.len()) }
+        crate::tensor::i8_bytes_mut(s)
     }
 }
 

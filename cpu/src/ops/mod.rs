@@ -83,7 +83,7 @@ pub(crate) use qgemm::Epilogue as QEpilogue;
 
 /// Whether operation `op` of `graph` may keep what it derives from its constants
 /// ([`QuantCache`]).
-pub(crate) fn epilogue_cacheable(graph: &Graph, op: &Operation) -> bool {
+pub(crate) fn quant_cacheable(graph: &Graph, op: &Operation) -> bool {
     use crate::model::OperationType as O;
     matches!(op.op, O::FullyConnected | O::Conv2d | O::DepthwiseConv2d)
         && op.inputs.iter().skip(1).all(|&i| {
@@ -98,34 +98,35 @@ pub(crate) fn epilogue_cacheable(graph: &Graph, op: &Operation) -> bool {
         })
 }
 
+/// What an 8-bit operation derives from its constants and may keep ([`QuantCache`]), for the
+/// tests that count how often each is made.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Derived {
+    Epilogue,
+    DepthwiseFilter,
+}
+
 #[cfg(test)]
 thread_local! {
-    static EPILOGUES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    static DEPTHWISE_FILTERS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static MADE: std::cell::Cell<[u64; 2]> = const { std::cell::Cell::new([0; 2]) };
 }
 
-/// Counts one epilogue made on this thread (tests).
-pub(crate) fn count_epilogue() {
+/// Counts one `what` made on this thread (tests).
+pub(crate) fn count_made(what: Derived) {
     #[cfg(test)]
-    EPILOGUES.with(|c| c.set(c.get() + 1));
+    MADE.with(|c| {
+        let mut made = c.get();
+        made[what as usize] += 1;
+        c.set(made);
+    });
+    #[cfg(not(test))]
+    let _ = what;
 }
 
-/// How many 8-bit epilogues this thread has made.
+/// How many of `what` this thread has made.
 #[cfg(test)]
-pub(crate) fn epilogues_on_this_thread() -> u64 {
-    EPILOGUES.with(std::cell::Cell::get)
-}
-
-/// Counts one 8-bit depthwise filter laid out for a kernel on this thread (tests).
-pub(crate) fn count_depthwise_filter() {
-    #[cfg(test)]
-    DEPTHWISE_FILTERS.with(|c| c.set(c.get() + 1));
-}
-
-/// How many 8-bit depthwise filters this thread has laid out.
-#[cfg(test)]
-pub(crate) fn depthwise_filters_on_this_thread() -> u64 {
-    DEPTHWISE_FILTERS.with(std::cell::Cell::get)
+pub(crate) fn made_on_this_thread(what: Derived) -> u64 {
+    MADE.with(std::cell::Cell::get)[what as usize]
 }
 
 pub(crate) type KResult<T> = Result<T, ExecError>;

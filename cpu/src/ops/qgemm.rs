@@ -485,13 +485,6 @@ pub(crate) mod avx2 {
         unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn ld8(s: &[i32; 8]) -> __m256i {
-        // SAFETY: `s` holds 8 i32 (32 bytes), read unaligned.
-        unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
-    }
-
     /// 8 i32 from an array of at least 8.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -579,30 +572,10 @@ pub(crate) mod avx2 {
         #[inline]
         #[target_feature(enable = "avx2")]
         pub(crate) fn load(ep: &Epilogue, g: usize) -> Lanes {
-            let Group {
-                bias,
-                mult,
-                left,
-                right,
-                mask,
-                half,
-            } = &ep.groups[g];
-            Lanes {
-                bias: ld8(bias),
-                mult: ld8(mult),
-                left: ld8(left),
-                right: RightShift {
-                    right: ld8(right),
-                    mask: ld8(mask),
-                    half: ld8(half),
-                },
-                plain_bias: ep.vector.plain_bias,
-                no_left: ep.vector.no_left,
-            }
+            let g = &ep.groups[g];
+            Lanes::gather(ep, |field| ld8i(field(g), 0))
         }
-    }
 
-    impl Lanes {
         /// Channels `16b + 4h + [0, 1, 2, 3, 8, 9, 10, 11]` of `ep` (h is 0 or 1): the
         /// channels of `_mm256_madd_epi16` of the `_mm256_unpacklo_epi16` (h = 0) or
         /// `_mm256_unpackhi_epi16` (h = 1) of two registers of channels `16b..16b + 16`.
@@ -616,15 +589,23 @@ pub(crate) mod avx2 {
                 // SAFETY: `v` holds 4 i32 (16 bytes), read unaligned.
                 unsafe { _mm_loadu_si128(v.as_ptr().cast()) }
             };
-            let ld = |v0: &[i32; 8], v1: &[i32; 8]| _mm256_set_m128i(half(v1), half(v0));
+            Lanes::gather(ep, |field| {
+                _mm256_set_m128i(half(field(g1)), half(field(g0)))
+            })
+        }
+
+        /// The lanes whose parameter vectors `ld` loads, given how to find a parameter in a
+        /// [`Group`].
+        #[inline(always)]
+        fn gather(ep: &Epilogue, ld: impl Fn(fn(&Group) -> &[i32; 8]) -> __m256i) -> Lanes {
             Lanes {
-                bias: ld(&g0.bias, &g1.bias),
-                mult: ld(&g0.mult, &g1.mult),
-                left: ld(&g0.left, &g1.left),
+                bias: ld(|g| &g.bias),
+                mult: ld(|g| &g.mult),
+                left: ld(|g| &g.left),
                 right: RightShift {
-                    right: ld(&g0.right, &g1.right),
-                    mask: ld(&g0.mask, &g1.mask),
-                    half: ld(&g0.half, &g1.half),
+                    right: ld(|g| &g.right),
+                    mask: ld(|g| &g.mask),
+                    half: ld(|g| &g.half),
                 },
                 plain_bias: ep.vector.plain_bias,
                 no_left: ep.vector.no_left,
@@ -673,30 +654,17 @@ pub(crate) mod avx2 {
     }
 
     /// Stores 16 requantized values (channels of `v0` then `v1`, from [`requant`]) plus the
-    /// zero point, clamped to the activation, as bytes into `dst`: all 16 straight from the
-    /// register when `dst` has room, else its first `dst.len()`. Narrowed to i16 first
-    /// (saturating) then offset and clamped 16 lanes at a time: with the zero point and the
-    /// bounds within ±255, a value saturated at ±32767 lands on the same bound as the exact sum.
+    /// zero point, clamped to the activation, as bytes into `dst` ([`narrow16`]): all 16
+    /// straight from the register when `dst` has room, else its first `dst.len()`.
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(crate) fn store16(dst: &mut [MaybeUninit<u8>], v0: __m256i, v1: __m256i, n: &Narrow) {
-        let w = _mm256_adds_epi16(_mm256_packs_epi32(v0, v1), n.zp);
-        let w = _mm256_min_epi16(_mm256_max_epi16(w, n.lo), n.hi);
-        let (l, u) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
-        let b = if n.signed {
-            _mm_packs_epi16(l, u)
-        } else {
-            _mm_packus_epi16(l, u)
-        };
         // Channels 0-3, 8-11, 4-7, 12-15 (the 128-bit halves of the packs) back in order.
         let b = _mm_shuffle_epi8(
-            b,
+            narrow16(v0, v1, n),
             _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15),
         );
-        // SAFETY: `d` holds 16 bytes, written unaligned.
-        super::put16(dst, |d| unsafe {
-            _mm_storeu_si128(d.as_mut_ptr().cast(), b)
-        });
+        put_bytes16(dst, b);
     }
 
     /// [`store16`] of 16 channels requantized in the order of [`Lanes::load_unpacked`]:
@@ -710,14 +678,31 @@ pub(crate) mod avx2 {
         hi: __m256i,
         n: &Narrow,
     ) {
-        let w = _mm256_adds_epi16(_mm256_packs_epi32(lo, hi), n.zp);
+        put_bytes16(dst, narrow16(lo, hi, n));
+    }
+
+    /// The 16 values of `a` and `b` plus the zero point, clamped to the activation, as bytes
+    /// in the order of `_mm256_packs_epi32(a, b)`'s lanes: a0-3, b0-3, a4-7, b4-7. Narrowed
+    /// to i16 first (saturating) then offset and clamped 16 lanes at a time: with the zero
+    /// point and the bounds within ±255, a value saturated at ±32767 lands on the same bound
+    /// as the exact sum.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn narrow16(a: __m256i, b: __m256i, n: &Narrow) -> __m128i {
+        let w = _mm256_adds_epi16(_mm256_packs_epi32(a, b), n.zp);
         let w = _mm256_min_epi16(_mm256_max_epi16(w, n.lo), n.hi);
         let (l, u) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
-        let b = if n.signed {
+        if n.signed {
             _mm_packs_epi16(l, u)
         } else {
             _mm_packus_epi16(l, u)
-        };
+        }
+    }
+
+    /// The 16 bytes of `b` into `dst` ([`super::put16`]: its first `dst.len()` when shorter).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn put_bytes16(dst: &mut [MaybeUninit<u8>], b: __m128i) {
         // SAFETY: `d` holds 16 bytes, written unaligned.
         super::put16(dst, |d| unsafe {
             _mm_storeu_si128(d.as_mut_ptr().cast(), b)

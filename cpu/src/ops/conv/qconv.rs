@@ -219,7 +219,7 @@ fn epilogue<'a>(ctx: &OpCtx<'a>, n: usize, k: usize, act: usize) -> KResult<Cow<
         cell,
         |e| e.n == n && e.k == k,
         || {
-            crate::ops::count_epilogue();
+            crate::ops::count_made(crate::ops::Derived::Epilogue);
             let (_, fscales) = filter_quant(ctx, n)?;
             let rq = Requant::new(ctx, ctx.operand(0)?.scale, &fscales, act)?;
             let (_, bias) = ctx.i32s(2)?;
@@ -427,7 +427,8 @@ impl Taps<'_> {
         }
     }
 
-    /// Channel block `b` of the pixel at `off`, centered (zeros for the outside tap).
+    /// Channel block `b` of the pixel at `off`, centered (zeros for the outside tap): the
+    /// portable kernel's read (the vector kernels widen in registers).
     #[inline(always)]
     fn block(&self, off: usize, b: usize) -> [i16; DW] {
         match self {
@@ -575,7 +576,7 @@ fn depthwise_reference(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
 /// `[block][tap pair]` interleaved as `_mm256_unpacklo/hi_epi16` interleave the input of the
 /// pair's two taps (AVX2 kernel).
 fn depthwise_filter(ctx: &OpCtx<'_>, taps: usize, oc: usize, isa: Isa) -> KResult<DepthwiseFilter> {
-    crate::ops::count_depthwise_filter();
+    crate::ops::count_made(crate::ops::Derived::DepthwiseFilter);
     let (fzp, _) = filter_quant(ctx, oc)?;
     let t = ctx.t(1)?;
     let raw: Vec<i32> = match &t.data {
@@ -703,6 +704,9 @@ impl Depthwise<'_> {
         let te = self.taps_even;
         // The row's tap offsets, `te` a pixel (the odd count's last tap reads outside).
         let mut row_offs = vec![outside; ow * te];
+        // The AVX2 kernel's taps as pointers, made from `row_offs` for each row.
+        #[cfg(target_arch = "x86_64")]
+        let mut row_ptrs: Vec<*const u8> = Vec::new();
         // Interior pixels: tap offsets at input column 0.
         let mut rel = vec![0usize; fh * fw];
         let mut row_at: Vec<Option<usize>> = vec![None; fh];
@@ -741,7 +745,7 @@ impl Depthwise<'_> {
             if VECTOR {
                 // SAFETY: VECTOR is true only in the instance called from rows_avx2, whose
                 // callers checked that the CPU has AVX2.
-                unsafe { self.row_avx2(&row_offs, orow) };
+                unsafe { self.row_avx2(&row_offs, &mut row_ptrs, orow) };
                 continue;
             }
             #[cfg(target_arch = "aarch64")]
@@ -786,7 +790,7 @@ impl Depthwise<'_> {
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn row_avx2(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
+    fn row_avx2(&self, offs: &[usize], ptrs: &mut Vec<*const u8>, out: &mut [MaybeUninit<u8>]) {
         use crate::ops::qgemm::avx2::ld16;
         use std::arch::x86_64::*;
         match (&self.x, self.taps_even / 2) {
@@ -799,14 +803,13 @@ impl Depthwise<'_> {
                 },
                 pairs,
             ) => {
-                // Each tap's pixel: `oc` bytes of the input, or of the zero point outside it.
-                let pixels: Vec<*const u8> = offs
-                    .iter()
-                    .map(|&off| match bytes.get(off..off + self.oc) {
-                        Some(px) => px.as_ptr(),
-                        None => zp_pixel.as_ptr(),
-                    })
-                    .collect();
+                // Each tap's pixel: `oc` bytes of the input, or of the zero point outside it
+                // (into the caller's buffer, reused from row to row).
+                ptrs.clear();
+                ptrs.extend(offs.iter().map(|&off| match bytes.get(off..off + self.oc) {
+                    Some(px) => px.as_ptr(),
+                    None => zp_pixel.as_ptr(),
+                }));
                 // Block b (< blocks) of a pixel: 16 bytes widened, not centered (the zero
                 // point's terms start the accumulators).
                 let load = |px: *const u8, b: usize| {
@@ -822,8 +825,8 @@ impl Depthwise<'_> {
                 };
                 let terms = &self.f.zp_terms;
                 match pairs {
-                    5 => self.row_avx2_pairs::<5, _>(&pixels, out, load, terms),
-                    _ => self.row_avx2_pairs::<0, _>(&pixels, out, load, terms),
+                    5 => self.row_avx2_pairs::<5, _>(ptrs, out, load, terms),
+                    _ => self.row_avx2_pairs::<0, _>(ptrs, out, load, terms),
                 }
             }
             (Taps::Widened(x), pairs) => {
@@ -899,10 +902,55 @@ impl Depthwise<'_> {
     /// The NEON form of [`Self::pixel_portable`] over a row of pixels (`offs`: each pixel's
     /// taps), one block of channels at a time so its epilogue parameters stay in registers:
     /// per tap, 16 widening multiply-adds of input by filter (`vmlal_s16`, `vmlal_high_s16`)
-    /// into 4 × 4 i32 accumulators.
+    /// into 4 × 4 i32 accumulators. Input bytes read in place are widened and centered in
+    /// registers (`vmovl`, `vsubq_s16`).
     #[cfg(target_arch = "aarch64")]
     #[target_feature(enable = "neon")]
     fn row_neon(&self, offs: &[usize], out: &mut [MaybeUninit<u8>]) {
+        use crate::ops::qgemm::neon::ld8;
+        use std::arch::aarch64::*;
+        match &self.x {
+            Taps::Bytes {
+                bytes, signed, zp, ..
+            } => {
+                let zp = vdupq_n_s16(*zp);
+                let zero = vdupq_n_s16(0);
+                // Block b of the pixel at `off`: 16 bytes widened and centered (zeros outside).
+                self.row_neon_with(offs, out, |off, b| {
+                    let at = off + b * DW;
+                    let Some(s) = bytes.get(at..at + DW) else {
+                        return (zero, zero);
+                    };
+                    // SAFETY: `s` holds 16 bytes, as vld1q_u8 reads.
+                    let v = unsafe { vld1q_u8(s.as_ptr()) };
+                    let (lo, hi) = if *signed {
+                        let v = vreinterpretq_s8_u8(v);
+                        (vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v))
+                    } else {
+                        (
+                            vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(v))),
+                            vreinterpretq_s16_u16(vmovl_high_u8(v)),
+                        )
+                    };
+                    (vsubq_s16(lo, zp), vsubq_s16(hi, zp))
+                });
+            }
+            Taps::Widened(x) => self.row_neon_with(offs, out, |off, b| {
+                let x = &x[off + b];
+                (ld8(x, 0), ld8(x, 8))
+            }),
+        }
+    }
+
+    /// [`Self::row_neon`] with block b of the pixel at `off` read, centered, by `load(off, b)`.
+    #[cfg(target_arch = "aarch64")]
+    #[target_feature(enable = "neon")]
+    fn row_neon_with(
+        &self,
+        offs: &[usize],
+        out: &mut [MaybeUninit<u8>],
+        load: impl Fn(usize, usize) -> (std::arch::aarch64::int16x8_t, std::arch::aarch64::int16x8_t),
+    ) {
         use crate::ops::qgemm::neon::{Lanes, Narrow, ld8, ran, requant, store16};
         use std::arch::aarch64::*;
         ran();
@@ -915,8 +963,7 @@ impl Depthwise<'_> {
             for (po, o) in offs.chunks_exact(te).zip(out.chunks_exact_mut(oc)) {
                 let mut acc = [vdupq_n_s32(0); 4];
                 for (&off, f) in po.iter().zip(fb) {
-                    let x = self.x.block(off, b);
-                    let (x0, x1) = (ld8(&x, 0), ld8(&x, 8));
+                    let (x0, x1) = load(off, b);
                     let (f0, f1) = (ld8(f, 0), ld8(f, 8));
                     acc[0] = vmlal_s16(acc[0], vget_low_s16(x0), vget_low_s16(f0));
                     acc[1] = vmlal_high_s16(acc[1], x0, f0);

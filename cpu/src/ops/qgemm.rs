@@ -269,6 +269,19 @@ impl Epilogue {
     }
 }
 
+/// How many threads an m×k by k×n product takes. Rows split by row tiles; a lone row splits
+/// its columns by panels, and counts its work four times: it streams each weight once from
+/// L3 or memory, where a second core adds bandwidth, and its multiply-adds run at twice the
+/// tiles' rate (the MLP at batch 1, int8: each 1.6–2.1 Mflop layer then splits).
+pub(crate) fn threads(m: usize, n: usize, k: usize) -> usize {
+    let work = 2usize.saturating_mul(m).saturating_mul(n).saturating_mul(k);
+    if m == 1 {
+        par::threads_for(work.saturating_mul(4), n.div_ceil(NR))
+    } else {
+        par::threads_for(work, m.div_ceil(MR))
+    }
+}
+
 /// `out[m][n]` = the requantized `A·B + bias` where `fill(row0, a)` writes rows `row0..` of A
 /// into `a` (whole rows of `w.kp` centered values, zero past `w.k`). Splits the rows over
 /// `threads` threads. On `Ok`, every element of `out` has been written, so `out` may come
@@ -291,6 +304,20 @@ where
     if out.len() % n != 0 || ep.groups.len() * 8 < n.div_ceil(NR) * NR {
         return Err("quantized GEMM: output and channel parameters disagree".into());
     }
+    if out.len() == n && threads > 1 {
+        // A lone row (a batch-1 FULLY_CONNECTED) has one row tile: its threads split the
+        // columns instead, by whole panels, each reading its own part of the weights.
+        let mut a = vec![[0i16; 2]; w.kp / 2];
+        fill(0, a.as_flattened_mut());
+        let runs = par::RowRuns {
+            align: NR,
+            min_rows: NR,
+        };
+        return par::for_row_runs(out, 1, threads, runs, |c0, part| {
+            one_row(isa, w, ep, &a, c0, part);
+            Ok(())
+        });
+    }
     // Runs of whole row tiles: a run ending in a partial tile would compute its padding.
     let runs = par::RowRuns {
         align: MR,
@@ -300,6 +327,43 @@ where
         rows(isa, w, ep, r0, part, &fill);
         Ok(())
     })
+}
+
+/// Columns `c0..c0 + out.len()` (`c0` a multiple of NR) of the product of the lone row `a`
+/// (`w.kp / 2` pairs).
+fn one_row(
+    isa: Isa,
+    w: &QWeights,
+    ep: &Epilogue,
+    a: &[[i16; 2]],
+    c0: usize,
+    out: &mut [MaybeUninit<u8>],
+) {
+    let pairs = w.kp / 2;
+    for (q, part) in out.chunks_mut(NR).enumerate() {
+        let j0 = c0 + q * NR;
+        let d = Dst {
+            nc: part.len(),
+            out: part,
+            ldo: 0,
+            j0,
+            mr: 1,
+        };
+        tile(isa, Rows { a, pairs }, w.panel(j0 / NR), ep, d);
+    }
+}
+
+/// One tile with the kernels of `isa`.
+fn tile(isa: Isa, a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
+    match isa {
+        Isa::Portable => tile_portable(a, b, ep, d),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
+        Isa::Avx2 => unsafe { avx2::tile(a, b, ep, d) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Isa::Neon is only chosen when the CPU has NEON.
+        Isa::Neon => unsafe { neon::tile(a, b, ep, d) },
+    }
 }
 
 /// Output rows `r0..` (all of `out`), one block of A at a time.
@@ -329,21 +393,13 @@ where
                     pairs,
                 };
                 let d = Dst {
-                    out: &mut block[i * MR * n..],
+                    out: &mut block[i * MR * n + j0..],
                     ldo: n,
                     j0,
                     nc,
                     mr,
                 };
-                match isa {
-                    Isa::Portable => tile_portable(at, b, ep, d),
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: Isa::Avx2 is only chosen when the CPU has AVX2.
-                    Isa::Avx2 => unsafe { avx2::tile(at, b, ep, d) },
-                    #[cfg(target_arch = "aarch64")]
-                    // SAFETY: Isa::Neon is only chosen when the CPU has NEON.
-                    Isa::Neon => unsafe { neon::tile(at, b, ep, d) },
-                }
+                tile(isa, at, b, ep, d);
             }
         }
     }
@@ -425,7 +481,8 @@ fn put16(dst: &mut [MaybeUninit<u8>], store: impl FnOnce(&mut [MaybeUninit<u8>; 
     }
 }
 
-/// Where a tile goes: row r (of `mr`) at `out[r * ldo + j0..][..nc]`.
+/// Where a tile goes: row r (of `mr`) at `out[r * ldo..][..nc]`, columns `j0..j0 + nc` of
+/// the product (`out` starts at the tile's first column).
 pub(crate) struct Dst<'a> {
     out: &'a mut [MaybeUninit<u8>],
     ldo: usize,
@@ -461,7 +518,7 @@ fn tile_portable_with<const R: usize, E: Copy + Into<i32>>(
         }
     }
     for (r, accr) in acc.iter().enumerate().take(mr) {
-        let o = &mut out[r * ldo + j0..][..nc];
+        let o = &mut out[r * ldo..][..nc];
         for (j, (d, &v)) in o.iter_mut().zip(accr).enumerate() {
             d.write(ep.scalar(v, j0 + j));
         }
@@ -801,7 +858,7 @@ pub(crate) mod avx2 {
         for (r, accr) in acc.iter().enumerate().take(mr) {
             let v0 = requant(accr[0], &p0);
             let v1 = requant(accr[1], &p1);
-            store16(&mut out[r * ldo + j0..][..nc], v0, v1, &narrow);
+            store16(&mut out[r * ldo..][..nc], v0, v1, &narrow);
         }
     }
 }
@@ -998,7 +1055,7 @@ pub(crate) mod neon {
         let narrow = Narrow::load(ep);
         for (r, accr) in acc.iter().enumerate().take(mr) {
             let v = [0, 1, 2, 3].map(|i| requant(accr[i], &p[i]));
-            store16(&mut out[r * ldo + j0..][..nc], v, &narrow);
+            store16(&mut out[r * ldo..][..nc], v, &narrow);
         }
     }
 }

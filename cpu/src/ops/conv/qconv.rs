@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use super::qconv_reference::{self as reference, QuantOperands, Window};
 use super::{ConvSetup, filter_quant};
 use crate::model::{Operand, OperandType};
-use crate::ops::qgemm::{self, Epilogue, Isa, MAX_K, MR, NR, QWeights};
+use crate::ops::qgemm::{self, Epilogue, Isa, MAX_K, NR, QWeights};
 use crate::ops::quant::Requant;
 use crate::ops::{KResult, OpCtx, nchw_to_nhwc, q8_tensor, to_layout};
 use crate::par;
@@ -268,8 +268,7 @@ pub(super) fn fully_connected(
             }
             let ep = epilogue(ctx, units, isz, 3)?;
             let mut out = crate::tensor::output_buffer_uninit::<u8>(batch * units);
-            let work = 2usize.saturating_mul(out.len()).saturating_mul(isz);
-            let threads = par::threads_for(work, batch.div_ceil(MR));
+            let threads = qgemm::threads(batch, units, isz);
             qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
                 copy_rows(&x, isz, r0, dst)
             })
@@ -306,8 +305,7 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
             let ep = epilogue(ctx, oc, k, s.args.act)?;
             let m = n * oh * ow;
             let mut out = crate::tensor::output_buffer_uninit::<u8>(m * oc);
-            let work = 2usize.saturating_mul(out.len()).saturating_mul(k);
-            let threads = par::threads_for(work, m.div_ceil(MR));
+            let threads = qgemm::threads(m, oc, k);
             let g = &win.g;
             let pointwise = (fh, fw) == (1, 1)
                 && (g.stride_h, g.stride_w) == (1, 1)

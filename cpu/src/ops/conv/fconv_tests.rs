@@ -3,7 +3,7 @@
 //! dilations, layouts, batches and activations, with every kernel set the CPU runs (the portable
 //! one included), each time checking that the fast kernel in question did run.
 
-use super::{FloatRoute, FloatRuns, float_runs, with_float_route};
+use super::{FloatRoute, FloatRuns, copy_run, float_runs, with_float_route};
 use crate::model::{Graph, OperandType as T, OperationType as O};
 use crate::ops::fgemm::Isa;
 use crate::ops::qgemm::tests::Rng;
@@ -293,4 +293,18 @@ fn fast_float_kernels_match_the_reference_on_layers_split_over_threads() {
     check(&conv(&mut rng, [1, 57, 57, 24], [1, 3, 3, 24], 1, 2));
     // FULLY_CONNECTED 64 × 700 → 300.
     check(&fully_connected_case(&mut rng, 64, 700, 300));
+}
+
+/// The im2col's run copy (overlapping fixed-length copies up to 16 floats) copies every
+/// element of every length, and nothing past the run.
+#[test]
+fn copy_run_copies_runs_of_every_length_exactly() {
+    for n in 0..=40 {
+        let src: Vec<f32> = (0..n + 3).map(|i| i as f32 + 1.0).collect();
+        let mut dst = vec![-1.0f32; n + 3];
+        copy_run(&mut dst[1..n + 1], &src[2..n + 2]);
+        assert_eq!(dst[0], -1.0, "run of {n}: wrote before it");
+        assert_eq!(&dst[1..n + 1], &src[2..n + 2], "run of {n}");
+        assert_eq!(&dst[n + 1..], &[-1.0, -1.0], "run of {n}: wrote past it");
+    }
 }

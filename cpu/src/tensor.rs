@@ -93,9 +93,28 @@ impl Data {
             }
             v
         }
+        /// [`get`] for a type of `N` bytes whose every bit pattern is a value: a byte copy on
+        /// a little-endian target, where the values are stored as they sit in memory (the
+        /// per-value conversion ran at 7 GB/s: 0.9% of MobileNetV2 float32 on its input).
+        fn get_plain<T: Reusable + Plain, const N: usize>(
+            bytes: &[u8],
+            from: impl Fn([u8; N]) -> T,
+        ) -> Vec<T> {
+            if cfg!(target_endian = "big") || std::mem::size_of::<T>() != N {
+                return get(bytes, from);
+            }
+            let n = bytes.len() / N;
+            let mut v = output_buffer::<T>(n);
+            // SAFETY: `T` is `Plain` (no padding, every bit pattern a value) of N bytes: the
+            // n elements of `v` are n·N bytes any of which may be written, and the view
+            // borrows `v` exclusively for its lifetime.
+            let dst = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n * N) };
+            dst.copy_from_slice(&bytes[..n * N]);
+            v
+        }
         match kind_of(ty) {
-            Kind::F32 => Data::F32(get(bytes, f32::from_le_bytes)),
-            Kind::I32 => Data::I32(get(bytes, i32::from_le_bytes)),
+            Kind::F32 => Data::F32(get_plain(bytes, f32::from_le_bytes)),
+            Kind::I32 => Data::I32(get_plain(bytes, i32::from_le_bytes)),
             Kind::U8 => Data::U8(get(bytes, |[b]: [u8; 1]| b)),
             Kind::I8 => Data::I8(get(bytes, |[b]: [u8; 1]| b as i8)),
             Kind::I16 => Data::I16(
@@ -259,6 +278,17 @@ pub(crate) fn i8_bytes_mut(s: &mut [i8]) -> &mut [u8] {
     // borrows `s` exclusively for its lifetime.
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), s.len()) }
 }
+
+/// Types without padding whose every bit pattern of their size is a value, so bytes may be
+/// copied into them.
+///
+/// # Safety
+/// Implement only for such types.
+unsafe trait Plain: Copy {}
+// SAFETY: 4 bytes, no padding; every bit pattern is a float (NaNs included).
+unsafe impl Plain for f32 {}
+// SAFETY: 4 bytes, no padding; every bit pattern is an i32.
+unsafe impl Plain for i32 {}
 
 /// A byte buffer's allocation as the other byte type, without copying.
 pub(crate) fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {

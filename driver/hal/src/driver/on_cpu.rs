@@ -53,6 +53,40 @@ fn loop_timeout(deadline: Option<Deadline>) -> Duration {
     })
 }
 
+/// The largest total of input bytes [`KeptInputs`] keeps on a thread between executions.
+const KEPT_INPUT_BYTES: usize = 16 << 20;
+
+thread_local! {
+    static KEPT_INPUTS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The buffers an execution copies its inputs into, one per input, taken from those the last
+/// execution on this thread left (a new zeroed buffer per input was a memset of its size on
+/// every execution: 0.5% of MobileNetV2 float32) and given back when dropped, up to
+/// [`KEPT_INPUT_BYTES`] in all. A buffer is only read after the input's bytes were copied
+/// over the whole of it, so nothing of one execution reaches another.
+struct KeptInputs(Vec<Vec<u8>>);
+
+impl KeptInputs {
+    fn take(n: usize) -> KeptInputs {
+        let mut v = KEPT_INPUTS
+            .try_with(|k| std::mem::take(&mut *k.borrow_mut()))
+            .unwrap_or_default();
+        v.resize_with(n, Vec::new);
+        KeptInputs(v)
+    }
+}
+
+impl Drop for KeptInputs {
+    fn drop(&mut self) {
+        let bytes: usize = self.0.iter().map(Vec::capacity).sum();
+        if bytes <= KEPT_INPUT_BYTES {
+            // Not kept when the thread's storage is already gone (the thread is ending).
+            let _ = KEPT_INPUTS.try_with(|k| *k.borrow_mut() = std::mem::take(&mut self.0));
+        }
+    }
+}
+
 /// Runs `request` on the CPU plan. `mapped[i]`, where given, is pool `i` already mapped (a
 /// memory-domain buffer); the other pools are found in or added to `recent` (the prepared
 /// model's last mapped pools), or, in a burst, mapped once per slot and kept in the burst's
@@ -113,27 +147,30 @@ pub(super) fn run_on_cpu(
     };
     // Input bytes: copied out of the pools into buffers of our own, as the client may write
     // its pools at any time and the executor checks values before it uses them.
-    let mut input_bytes: Vec<Vec<u8>> = Vec::with_capacity(request.inputs.len());
-    for arg in &request.inputs {
+    let mut kept = KeptInputs::take(request.inputs.len());
+    for (arg, buf) in request.inputs.iter().zip(kept.0.iter_mut()) {
         if arg.has_no_value {
-            input_bytes.push(Vec::new());
+            buf.clear();
             continue;
         }
         let loc = &arg.location;
-        match pools[loc.pool_index as usize].read(loc.offset as usize, loc.length as usize) {
-            Ok(b) => input_bytes.push(b),
-            Err(s) => {
-                end_access(&pools, false);
-                return ExecutionResult::failure(s);
-            }
+        let len = loc.length as usize;
+        if buf.len() != len {
+            buf.clear();
+            buf.resize(len, 0);
+        }
+        if let Err(s) = pools[loc.pool_index as usize].read_into(loc.offset as usize, buf) {
+            end_access(&pools, false);
+            return ExecutionResult::failure(s);
         }
     }
+    let input_bytes = &kept.0;
     let mut inputs = Vec::with_capacity(request.inputs.len());
     for ((arg, &k), data) in request
         .inputs
         .iter()
         .zip(&model.input_indexes)
-        .zip(&input_bytes)
+        .zip(input_bytes)
     {
         if arg.has_no_value {
             inputs.push(InputArg::NoValue);
@@ -240,4 +277,38 @@ pub(super) fn run_on_cpu(
         p.end_access(false);
     }
     ExecutionResult::failure(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_inputs_come_back_to_the_next_execution_on_the_thread() {
+        let mut first = KeptInputs::take(2);
+        first.0[0].resize(1000, 7);
+        first.0[1].resize(10, 7);
+        let at = first.0[0].as_ptr();
+        drop(first);
+        let again = KeptInputs::take(3);
+        assert_eq!(again.0.len(), 3);
+        assert_eq!(
+            again.0[0].as_ptr(),
+            at,
+            "the first buffer is the same allocation"
+        );
+        assert_eq!(
+            (again.0[0].len(), again.0[1].len(), again.0[2].len()),
+            (1000, 10, 0)
+        );
+    }
+
+    #[test]
+    fn kept_inputs_larger_than_the_limit_are_freed() {
+        let mut big = KeptInputs::take(1);
+        big.0[0].resize(KEPT_INPUT_BYTES + 1, 0);
+        drop(big);
+        let next = KeptInputs::take(1);
+        assert_eq!(next.0[0].capacity(), 0, "a buffer over the limit was kept");
+    }
 }

@@ -353,7 +353,8 @@ fn one_row(
     }
 }
 
-/// One tile with the kernels of `isa`.
+/// One tile with the kernels of `isa` (inlined: a call per tile was 0.7% of MobileNetV2 int8).
+#[inline(always)]
 fn tile(isa: Isa, a: Rows<'_>, b: Panel<'_>, ep: &Epilogue, d: Dst<'_>) {
     match isa {
         Isa::Portable => tile_portable(a, b, ep, d),

@@ -874,8 +874,41 @@ impl ConvF32<'_> {
         let per_img = (oh * ow).max(1);
         let (mut b, q) = (p0 / per_img, p0 % per_img);
         let (mut oy, mut ox) = (q / ow.max(1), q % ow.max(1));
+        // Output columns whose window lies inside the input's columns (undilated): their
+        // filter rows are whole runs of fw·c floats, at (ox·stride − pad_l)·c.
+        let run = fw * c;
+        let inside_x = if g.dil_w == 1 && w + g.pad_l >= fw {
+            g.pad_l.div_ceil(g.stride_w.max(1))..((w + g.pad_l - fw) / g.stride_w.max(1) + 1)
+        } else {
+            0..0
+        };
+        // The current output row's input rows (where each filter row's input row starts), for
+        // filters of up to FAST_FH rows; None when one of them is outside the input.
+        const FAST_FH: usize = 7;
+        let rows_of = |b: usize, oy: usize| -> Option<[usize; FAST_FH]> {
+            if fh > FAST_FH {
+                return None;
+            }
+            let mut at = [0; FAST_FH];
+            for (ky, a) in at.iter_mut().enumerate().take(fh) {
+                *a = (b * h + g.in_y(oy, ky, h)?) * w * c;
+            }
+            Some(at)
+        };
+        let mut rows = rows_of(b, oy);
         for dst in patch.chunks_exact_mut(k.max(1)) {
-            for ky in 0..fh {
+            let whole = match rows {
+                Some(at) if inside_x.contains(&ox) => {
+                    // Every filter row a whole run: no bounds to find, nothing to clear.
+                    let x0 = (ox * g.stride_w - g.pad_l) * c;
+                    for (d, &a) in dst.chunks_exact_mut(run.max(1)).zip(&at[..fh]) {
+                        copy_run(d, &self.win.x[a + x0..a + x0 + run]);
+                    }
+                    true
+                }
+                _ => false,
+            };
+            for ky in (0..fh).filter(|_| !whole) {
                 let drow = &mut dst[ky * fw * c..(ky + 1) * fw * c];
                 let Some(iy) = g.in_y(oy, ky, h) else {
                     drow.fill(0.0);
@@ -917,6 +950,7 @@ impl ConvF32<'_> {
                 if oy == oh {
                     (oy, b) = (0, b + 1);
                 }
+                rows = rows_of(b, oy);
             }
         }
     }
@@ -926,8 +960,9 @@ impl ConvF32<'_> {
 /// rather than by a call to `memcpy`: a first layer over 3 channels copies 9 floats per filter
 /// row, and those calls were 2.4% of MobileNetV1 float32. The short runs are two overlapping
 /// copies of a fixed length (a plain loop is turned back into a `memcpy` call by the
-/// compiler: still 2.6% of MobileNetV2 float32 in `perf`).
-#[inline]
+/// compiler: still 2.6% of MobileNetV2 float32 in `perf`; inlined into the im2col's loop it
+/// became one again).
+#[inline(never)]
 fn copy_run(dst: &mut [f32], src: &[f32]) {
     /// `dst[..L]` and `dst[n - L..]` from the same places of `src` (n = dst.len() ≥ L).
     #[inline(always)]

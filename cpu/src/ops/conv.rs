@@ -870,44 +870,21 @@ impl ConvF32<'_> {
         let (fh, fw) = self.win.filter_hw;
         let c = self.win.c;
         let k = fh * fw * c;
-        // The output pixel, stepped along the rows (no divisions per row).
-        let per_img = (oh * ow).max(1);
-        let (mut b, q) = (p0 / per_img, p0 % per_img);
-        let (mut oy, mut ox) = (q / ow.max(1), q % ow.max(1));
-        // Output columns whose window lies inside the input's columns (undilated): their
-        // filter rows are whole runs of fw·c floats, at (ox·stride − pad_l)·c.
         let run = fw * c;
-        let inside_x = if g.dil_w == 1 && w + g.pad_l >= fw {
-            g.pad_l.div_ceil(g.stride_w.max(1))..((w + g.pad_l - fw) / g.stride_w.max(1) + 1)
-        } else {
-            0..0
-        };
-        // The current output row's input rows (where each filter row's input row starts), for
-        // filters of up to FAST_FH rows; None when one of them is outside the input.
-        const FAST_FH: usize = 7;
-        let rows_of = |b: usize, oy: usize| -> Option<[usize; FAST_FH]> {
-            if fh > FAST_FH {
-                return None;
-            }
-            let mut at = [0; FAST_FH];
-            for (ky, a) in at.iter_mut().enumerate().take(fh) {
-                *a = (b * h + g.in_y(oy, ky, h)?) * w * c;
-            }
-            Some(at)
-        };
-        let mut rows = rows_of(b, oy);
+        let mut walk = WindowWalk::new(g, (h, w), (fh, fw), c, (oh, ow), p0);
         for dst in patch.chunks_exact_mut(k.max(1)) {
-            let whole = match rows {
-                Some(at) if inside_x.contains(&ox) => {
+            let (b, oy, ox) = (walk.b, walk.oy, walk.ox);
+            let whole = match walk.inside() {
+                Some(starts) => {
                     // Every filter row a whole run: no bounds to find, nothing to clear.
-                    let x0 = (ox * g.stride_w - g.pad_l) * c;
-                    for (d, &a) in dst.chunks_exact_mut(run.max(1)).zip(&at[..fh]) {
-                        copy_run(d, &self.win.x[a + x0..a + x0 + run]);
+                    for (d, &at) in dst.chunks_exact_mut(run.max(1)).zip(&starts[..fh]) {
+                        copy_run(d, &self.win.x[at..at + run]);
                     }
                     true
                 }
-                _ => false,
+                None => false,
             };
+            walk.advance();
             for ky in (0..fh).filter(|_| !whole) {
                 let drow = &mut dst[ky * fw * c..(ky + 1) * fw * c];
                 let Some(iy) = g.in_y(oy, ky, h) else {
@@ -944,14 +921,102 @@ impl ConvF32<'_> {
                     }
                 }
             }
-            ox += 1;
-            if ox == ow {
-                (ox, oy) = (0, oy + 1);
-                if oy == oh {
-                    (oy, b) = (0, b + 1);
-                }
-                rows = rows_of(b, oy);
+        }
+    }
+}
+
+/// The most filter rows [`WindowWalk::inside`] covers.
+const WALK_FH: usize = 7;
+
+/// The output pixels of an im2col in order from one on: each one's image, row and column
+/// (stepped, without the divisions that finding them per pixel took) and, where its window
+/// lies inside the input, where each of its filter rows starts in the NHWC input.
+pub(super) struct WindowWalk<'g> {
+    g: &'g Geometry,
+    /// Input height and width, channels, filter rows, output height and width.
+    h: usize,
+    w: usize,
+    c: usize,
+    fh: usize,
+    oh: usize,
+    ow: usize,
+    /// Output columns whose window lies inside the input's columns (undilated), so that each
+    /// filter row is one run of fw·c values.
+    inside_x: std::ops::Range<usize>,
+    /// Where each filter row's input row starts, for the current output row; None when one of
+    /// them is outside the input (or the filter has more than [`WALK_FH`] rows).
+    rows: Option<[usize; WALK_FH]>,
+    pub(super) b: usize,
+    pub(super) oy: usize,
+    pub(super) ox: usize,
+}
+
+impl<'g> WindowWalk<'g> {
+    /// From output pixel `p0` (counted over images, rows and columns) on.
+    pub(super) fn new(
+        g: &'g Geometry,
+        (h, w): (usize, usize),
+        (fh, fw): (usize, usize),
+        c: usize,
+        (oh, ow): (usize, usize),
+        p0: usize,
+    ) -> Self {
+        let per_img = (oh * ow).max(1);
+        let (b, q) = (p0 / per_img, p0 % per_img);
+        let stride = g.stride_w.max(1);
+        let inside_x = if g.dil_w == 1 && w + g.pad_l >= fw {
+            g.pad_l.div_ceil(stride)..(w + g.pad_l - fw) / stride + 1
+        } else {
+            0..0
+        };
+        let mut walk = WindowWalk {
+            g,
+            h,
+            w,
+            c,
+            fh,
+            oh,
+            ow,
+            inside_x,
+            rows: None,
+            b,
+            oy: q / ow.max(1),
+            ox: q % ow.max(1),
+        };
+        walk.rows = walk.rows_of_output_row();
+        walk
+    }
+
+    fn rows_of_output_row(&self) -> Option<[usize; WALK_FH]> {
+        if self.fh > WALK_FH {
+            return None;
+        }
+        let mut at = [0; WALK_FH];
+        for (ky, a) in at.iter_mut().enumerate().take(self.fh) {
+            *a = (self.b * self.h + self.g.in_y(self.oy, ky, self.h)?) * self.w * self.c;
+        }
+        Some(at)
+    }
+
+    /// Where the current pixel's filter rows start (the first fh entries), each a run of
+    /// fw·c values inside the input; None when its window leaves the input.
+    #[inline]
+    pub(super) fn inside(&self) -> Option<[usize; WALK_FH]> {
+        let rows = self.rows.filter(|_| self.inside_x.contains(&self.ox))?;
+        let x0 = (self.ox * self.g.stride_w - self.g.pad_l) * self.c;
+        Some(rows.map(|a| a + x0))
+    }
+
+    /// On to the next output pixel.
+    #[inline]
+    pub(super) fn advance(&mut self) {
+        self.ox += 1;
+        if self.ox == self.ow {
+            (self.ox, self.oy) = (0, self.oy + 1);
+            if self.oy == self.oh {
+                (self.oy, self.b) = (0, self.b + 1);
             }
+            self.rows = self.rows_of_output_row();
         }
     }
 }

@@ -335,12 +335,20 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
 fn im2col(x: &Input<'_>, win: &Window, p0: usize, dst: &mut [i16]) {
     let ([_, h, w, c], (fh, fw), (oh, ow), g) = (win.nhwc, win.filter_hw, win.out_hw, &win.g);
     let k = fh * fw * c;
-    let per_img = oh * ow;
-    for (r, drow) in dst.chunks_exact_mut(padded(k).max(1)).enumerate() {
-        let p = p0 + r;
-        let (b, q) = (p / per_img, p % per_img);
-        let (oy, ox) = (q / ow, q % ow);
+    let run = fw * c;
+    let mut walk = super::WindowWalk::new(g, (h, w), (fh, fw), c, (oh, ow), p0);
+    for drow in dst.chunks_exact_mut(padded(k).max(1)) {
+        let (b, oy, ox) = (walk.b, walk.oy, walk.ox);
+        let inside = walk.inside();
+        walk.advance();
         zero(&mut drow[k..]);
+        if let Some(starts) = inside {
+            // Every filter row a whole run: no bounds to find, nothing to clear.
+            for (d, &at) in drow.chunks_exact_mut(run.max(1)).zip(&starts[..fh]) {
+                x.center(at, d);
+            }
+            continue;
+        }
         for ky in 0..fh {
             let d = &mut drow[ky * fw * c..(ky + 1) * fw * c];
             let Some(iy) = g.in_y(oy, ky, h) else {

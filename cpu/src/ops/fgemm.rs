@@ -22,8 +22,8 @@ pub(crate) const NR: usize = 16;
 pub(crate) const MR: usize = 6;
 /// Reduction block: 512 rows of a panel are 32 KiB.
 const KC: usize = 512;
-/// Floats of A per row block, about (96 KiB, in L2 while it meets every panel; up to twice
-/// that where the rows would otherwise end in a short block).
+/// The floats of A a row block aims at (96 KiB, in L2 while it meets every panel); a block
+/// may hold up to twice that rather than leave a short block at the end.
 const A_BLOCK_FLOATS: usize = 24 * 1024;
 
 /// The kernels the CPU can run.

@@ -874,18 +874,16 @@ impl ConvF32<'_> {
         let mut walk = WindowWalk::new(g, (h, w), (fh, fw), c, (oh, ow), p0);
         for dst in patch.chunks_exact_mut(k.max(1)) {
             let (b, oy, ox) = (walk.b, walk.oy, walk.ox);
-            let whole = match walk.inside() {
-                Some(starts) => {
-                    // Every filter row a whole run: no bounds to find, nothing to clear.
-                    for (d, &at) in dst.chunks_exact_mut(run.max(1)).zip(&starts[..fh]) {
-                        copy_run(d, &self.win.x[at..at + run]);
-                    }
-                    true
-                }
-                None => false,
-            };
+            let inside = walk.inside();
             walk.advance();
-            for ky in (0..fh).filter(|_| !whole) {
+            if let Some(starts) = inside {
+                // Every filter row a whole run: no bounds to find, nothing to clear.
+                for (d, &at) in dst.chunks_exact_mut(run.max(1)).zip(&starts[..fh]) {
+                    copy_run(d, &self.win.x[at..at + run]);
+                }
+                continue;
+            }
+            for ky in 0..fh {
                 let drow = &mut dst[ky * fw * c..(ky + 1) * fw * c];
                 let Some(iy) = g.in_y(oy, ky, h) else {
                     drow.fill(0.0);

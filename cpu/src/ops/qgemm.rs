@@ -273,7 +273,7 @@ impl Epilogue {
 /// its columns by panels, and counts its work four times: it streams each weight once from
 /// L3 or memory, where a second core adds bandwidth, and its multiply-adds run at twice the
 /// tiles' rate (the MLP at batch 1, int8: each 1.6–2.1 Mflop layer then splits).
-pub(crate) fn threads(m: usize, n: usize, k: usize) -> usize {
+pub(crate) fn threads(m: usize, k: usize, n: usize) -> usize {
     let work = 2usize.saturating_mul(m).saturating_mul(n).saturating_mul(k);
     if m == 1 {
         par::threads_for(work.saturating_mul(4), n.div_ceil(NR))
@@ -791,6 +791,17 @@ pub(crate) mod avx2 {
         _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s.as_ptr().cast()) })
     }
 
+    /// `acc += x · b`: the A pair `x` (two consecutive values of the reduction, one row)
+    /// broadcast and multiplied into a panel entry's two registers of i16 pairs `b`, 16
+    /// columns of i32 sums.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn madd_pair(acc: &mut [__m256i; 2], [x0, x1]: [i16; 2], [b0, b1]: [__m256i; 2]) {
+        let x = _mm256_set1_epi32(i32::from(x0 as u16) | (i32::from(x1) << 16));
+        acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x, b0));
+        acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x, b1));
+    }
+
     /// [`tile`] on panels of `E`, whose entries `load` reads as two registers of i16 pairs.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -806,12 +817,9 @@ pub(crate) mod avx2 {
         let mut acc = [[z; 2]; R];
         let rows = a.first::<R>();
         let mut step = |i: usize, bp: &[E; 2 * NR]| {
-            let [b0, b1] = load(bp);
+            let b = load(bp);
             for (accr, row) in acc.iter_mut().zip(rows) {
-                let [x0, x1] = row[i];
-                let x = _mm256_set1_epi32(i32::from(x0 as u16) | (i32::from(x1) << 16));
-                accr[0] = _mm256_add_epi32(accr[0], _mm256_madd_epi16(x, b0));
-                accr[1] = _mm256_add_epi32(accr[1], _mm256_madd_epi16(x, b1));
+                madd_pair(accr, row[i], b);
             }
         };
         let b = &b[..a.pairs.min(b.len())];
@@ -826,13 +834,8 @@ pub(crate) mod avx2 {
             // the MLP at batch 1, int8, from 53-55 to 44 µs there; four entries gave 46 µs.
             let entry = std::mem::size_of::<[E; 2 * NR]>();
             let row = &rows[0][..b.len()];
-            let [mut acc0, mut acc1] = acc[0];
-            let mut madd = |x: [i16; 2], bp: &[E; 2 * NR]| {
-                let [b0, b1] = load(bp);
-                let x = _mm256_set1_epi32(i32::from(x[0] as u16) | (i32::from(x[1]) << 16));
-                acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(x, b0));
-                acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(x, b1));
-            };
+            let mut acc0 = acc[0];
+            let mut madd = |x: [i16; 2], bp: &[E; 2 * NR]| madd_pair(&mut acc0, x, load(bp));
             const ROUND: usize = 8;
             for (bq, aq) in b.chunks_exact(ROUND).zip(row.chunks_exact(ROUND)) {
                 for line in (0..ROUND * entry).step_by(64) {
@@ -847,7 +850,7 @@ pub(crate) mod avx2 {
             for (&x, bp) in row[done..].iter().zip(&b[done..]) {
                 madd(x, bp);
             }
-            acc[0] = [acc0, acc1];
+            acc[0] = acc0;
         } else {
             for (i, bp) in b.iter().enumerate() {
                 step(i, bp);

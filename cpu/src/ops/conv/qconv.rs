@@ -268,7 +268,7 @@ pub(super) fn fully_connected(
             }
             let ep = epilogue(ctx, units, isz, 3)?;
             let mut out = crate::tensor::output_buffer_uninit::<u8>(batch * units);
-            let threads = qgemm::threads(batch, units, isz);
+            let threads = qgemm::threads(batch, isz, units);
             qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
                 copy_rows(&x, isz, r0, dst)
             })
@@ -305,7 +305,7 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
             let ep = epilogue(ctx, oc, k, s.args.act)?;
             let m = n * oh * ow;
             let mut out = crate::tensor::output_buffer_uninit::<u8>(m * oc);
-            let threads = qgemm::threads(m, oc, k);
+            let threads = qgemm::threads(m, k, oc);
             let g = &win.g;
             let pointwise = (fh, fw) == (1, 1)
                 && (g.stride_h, g.stride_w) == (1, 1)

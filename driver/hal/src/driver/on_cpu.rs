@@ -154,11 +154,9 @@ pub(super) fn run_on_cpu(
             continue;
         }
         let loc = &arg.location;
-        let len = loc.length as usize;
-        if buf.len() != len {
-            buf.clear();
-            buf.resize(len, 0);
-        }
+        // Only bytes past the kept length are cleared (none when the length repeats); the
+        // read overwrites all of them.
+        buf.resize(loc.length as usize, 0);
         if let Err(s) = pools[loc.pool_index as usize].read_into(loc.offset as usize, buf) {
             end_access(&pools, false);
             return ExecutionResult::failure(s);

@@ -58,10 +58,13 @@ scripts/gen-operations.sh --check
 
 step "CPU executor unit tests on aarch64 (qemu-user)"
 # Linker and runner set for this command only, so host builds are unaffected. The crate's
-# unit tests (its whole suite: about a minute with the cross build on 2 cores).
+# unit tests (its whole suite: about a minute with the cross build on 2 cores). `-cpu max` has
+# FEAT_FP16, so the float16 GEMM of relaxed models runs; NNACCEL_EXPECT_FP16 makes a test
+# fail if it was not found rather than let the float32 fallback pass unseen.
 if command -v qemu-aarch64 >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1; then
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu" \
+    NNACCEL_EXPECT_FP16=1 \
         cargo test -p nnaccel-cpu --locked --lib --target aarch64-unknown-linux-gnu
 elif [ "${CI:-}" = true ]; then
     echo "error: qemu-aarch64 or aarch64-linux-gnu-gcc missing (scripts/setup.sh installs them)" >&2

@@ -385,6 +385,7 @@ impl Run<'_> {
                     index: opi,
                     values: &values,
                     weights_t: packed.and_then(Packed::f32),
+                    weights_h: packed.and_then(Packed::f16),
                     qweights: packed.and_then(Packed::q8),
                     kept: plan.kept.get(opi).and_then(Option::as_ref),
                 };

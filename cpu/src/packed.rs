@@ -14,6 +14,8 @@ pub use crate::ops::packings_on_this_thread;
 #[derive(Debug)]
 pub(crate) enum Packed {
     F32(Box<[f32]>),
+    /// Float weights as halves, for the float16 GEMM of a relaxed model.
+    F16(Box<[u16]>),
     Q8(QWeights),
 }
 
@@ -23,6 +25,7 @@ impl Packed {
     pub(crate) fn bytes(&self) -> usize {
         match self {
             Packed::F32(w) => std::mem::size_of_val::<[f32]>(w),
+            Packed::F16(w) => std::mem::size_of_val::<[u16]>(w),
             Packed::Q8(w) => w.bytes(),
         }
     }
@@ -31,7 +34,15 @@ impl Packed {
     pub(crate) fn f32(&self) -> Option<&[f32]> {
         match self {
             Packed::F32(w) => Some(w),
-            Packed::Q8(_) => None,
+            Packed::F16(_) | Packed::Q8(_) => None,
+        }
+    }
+
+    /// The packed float weights as halves, if these are.
+    pub(crate) fn f16(&self) -> Option<&[u16]> {
+        match self {
+            Packed::F16(w) => Some(w),
+            Packed::F32(_) | Packed::Q8(_) => None,
         }
     }
 
@@ -39,15 +50,18 @@ impl Packed {
     pub(crate) fn q8(&self) -> Option<&QWeights> {
         match self {
             Packed::Q8(w) => Some(w),
-            Packed::F32(_) => None,
+            Packed::F32(_) | Packed::F16(_) => None,
         }
     }
 }
 
 /// Packs constant weights of declaration `decl` and value `t` for the kernel that reads them
-/// (float or 8-bit); None when no kernel takes them packed.
-fn pack(decl: &Operand, t: &Tensor) -> Option<Packed> {
+/// (float32, float16 when `half`, or 8-bit); None when no kernel takes them packed.
+fn pack(decl: &Operand, t: &Tensor, half: bool) -> Option<Packed> {
     ops::count_packing();
+    if half && let Some(v) = ops::pack_weights_f16(t) {
+        return Some(Packed::F16(v.into_boxed_slice()));
+    }
     match ops::pack_weights(t) {
         Some(v) => Some(Packed::F32(v.into_boxed_slice())),
         None => ops::pack_q8_weights(decl, t).map(Packed::Q8),
@@ -78,7 +92,10 @@ pub(crate) fn pool_value(decl: &Operand, pools: &[&[u8]]) -> Option<Tensor> {
 /// weights, packed (once, however many operations read it), from `consts`, the graph's decoded
 /// constants (CONSTANT_COPY ones, and CONSTANT_REFERENCE ones read from the pools given at
 /// preparation, those every execution will pass).
+/// Float weights are packed as halves when the graph is relaxed and the CPU computes in float16
+/// (`ops::half_kernel`).
 pub(crate) fn pack_graph(graph: &Graph, consts: &[Option<Tensor>]) -> Vec<Option<Packed>> {
+    let half = ops::half_kernel(graph.relax_float32_to_float16).is_some();
     let mut packed: Vec<Option<Packed>> = std::iter::repeat_with(|| None)
         .take(graph.operands.len())
         .collect();
@@ -90,7 +107,7 @@ pub(crate) fn pack_graph(graph: &Graph, consts: &[Option<Tensor>]) -> Vec<Option
             continue;
         };
         if let Some(Some(t)) = consts.get(w) {
-            *slot = pack(decl, t);
+            *slot = pack(decl, t, half);
         }
     }
     packed

@@ -106,6 +106,43 @@ fn shared_constant_weights_are_packed_once_and_serve_both_operations() {
     );
 }
 
+/// A relaxed model's float weights are packed once, as halves, where the CPU computes in
+/// float16 (here the portable float16 kernel, forced), and the executions read them: no
+/// packing per execution, results within float16 rounding of the worked ones.
+#[test]
+fn a_relaxed_models_float_weights_are_packed_once_as_halves_for_the_float16_gemm() {
+    use crate::ops::{HalfKernel, with_half_kernel};
+    let relaxed = crate::Graph {
+        relax_float32_to_float16: true,
+        ..float_fc()
+    };
+    with_half_kernel(HalfKernel::Portable, || {
+        let p = PreparedGraph::new(relaxed.clone()).unwrap();
+        // One panel of 16 columns × k = 3 padded to 8, two bytes each.
+        assert_eq!(p.packed_weight_bytes(), 16 * 8 * 2);
+        let x = fb(&[
+            1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.1, 0.0, -1.0,
+        ]);
+        let before = packings_on_this_thread();
+        let out = run(&p, &[], &x, 40);
+        assert_eq!(
+            packings_on_this_thread(),
+            before,
+            "no packing per execution"
+        );
+        // Row r: [x·(1,2,3) + 0.5, x·(4,5,6) - 1]; 0.1 is 0.0999755859375 as a half.
+        let want = [1.5, 3.0, 2.5, 4.0, 3.5, 5.0, 6.5, 14.0, -2.4, -6.6];
+        for (got, want) in bf(&out).iter().zip(want) {
+            assert!((got - want).abs() <= 4e-3, "{got} vs {want}");
+        }
+    });
+    // Without a float16 kernel a relaxed model packs for the float32 GEMM, as any other.
+    if HalfKernel::detect().is_none() {
+        let p = PreparedGraph::new(relaxed).unwrap();
+        assert_eq!(p.packed_weight_bytes(), 16 * 3 * 4);
+    }
+}
+
 /// Two 8-bit FULLY_CONNECTED reading one constant `[2][3]` weights operand: one packed copy
 /// (one panel of 16 columns, K padded to 4: 2 pairs × 16 × 2 values, i8 since the centered
 /// weights fit), results worked by hand.

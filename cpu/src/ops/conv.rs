@@ -6,6 +6,7 @@ use std::mem::MaybeUninit;
 
 use super::fgemm::{self, Epilogue, Isa, Product};
 use super::gemm::{GEMV_MAX_ROWS, gemv_rows};
+use super::hgemm;
 use super::opdef::OpDef;
 use super::{
     KResult, OpCtx, check4, count, is_quant8, nchw_to_nhwc, nhwc_input, to_layout, to_u32,
@@ -65,14 +66,17 @@ pub(crate) struct FloatRuns {
     pub(crate) packed_gemm: usize,
     /// DEPTHWISE_CONV_2D through the 3×3 kernel.
     pub(crate) depthwise_3x3: usize,
+    /// FULLY_CONNECTED / CONV_2D of a relaxed model through the float16 GEMM ([`hgemm`]).
+    pub(crate) half_gemm: usize,
 }
 
 #[cfg(test)]
 thread_local! {
     static FLOAT_FORCED: std::cell::Cell<Option<FloatRoute>> = const { std::cell::Cell::new(None) };
     static FLOAT_RUNS: std::cell::Cell<FloatRuns> = const {
-        std::cell::Cell::new(FloatRuns { packed_gemm: 0, depthwise_3x3: 0 })
+        std::cell::Cell::new(FloatRuns { packed_gemm: 0, depthwise_3x3: 0, half_gemm: 0 })
     };
+    static HALF_FORCED: std::cell::Cell<Option<hgemm::Kernel>> = const { std::cell::Cell::new(None) };
 }
 
 /// What the fast float kernels have run on this thread.
@@ -98,6 +102,31 @@ pub(crate) fn with_float_route<R>(route: FloatRoute, f: impl FnOnce() -> R) -> R
     let r = f();
     FLOAT_FORCED.with(|c| c.set(before));
     r
+}
+
+/// Runs `f` with relaxed models' float GEMMs forced onto the float16 `kernel` (preparation
+/// and execution both, on this thread): the portable one checks the float16 route on CPUs
+/// without float16 arithmetic.
+#[cfg(test)]
+pub(crate) fn with_half_kernel<R>(kernel: hgemm::Kernel, f: impl FnOnce() -> R) -> R {
+    let before = HALF_FORCED.with(|c| c.replace(Some(kernel)));
+    let r = f();
+    HALF_FORCED.with(|c| c.set(before));
+    r
+}
+
+/// The float16 kernel the float GEMMs of a model run on: one only for a `relaxed` model
+/// (`relaxComputationFloat32toFloat16`) on a CPU with float16 arithmetic; else None, and
+/// they run in float32 (which NNAPI allows a relaxed model too).
+pub(crate) fn half_kernel(relaxed: bool) -> Option<hgemm::Kernel> {
+    if !relaxed {
+        return None;
+    }
+    #[cfg(test)]
+    if let Some(k) = HALF_FORCED.with(std::cell::Cell::get) {
+        return Some(k);
+    }
+    hgemm::Kernel::detect()
 }
 
 /// The route of a float operation: the fast kernels of this CPU unless a test forced another.
@@ -191,6 +220,18 @@ pub(crate) fn gemm_weights_operand(graph: &Graph, op: &Operation) -> Option<usiz
 /// Float weights `[n][k]` (filters `[n, fh, fw, c]` with k = fh·fw·c) in the packed GEMM's
 /// layout: panels of [`fgemm::NR`] output channels, each `[k][NR]` ([`fgemm::pack`]).
 pub(crate) fn pack_weights(w: &Tensor) -> Option<Vec<f32>> {
+    let (n, k, v) = float_weight_rows(w)?;
+    fgemm::pack(n, k, v)
+}
+
+/// Float weights as [`pack_weights`] but as halves, for the float16 GEMM ([`hgemm::pack`]).
+pub(crate) fn pack_weights_f16(w: &Tensor) -> Option<Vec<u16>> {
+    let (n, k, v) = float_weight_rows(w)?;
+    hgemm::pack(n, k, v)
+}
+
+/// Float weights as (n, k, their n·k values); None for other data or an empty or ragged shape.
+fn float_weight_rows(w: &Tensor) -> Option<(usize, usize, &[f32])> {
     let Data::F32(v) = &w.data else {
         return None;
     };
@@ -198,7 +239,7 @@ pub(crate) fn pack_weights(w: &Tensor) -> Option<Vec<f32>> {
     if n == 0 || v.is_empty() || v.len() % n != 0 {
         return None;
     }
-    fgemm::pack(n, v.len() / n, v)
+    Some((n, v.len() / n, v))
 }
 
 /// Convolution window geometry.
@@ -474,17 +515,13 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             }
             FloatRoute::Fast(isa) => {
                 let packed = packed_weights(ctx, w, units, isz)?;
-                let p = Product {
-                    m: batch,
-                    k: isz,
-                    n: units,
-                    a: x,
-                    packed: &packed,
-                    ep: Epilogue { bias, lo, hi },
-                };
+                let shape = (batch, isz, units);
                 let threads = fgemm::threads(batch, isz, units);
                 let mut out = crate::tensor::output_buffer_uninit::<f32>(batch * units);
-                p.run(&mut out, threads, isa).map_err(|e| ctx.err(e))?;
+                let ep = Epilogue { bias, lo, hi };
+                packed
+                    .run(shape, x, ep, &mut out, threads, isa)
+                    .map_err(|e| ctx.err(e))?;
                 ran_float(|r| r.packed_gemm += 1);
                 // SAFETY: `Product::run` succeeded, so it wrote every element of `out`.
                 unsafe { crate::tensor::assume_written(out) }
@@ -632,17 +669,89 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     Ok(vec![qconv::depthwise_conv2d(ctx, &s)?])
 }
 
-/// The weights `w[n][k]` packed for [`fgemm::gemm`]: the copy prepared once per constant
-/// ([`pack_weights`]) when there is one, else packed now (weights that are not constant).
-fn packed_weights<'a>(ctx: &OpCtx<'a>, w: &[f32], n: usize, k: usize) -> KResult<Cow<'a, [f32]>> {
+/// Float weights packed for a GEMM.
+enum PackedWeights<'a> {
+    /// For [`fgemm`].
+    F32(Cow<'a, [f32]>),
+    /// As halves, for [`hgemm`] on its kernel (a relaxed model, see [`half_kernel`]).
+    F16(Cow<'a, [u16]>, hgemm::Kernel),
+}
+
+impl PackedWeights<'_> {
+    /// The product of `a` ((m, k, n) = `shape`) by these weights into `c`, with `ep`, on up to
+    /// `threads` threads; `isa` for float32 weights.
+    fn run(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        a: &[f32],
+        ep: Epilogue<'_>,
+        c: &mut [MaybeUninit<f32>],
+        threads: usize,
+        isa: Isa,
+    ) -> Result<(), String> {
+        match self {
+            PackedWeights::F32(packed) => Product {
+                m,
+                k,
+                n,
+                a,
+                packed,
+                ep,
+            }
+            .run(c, threads, isa),
+            PackedWeights::F16(packed, kernel) => {
+                ran_float(|r| r.half_gemm += 1);
+                let p = hgemm::Product {
+                    m,
+                    k,
+                    n,
+                    a,
+                    packed,
+                    ep,
+                };
+                p.run(c, threads, *kernel)
+            }
+        }
+    }
+}
+
+/// The weights `w[n][k]` packed for the GEMM: for [`hgemm`] when the model is relaxed and the
+/// CPU has float16 arithmetic ([`half_kernel`]), else for [`fgemm`]. The copy prepared once
+/// per constant ([`pack_weights`], [`pack_weights_f16`]) when there is one, else packed now
+/// (weights that are not constant).
+fn packed_weights<'a>(
+    ctx: &OpCtx<'a>,
+    w: &[f32],
+    n: usize,
+    k: usize,
+) -> KResult<PackedWeights<'a>> {
     if k == 0 || n == 0 {
-        return Ok(Cow::Borrowed(&[]));
+        return Ok(PackedWeights::F32(Cow::Borrowed(&[])));
+    }
+    let mismatch = || ctx.err("weights do not match their dimensions");
+    if let Some(kernel) = half_kernel(ctx.graph.relax_float32_to_float16) {
+        return match ctx.weights_h {
+            Some(p) if Some(p.len()) == hgemm::packed_len(n, k) => {
+                Ok(PackedWeights::F16(Cow::Borrowed(p), kernel))
+            }
+            _ => {
+                crate::ops::count_packing();
+                hgemm::pack(n, k, w)
+                    .map(|p| PackedWeights::F16(Cow::Owned(p), kernel))
+                    .ok_or_else(mismatch)
+            }
+        };
     }
     match ctx.weights_t {
-        Some(p) if Some(p.len()) == fgemm::packed_len(n, k) => Ok(Cow::Borrowed(p)),
-        _ => fgemm::pack(n, k, w)
-            .map(Cow::Owned)
-            .ok_or_else(|| ctx.err("weights do not match their dimensions")),
+        Some(p) if Some(p.len()) == fgemm::packed_len(n, k) => {
+            Ok(PackedWeights::F32(Cow::Borrowed(p)))
+        }
+        _ => {
+            crate::ops::count_packing();
+            fgemm::pack(n, k, w)
+                .map(|p| PackedWeights::F32(Cow::Owned(p)))
+                .ok_or_else(mismatch)
+        }
     }
 }
 
@@ -743,8 +852,8 @@ struct ConvF32<'a> {
     win: FloatWindow<'a>,
     /// The filter as declared, `[oc][fh·fw·c]`.
     w_rows: &'a [f32],
-    /// The filter packed for [`fgemm::gemm`].
-    packed: &'a [f32],
+    /// The filter packed for the GEMM.
+    packed: &'a PackedWeights<'a>,
     oc: usize,
     isa: Isa,
 }
@@ -848,15 +957,8 @@ impl ConvF32<'_> {
             } else {
                 1
             };
-            let p = Product {
-                m: rows,
-                k,
-                n: oc,
-                a,
-                packed: self.packed,
-                ep,
-            };
-            p.run(chunk, threads, self.isa)?;
+            self.packed
+                .run((rows, k, oc), a, ep, chunk, threads, self.isa)?;
         }
         crate::tensor::recycle(Data::F32(patch));
         Ok(())

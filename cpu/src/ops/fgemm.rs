@@ -75,14 +75,28 @@ pub(crate) fn packed_len(n: usize, k: usize) -> Option<usize> {
 /// `w[n][k]` (row-major) packed into panels of [`NR`] columns, each `[k][NR]`, zero past `n`.
 /// None when `w` does not hold n·k floats, k is 0 or the size overflows.
 pub(crate) fn pack(n: usize, k: usize, w: &[f32]) -> Option<Vec<f32>> {
-    if k == 0 || w.len() != n.checked_mul(k)? {
+    pack_panels(n, k, k, w, |v| v)
+}
+
+/// `w[n][k]` (row-major) as `convert`ed elements in panels of [`NR`] columns, each
+/// `[rows][NR]` with `rows` ≥ k, zero (`T::default()`) past `n` and past row k. None when `w`
+/// does not hold n·k floats, k is 0, `rows` < k or the size overflows.
+pub(crate) fn pack_panels<T: Copy + Default>(
+    n: usize,
+    k: usize,
+    rows: usize,
+    w: &[f32],
+    convert: impl Fn(f32) -> T,
+) -> Option<Vec<T>> {
+    if k == 0 || rows < k || w.len() != n.checked_mul(k)? {
         return None;
     }
-    let mut out = vec![0f32; packed_len(n, k)?];
-    for (p, panel) in out.chunks_exact_mut(k * NR).enumerate() {
+    let len = n.div_ceil(NR).checked_mul(NR)?.checked_mul(rows)?;
+    let mut out = vec![T::default(); len];
+    for (p, panel) in out.chunks_exact_mut(rows * NR).enumerate() {
         for (j, row) in w.chunks_exact(k).skip(p * NR).take(NR).enumerate() {
             for (dst, &v) in panel.iter_mut().skip(j).step_by(NR).zip(row) {
-                *dst = v;
+                *dst = convert(v);
             }
         }
     }
@@ -99,15 +113,34 @@ pub(crate) struct Epilogue<'a> {
 }
 
 /// One product `c[i*n + j] = clamp(bias[j] + Σ_kk a[i*k + kk] · w[j][kk], lo, hi)` (i < m,
-/// j < n): its shape, A (row-major, read in place), `w` [`pack`]ed, and the epilogue.
+/// j < n): its shape, A (row-major, read in place), `w` [`pack`]ed (as floats here; as
+/// halves, `W = u16`, for `hgemm`), and the epilogue.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Product<'a> {
+pub(crate) struct Product<'a, W = f32> {
     pub(crate) m: usize,
     pub(crate) k: usize,
     pub(crate) n: usize,
     pub(crate) a: &'a [f32],
-    pub(crate) packed: &'a [f32],
+    pub(crate) packed: &'a [W],
     pub(crate) ep: Epilogue<'a>,
+}
+
+impl<W> Product<'_, W> {
+    /// m·n, once `c` (of `c_len` elements), A, the packed weights (`packed_len` elements
+    /// needed, None for a size that overflows) and the bias are checked to hold the shape.
+    pub(crate) fn checked(&self, c_len: usize, packed_len: Option<usize>) -> Result<usize, String> {
+        let c_need = self.m.checked_mul(self.n).ok_or("gemm size overflow")?;
+        let a_need = self.m.checked_mul(self.k).ok_or("gemm size overflow")?;
+        let b_need = packed_len.ok_or("gemm size overflow")?;
+        if c_len < c_need
+            || self.a.len() < a_need
+            || self.packed.len() < b_need
+            || self.ep.bias.len() < self.n
+        {
+            return Err("gemm operand too small".into());
+        }
+        Ok(c_need)
+    }
 }
 
 impl Product<'_> {
@@ -139,12 +172,8 @@ impl Product<'_> {
             packed,
             ep,
         } = *self;
-        let c_need = m.checked_mul(n).ok_or("gemm size overflow")?;
-        let a_need = m.checked_mul(k).ok_or("gemm size overflow")?;
+        let c_need = self.checked(c.len(), packed_len(n, k))?;
         let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
-        if c.len() < c_need || a.len() < a_need || packed.len() < b_need || ep.bias.len() < n {
-            return Err("gemm operand too small".into());
-        }
         let c = &mut c[..c_need];
         if c.is_empty() {
             return Ok(());
@@ -208,7 +237,7 @@ pub(crate) fn threads(m: usize, k: usize, n: usize) -> usize {
 }
 
 /// The clamp to apply, None for none (so NaN stays NaN without an activation).
-fn bounds(ep: &Epilogue<'_>) -> Option<(f32, f32)> {
+pub(crate) fn bounds(ep: &Epilogue<'_>) -> Option<(f32, f32)> {
     (ep.lo != f32::NEG_INFINITY || ep.hi != f32::INFINITY).then_some((ep.lo, ep.hi))
 }
 
@@ -577,11 +606,11 @@ impl PackedGemm {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Xorshift floats in [-1, 1), reproducible from `seed`.
-    fn floats(seed: &mut u32, n: usize) -> Vec<f32> {
+    pub(crate) fn floats(seed: &mut u32, n: usize) -> Vec<f32> {
         (0..n)
             .map(|_| {
                 *seed ^= *seed << 13;

@@ -10,13 +10,20 @@ use crate::tensor::{Data, Tensor};
 mod broadcast;
 mod compare;
 mod conv;
-pub(crate) use conv::{gemm_weights_operand, pack_q8_weights, pack_weights};
+pub(crate) use conv::{
+    gemm_weights_operand, half_kernel, pack_q8_weights, pack_weights, pack_weights_f16,
+};
 mod conv_variants;
 mod detection;
 mod elementwise;
 mod fgemm;
 pub use fgemm::PackedGemm;
 mod gemm;
+mod hgemm;
+#[cfg(test)]
+pub(crate) use conv::with_half_kernel;
+#[cfg(test)]
+pub(crate) use hgemm::Kernel as HalfKernel;
 mod lookup;
 mod lstm;
 mod minmax;
@@ -59,6 +66,9 @@ pub(crate) struct OpCtx<'a> {
     /// The operation's constant float weights as `[k][n]`, when prepared (see
     /// [`pack_weights`]).
     pub(crate) weights_t: Option<&'a [f32]>,
+    /// The operation's constant float weights as halves, when prepared for the float16 GEMM
+    /// of a relaxed model (see [`pack_weights_f16`]).
+    pub(crate) weights_h: Option<&'a [u16]>,
     /// The operation's constant 8-bit weights packed for the quantized GEMM, when prepared
     /// (see [`pack_q8_weights`]).
     pub(crate) qweights: Option<&'a QWeights>,

@@ -3,9 +3,10 @@
 //! dilations, layouts, batches and activations, with every kernel set the CPU runs (the portable
 //! one included), each time checking that the fast kernel in question did run.
 
-use super::{FloatRoute, FloatRuns, copy_run, float_runs, with_float_route};
+use super::{FloatRoute, FloatRuns, copy_run, float_runs, with_float_route, with_half_kernel};
 use crate::model::{Graph, OperandType as T, OperationType as O};
 use crate::ops::fgemm::Isa;
+use crate::ops::hgemm::Kernel;
 use crate::ops::qgemm::tests::Rng;
 use crate::test_support::{B, run_f32};
 
@@ -29,6 +30,7 @@ fn run_on(case: &Case, route: FloatRoute) -> (Vec<f32>, FloatRuns) {
     let delta = FloatRuns {
         packed_gemm: after.packed_gemm - before.packed_gemm,
         depthwise_3x3: after.depthwise_3x3 - before.depthwise_3x3,
+        half_gemm: after.half_gemm - before.half_gemm,
     };
     (out, delta)
 }
@@ -52,6 +54,53 @@ fn check(case: &Case) {
             );
         }
     }
+}
+
+/// `case`'s model made relaxed runs its GEMMs in float16 on every float16 kernel (the portable
+/// one forced on any CPU, and this CPU's own), within float16's rounding of the reference;
+/// its other kernels run as in float32. Returns the largest error over the tolerance.
+fn check_relaxed(case: &Case) -> f32 {
+    let (want, _) = run_on(case, FloatRoute::Reference);
+    let relaxed = Case {
+        g: crate::model::Graph {
+            relax_float32_to_float16: true,
+            ..case.g.clone()
+        },
+        inputs: case.inputs.clone(),
+        k: case.k,
+        expect: FloatRuns {
+            half_gemm: case.expect.packed_gemm,
+            ..case.expect
+        },
+        what: format!("relaxed {}", case.what),
+    };
+    // Values in [-1, 1): each operand rounds to a half (2⁻¹¹ relative), and runs of 64
+    // products sum in float16 (a rounding of the partial sum at each step), then in float32:
+    // about √k roundings of a few 2⁻¹¹ (the worst case here is 0.52 of this).
+    let tol = 6.0 / 2048.0 * (case.k as f32).sqrt().max(1.0);
+    let mut worst = 0f32;
+    let mut kernels = vec![Kernel::Portable];
+    kernels.extend(Kernel::detect());
+    for kernel in kernels {
+        let (got, ran) =
+            with_half_kernel(kernel, || run_on(&relaxed, FloatRoute::Fast(Isa::detect())));
+        assert_eq!(
+            ran, relaxed.expect,
+            "{} ({kernel:?}): kernels run",
+            relaxed.what
+        );
+        assert_eq!(got.len(), want.len(), "{}", relaxed.what);
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            let err = (a - b).abs() / (tol * (1.0 + b.abs()));
+            assert!(
+                err <= 1.0,
+                "{} ({kernel:?}) [{i}]: {a} vs {b}",
+                relaxed.what
+            );
+            worst = worst.max(err);
+        }
+    }
+    worst
 }
 
 fn floats(rng: &mut Rng, n: u32) -> Vec<f32> {
@@ -91,6 +140,7 @@ fn fully_connected_case(rng: &mut Rng, batch: u32, isz: u32, units: u32) -> Case
         expect: FloatRuns {
             packed_gemm: usize::from(batch > 4),
             depthwise_3x3: 0,
+            half_gemm: 0,
         },
         what: format!("FULLY_CONNECTED batch {batch} in {isz} units {units} act {act}"),
     }
@@ -201,11 +251,13 @@ fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
             depthwise_3x3: usize::from(
                 (fh, fw, mult, dw, dh) == (3, 3, 1, 1, 1) && sw == sh && sw <= 2,
             ),
+            half_gemm: 0,
         }
     } else {
         FloatRuns {
             packed_gemm: usize::from(!pointwise || pixels > 4),
             depthwise_3x3: 0,
+            half_gemm: 0,
         }
     };
     Case {
@@ -278,6 +330,7 @@ fn fast_float_kernels_match_the_reference_on_layers_split_over_threads() {
             expect: FloatRuns {
                 packed_gemm: usize::from(!depthwise),
                 depthwise_3x3: usize::from(depthwise),
+                half_gemm: 0,
             },
             what: format!("{} {in_dims:?} filter {f_dims:?}", op.name()),
         }
@@ -307,4 +360,27 @@ fn copy_run_copies_runs_of_every_length_exactly() {
         assert_eq!(&dst[1..n + 1], &src[2..n + 2], "run of {n}");
         assert_eq!(&dst[n + 1..], &[-1.0, -1.0], "run of {n}: wrote past it");
     }
+}
+
+/// A relaxed model's FULLY_CONNECTED and CONV_2D (random shapes, and layers past the
+/// reduction block, split over threads) through the float16 GEMM, against the float32
+/// reference within float16 rounding.
+#[test]
+fn relaxed_float_gemms_run_in_float16_within_its_rounding() {
+    let mut rng = Rng(0xf10a_0005);
+    let mut worst = 0f32;
+    for _ in 0..40 {
+        let (batch, isz, units) = (rng.range(5, 40), rng.range(1, 300), rng.range(1, 50));
+        let case = fully_connected_case(&mut rng, batch as u32, isz as u32, units as u32);
+        worst = worst.max(check_relaxed(&case));
+    }
+    for _ in 0..60 {
+        worst = worst.max(check_relaxed(&conv_case(&mut rng, false)));
+    }
+    crate::par::set_max_threads(2);
+    worst = worst.max(check_relaxed(&fully_connected_case(&mut rng, 64, 1100, 70)));
+    // A depthwise layer of a relaxed model stays in float32 (no half_gemm counted).
+    worst = worst.max(check_relaxed(&conv_case(&mut rng, true)));
+    // Not so loose that any error passes: the worst case uses a fair part of the tolerance.
+    assert!(worst > 0.02, "worst error {worst} of the tolerance");
 }

@@ -476,7 +476,8 @@ pub(crate) fn st8(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
 
 /// The AVX2+FMA micro-kernel: MR×NR accumulators in 12 registers, or, for a panel of at most 8
 /// live columns (the last panel of n = 24, 40, ..., 1000), MR×8 in 6: half the multiply-adds of
-/// a full tile whose other half would be thrown away.
+/// a full tile whose other half would be thrown away. A tile of fewer rows (the last of a
+/// column) runs [`tile_avx2_fma_short`].
 ///
 /// # Safety
 /// The tile contract ([`ColumnFn`]), for `t.mr` <= MR rows, and the CPU must support AVX2 and
@@ -485,29 +486,63 @@ pub(crate) fn st8(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn tile_avx2_fma(t: &Tile<'_>) {
-    if t.nr <= 8 {
-        // SAFETY: the caller's contract.
-        unsafe { tile_avx2_fma_wide::<1>(t) }
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { tile_avx2_fma_wide::<2>(t) }
+    match (t.mr, t.nr <= 8) {
+        // SAFETY: the caller's contract, with t.mr = MR rows and nr <= 8.
+        (MR, true) => unsafe { tile_avx2_fma_rows::<1, MR, 1>(t) },
+        // SAFETY: the caller's contract, with t.mr = MR rows.
+        (MR, false) => unsafe { tile_avx2_fma_rows::<2, MR, 1>(t) },
+        // SAFETY: the caller's contract, with t.mr < MR rows.
+        _ => unsafe { tile_avx2_fma_short(t) },
     }
 }
 
-/// [`tile_avx2_fma`] on the first `W` × 8 columns of the panel (`t.nr` <= 8·W).
+/// [`tile_avx2_fma`] for a tile of fewer than MR rows, on as many rows: computing the full
+/// MR rows (the rows past mr repeating row mr−1) made a lone row cost a whole tile; 49 rows
+/// (a 7×7 layer) were 9 tiles of work for 8⅙.
 ///
 /// # Safety
-/// As [`tile_avx2_fma`], and `t.nr` <= 8·W.
+/// As [`tile_avx2_fma`], and `t.mr` < MR.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn tile_avx2_fma_short(t: &Tile<'_>) {
+    // The kernel of t.mr rows (1..MR) and t.nr columns, with enough sets of accumulators.
+    let kernel: unsafe fn(&Tile<'_>) = match (t.mr, t.nr <= 8) {
+        (1, true) => tile_avx2_fma_rows::<1, 1, 4>,
+        (1, false) => tile_avx2_fma_rows::<2, 1, 4>,
+        (2, true) => tile_avx2_fma_rows::<1, 2, 4>,
+        (2, false) => tile_avx2_fma_rows::<2, 2, 2>,
+        (3, true) => tile_avx2_fma_rows::<1, 3, 2>,
+        (3, false) => tile_avx2_fma_rows::<2, 3, 2>,
+        (4, true) => tile_avx2_fma_rows::<1, 4, 2>,
+        (4, false) => tile_avx2_fma_rows::<2, 4, 1>,
+        (_, true) => tile_avx2_fma_rows::<1, 5, 2>,
+        (_, false) => tile_avx2_fma_rows::<2, 5, 1>,
+    };
+    // SAFETY: the caller's contract; the kernel's row count is t.mr (< MR, so 5 for the
+    // rest) and its width covers t.nr.
+    unsafe { kernel(t) }
+}
+
+/// [`tile_avx2_fma`] on the first `W` × 8 columns of the panel (`t.nr` <= 8·W) and `R` rows
+/// (`R` = `t.mr`), with `S` (≥ 1) sets of accumulators over interleaved reduction entries: a
+/// multiply-add takes 5 cycles and two issue a cycle, so 10 independent sums keep the units
+/// busy, and a tile of 1–3 rows has only 2–6 of its own (a lone row of 1024×1024 weights:
+/// 16.5 GFLOP/s with one set, see docs/dependencies.md).
+///
+/// # Safety
+/// As [`tile_avx2_fma`], `t.nr` <= 8·W and `R` == `t.mr`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn tile_avx2_fma_wide<const W: usize>(t: &Tile<'_>) {
+unsafe fn tile_avx2_fma_rows<const W: usize, const R: usize, const S: usize>(t: &Tile<'_>) {
     use std::arch::x86_64::*;
-    // Rows past mr read row mr-1 again (inside A) and are never stored.
-    let rows: [*const f32; MR] = std::array::from_fn(|r| t.a.wrapping_add(r.min(t.mr - 1) * t.lda));
-    let mut acc = [[_mm256_setzero_ps(); W]; MR];
+    // Rows past mr (none when R == mr, as the contract says) would read row mr-1 again
+    // (inside A) and are never stored.
+    let rows: [*const f32; R] = std::array::from_fn(|r| t.a.wrapping_add(r.min(t.mr - 1) * t.lda));
+    let mut acc = [[_mm256_setzero_ps(); W]; R];
     match t.bias {
-        Some(b) => acc = [std::array::from_fn(|h| ld8(b, 8 * h)); MR],
+        Some(b) => acc = [std::array::from_fn(|h| ld8(b, 8 * h)); R],
         None => {
             for (r, row) in acc.iter_mut().enumerate().take(t.mr) {
                 let mut buf = [0f32; NR];
@@ -518,19 +553,44 @@ unsafe fn tile_avx2_fma_wide<const W: usize>(t: &Tile<'_>) {
             }
         }
     }
-    let mut bp = t.b;
-    for kk in 0..t.kc {
+    // Reduction entry kk into the accumulators `set`.
+    let step = |set: &mut [[__m256; W]; R], kk: usize| {
         // SAFETY: kk < kc: the panel block's row kk, NR floats (contract).
-        let b = unsafe { &*bp.cast::<[f32; NR]>() };
+        let b = unsafe { &*t.b.wrapping_add(kk * NR).cast::<[f32; NR]>() };
         let bv: [__m256; W] = std::array::from_fn(|h| ld8(b, 8 * h));
-        for (row, &ap) in acc.iter_mut().zip(&rows) {
+        for (row, &ap) in set.iter_mut().zip(&rows) {
             // SAFETY: each row pointer is a row < mr of A, kk < kc (contract).
             let x = _mm256_set1_ps(unsafe { *ap.wrapping_add(kk) });
             for (v, &w) in row.iter_mut().zip(&bv) {
                 *v = _mm256_fmadd_ps(x, w, *v);
             }
         }
-        bp = bp.wrapping_add(NR);
+    };
+    if S == 1 {
+        for kk in 0..t.kc {
+            step(&mut acc, kk);
+        }
+    } else {
+        // S sets of accumulators, set s taking the entries kk ≡ s (mod S), summed at the end.
+        let mut sets = [[[_mm256_setzero_ps(); W]; R]; S];
+        sets[0] = acc;
+        let whole = t.kc - t.kc % S;
+        for k0 in (0..whole).step_by(S) {
+            for (s, set) in sets.iter_mut().enumerate() {
+                step(set, k0 + s);
+            }
+        }
+        for kk in whole..t.kc {
+            step(&mut sets[0], kk);
+        }
+        acc = sets[0];
+        for set in &sets[1..] {
+            for (row, srow) in acc.iter_mut().zip(set) {
+                for (v, &x) in row.iter_mut().zip(srow) {
+                    *v = _mm256_add_ps(*v, x);
+                }
+            }
+        }
     }
     if let Some((lo, hi)) = t.clamp {
         let (l, h) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));

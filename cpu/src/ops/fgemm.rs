@@ -488,12 +488,25 @@ pub(crate) fn st8(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
 unsafe fn tile_avx2_fma(t: &Tile<'_>) {
     match (t.mr, t.nr <= 8) {
         // SAFETY: the caller's contract, with t.mr = MR rows and nr <= 8.
-        (MR, true) => unsafe { tile_avx2_fma_rows::<1, MR, 1>(t) },
+        (MR, true) => unsafe { tile_avx2_fma_narrow(t) },
         // SAFETY: the caller's contract, with t.mr = MR rows.
         (MR, false) => unsafe { tile_avx2_fma_rows::<2, MR, 1>(t) },
         // SAFETY: the caller's contract, with t.mr < MR rows.
         _ => unsafe { tile_avx2_fma_short(t) },
     }
+}
+
+/// [`tile_avx2_fma`] for a whole tile of at most 8 columns (the last panel of n = 24, ...): its
+/// 6 accumulators in 2 sets, out of line so that the full tile's loop stays as it was.
+///
+/// # Safety
+/// As [`tile_avx2_fma`], `t.mr` == MR and `t.nr` <= 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn tile_avx2_fma_narrow(t: &Tile<'_>) {
+    // SAFETY: the caller's contract.
+    unsafe { tile_avx2_fma_rows::<1, MR, 2>(t) }
 }
 
 /// [`tile_avx2_fma`] for a tile of fewer than MR rows, on as many rows: computing the full

@@ -63,6 +63,13 @@ pub use par::{MAX_THREADS, max_threads, set_max_threads};
 pub use tensor::{f16_to_f32, f32_to_f16};
 pub use validate::supported_operation_types;
 
+/// Whether a relaxed model's (`relax_float32_to_float16`) float FULLY_CONNECTED and CONV_2D
+/// layers compute in float16 on this CPU (aarch64 with FEAT_FP16); else they run in float32,
+/// as any other model's.
+pub fn relaxed_runs_in_float16() -> bool {
+    ops::half_kernel(true).is_some()
+}
+
 #[cfg(test)]
 mod control_flow_tests;
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The model benchmark (issue 18, docs/performance.md): MobileNetV1-1.0-224 and
 //! MobileNetV2-1.0-224 in float32 and int8 (deterministic random weights) and an MLP
 //! (784→1024→1024→10, batch 1 and 64), on the CPU executor in this process at 1 and 2 threads,
-//! and on LiteRT's default CPU path (XNNPACK) at 1 and 2 threads, in the same run.
+//! and on LiteRT's default CPU path (XNNPACK) at 1 and 2 threads, in the same run. Where the
+//! CPU computes in float16 (aarch64 FEAT_FP16), a last table times the float32 models made
+//! relaxed (`relaxComputationFloat32toFloat16`) next to themselves; elsewhere it says why not.
 //!
 //! ```text
 //! cargo bench -p nnaccel-tests --bench models
@@ -47,6 +49,8 @@ struct Row {
     gflop: f64,
     ours: Result<[f64; 2], String>,
     litert: Option<[f64; 2]>,
+    /// A float32 model made relaxed, where this CPU computes it in float16.
+    relaxed: Option<Result<[f64; 2], String>>,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -185,6 +189,11 @@ fn main() {
             }
             _ => None,
         };
+        let relaxed =
+            (meta.dtype == "float32" && nnaccel_cpu::relaxed_runs_in_float16()).then(|| {
+                let p = Prepared::load_relaxed(&driver, &files)?;
+                Ok([time(&p, 1, seconds)?, time(&p, 2, seconds)?])
+            });
         nnaccel_cpu::set_max_threads(0);
         let row = Row {
             name: name.clone(),
@@ -193,6 +202,7 @@ fn main() {
             gflop: 2.0 * meta.macs as f64 / 1e9,
             ours,
             litert,
+            relaxed,
         };
         if let Err(e) = &row.ours {
             println!("{name}: nnaccel failed: {e}");
@@ -274,4 +284,45 @@ fn print_tables(rows: &[Row]) {
         "(f32/i8: the float32 network's 1-thread time / the int8 one's: the int8 speed-up, \
          > 1 = int8 faster)"
     );
+    print_relaxed(rows);
+}
+
+/// The float32 models made relaxed, next to themselves, where the CPU computes in float16.
+fn print_relaxed(rows: &[Row]) {
+    println!();
+    if !nnaccel_cpu::relaxed_runs_in_float16() {
+        println!(
+            "relaxed float32 (float16 GEMMs): not measured, this CPU has no float16 arithmetic \
+             (aarch64 FEAT_FP16); relaxed models run in float32 here"
+        );
+        return;
+    }
+    println!(
+        "{:<22} | {:>9} {:>11} {:>8} | {:>9} {:>11} {:>8}",
+        "relaxed model", "f32 1T", "relaxed 1T", "f32/rel", "f32 2T", "relaxed 2T", "f32/rel"
+    );
+    for r in rows {
+        let Some(relaxed) = &r.relaxed else { continue };
+        let ours = r.ours.as_ref().ok();
+        let rel = match relaxed {
+            Ok(v) => Some(*v),
+            Err(e) => {
+                println!("{}: relaxed failed: {e}", r.name);
+                None
+            }
+        };
+        let (o1, o2) = (ours.map(|o| o[0]), ours.map(|o| o[1]));
+        let (r1, r2) = (rel.map(|v| v[0]), rel.map(|v| v[1]));
+        println!(
+            "{:<22} | {:>9} {:>11} {:>8} | {:>9} {:>11} {:>8}",
+            r.name,
+            ms(o1),
+            ms(r1),
+            ratio(o1, r1),
+            ms(o2),
+            ms(r2),
+            ratio(o2, r2),
+        );
+    }
+    println!("(f32/rel: the float32 time / the relaxed one's, > 1 = float16 faster)");
 }

@@ -216,9 +216,27 @@ impl Prepared {
     /// Loads `files.json` and `files.inputs`, prepares the model on `driver`, and lays out
     /// the request (inputs written, outputs sized from the model's dimensions).
     pub fn load(driver: &dyn HalDevice, files: &Files) -> Result<Self, String> {
-        let model = modelfile::load_model(&files.json)
+        Self::load_with(driver, files, |_| {})
+    }
+
+    /// As [`Prepared::load`], with the model made relaxed (`relaxComputationFloat32toFloat16`)
+    /// before it is prepared.
+    pub fn load_relaxed(driver: &dyn HalDevice, files: &Files) -> Result<Self, String> {
+        Self::load_with(driver, files, |m| {
+            m.relax_computation_float32_to_float16 = true;
+        })
+    }
+
+    /// As [`Prepared::load`], with `edit` applied to the model before it is prepared.
+    fn load_with(
+        driver: &dyn HalDevice,
+        files: &Files,
+        edit: impl FnOnce(&mut Model),
+    ) -> Result<Self, String> {
+        let mut model = modelfile::load_model(&files.json)
             .map_err(|e| e.to_string())?
             .model;
+        edit(&mut model);
         let inputs = modelfile::load_inputs(&files.inputs, &model).map_err(|e| e.to_string())?;
         let prepared = driver
             .prepare_model(

@@ -522,8 +522,8 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                 packed
                     .run(shape, x, ep, &mut out, threads, isa)
                     .map_err(|e| ctx.err(e))?;
-                ran_float(|r| r.packed_gemm += 1);
-                // SAFETY: `Product::run` succeeded, so it wrote every element of `out`.
+                packed.count_run();
+                // SAFETY: the GEMM's run succeeded, so it wrote every element of `out`.
                 unsafe { crate::tensor::assume_written(out) }
             }
         };
@@ -622,7 +622,7 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                 let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
                 let gemm_ran = conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
                 if gemm_ran {
-                    ran_float(|r| r.packed_gemm += 1);
+                    packed.count_run();
                 }
                 // SAFETY: `ConvF32::run` succeeded, so it wrote every element of `out`.
                 unsafe { crate::tensor::assume_written(out) }
@@ -678,6 +678,14 @@ enum PackedWeights<'a> {
 }
 
 impl PackedWeights<'_> {
+    /// Counts one operation run on these weights (tests check which GEMM ran).
+    fn count_run(&self) {
+        ran_float(|r| r.packed_gemm += 1);
+        if matches!(self, PackedWeights::F16(..)) {
+            ran_float(|r| r.half_gemm += 1);
+        }
+    }
+
     /// The product of `a` ((m, k, n) = `shape`) by these weights into `c`, with `ep`, on up to
     /// `threads` threads; `isa` for float32 weights.
     fn run(
@@ -700,7 +708,6 @@ impl PackedWeights<'_> {
             }
             .run(c, threads, isa),
             PackedWeights::F16(packed, kernel) => {
-                ran_float(|r| r.half_gemm += 1);
                 let p = hgemm::Product {
                     m,
                     k,

@@ -9,9 +9,10 @@
 //! - each block of A rows is converted to halves once, laid out for the tile: for each step
 //!   of [`KSTEP`] entries, the [`MR`] rows' eight halves side by side;
 //! - the tile multiplies and sums in float16, and moves its sums into float32 every
-//!   [`HALF_RUN`] entries, so a long reduction loses no more than a run of 64 does. NNAPI lets
-//!   a relaxed model have float16's range and precision; the sums of whole reductions in
-//!   float16 (XNNPACK's choice) lose more as the reductions grow (MobileNet's are 1024 long).
+//!   [`HALF_RUN`] entries, so no float16 sum spans more than 64 products. NNAPI lets a relaxed
+//!   model have float16's range and precision, but a whole reduction summed in float16
+//!   (XNNPACK's choice) rounds each step at the size of a partial sum that grows with the
+//!   reduction (MobileNet's are up to 1024 long), and may overflow float16's range.
 //!
 //! Only the rows are split over threads. On other CPUs a relaxed model runs in float32, which
 //! NNAPI allows too.

@@ -126,12 +126,11 @@ pub(crate) struct Product<'a, W = f32> {
 }
 
 impl<W> Product<'_, W> {
-    /// m·n, once `c` (of `c_len` elements), A, the packed weights (`packed_len` elements
-    /// needed, None for a size that overflows) and the bias are checked to hold the shape.
-    pub(crate) fn checked(&self, c_len: usize, packed_len: Option<usize>) -> Result<usize, String> {
+    /// m·n, once `c` (of `c_len` elements), A, the packed weights (`b_need` elements needed)
+    /// and the bias are checked to hold the shape.
+    pub(crate) fn checked(&self, c_len: usize, b_need: usize) -> Result<usize, String> {
         let c_need = self.m.checked_mul(self.n).ok_or("gemm size overflow")?;
         let a_need = self.m.checked_mul(self.k).ok_or("gemm size overflow")?;
-        let b_need = packed_len.ok_or("gemm size overflow")?;
         if c_len < c_need
             || self.a.len() < a_need
             || self.packed.len() < b_need
@@ -172,8 +171,8 @@ impl Product<'_> {
             packed,
             ep,
         } = *self;
-        let c_need = self.checked(c.len(), packed_len(n, k))?;
         let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
+        let c_need = self.checked(c.len(), b_need)?;
         let c = &mut c[..c_need];
         if c.is_empty() {
             return Ok(());
@@ -550,8 +549,8 @@ unsafe fn tile_avx2_fma_short(t: &Tile<'_>) {
 #[inline]
 unsafe fn tile_avx2_fma_rows<const W: usize, const R: usize, const S: usize>(t: &Tile<'_>) {
     use std::arch::x86_64::*;
-    // Rows past mr (none when R == mr, as the contract says) would read row mr-1 again
-    // (inside A) and are never stored.
+    // R == mr by the contract; the clamp to row mr−1 keeps a caller that broke it reading
+    // inside A (rows past mr are never stored).
     let rows: [*const f32; R] = std::array::from_fn(|r| t.a.wrapping_add(r.min(t.mr - 1) * t.lda));
     let mut acc = [[_mm256_setzero_ps(); W]; R];
     match t.bias {
@@ -682,6 +681,11 @@ impl PackedGemm {
 pub(crate) mod tests {
     use super::*;
 
+    /// A random product's A (m·k), weights `w[n][k]` and bias (n), from `seed`.
+    pub(crate) fn operands(seed: &mut u32, m: usize, k: usize, n: usize) -> [Vec<f32>; 3] {
+        [m * k, n * k, n].map(|len| floats(seed, len))
+    }
+
     /// Xorshift floats in [-1, 1), reproducible from `seed`.
     pub(crate) fn floats(seed: &mut u32, n: usize) -> Vec<f32> {
         (0..n)
@@ -744,9 +748,7 @@ pub(crate) mod tests {
             (3, 600, 70),
             (250, 64, 33),
         ] {
-            let a = floats(&mut seed, m * k);
-            let w = floats(&mut seed, n * k);
-            let bias = floats(&mut seed, n);
+            let [a, w, bias] = operands(&mut seed, m, k, n);
             let packed = pack(n, k, &w).unwrap();
             for (lo, hi) in [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)] {
                 let ep = Epilogue {

@@ -59,6 +59,14 @@ impl Kernel {
         None
     }
 
+    /// The portable kernel and this CPU's own, if it has one (tests run every one).
+    #[cfg(test)]
+    pub(crate) fn all() -> Vec<Kernel> {
+        std::iter::once(Kernel::Portable)
+            .chain(Kernel::detect())
+            .collect()
+    }
+
     fn tile(self) -> TileFn {
         match self {
             Kernel::Portable => tile_portable,
@@ -97,7 +105,7 @@ impl Product<'_> {
         kernel: Kernel,
     ) -> Result<(), String> {
         let Product { m, k, n, a, .. } = *self;
-        let c_need = self.checked(c.len(), packed_len(n, k))?;
+        let c_need = self.checked(c.len(), packed_len(n, k).ok_or("gemm size overflow")?)?;
         let c = &mut c[..c_need];
         if c.is_empty() {
             return Ok(());
@@ -391,14 +399,7 @@ unsafe fn tile_neon_fp16_asm(
 mod tests {
     use super::*;
     use crate::ops::fgemm::Epilogue;
-    use crate::ops::fgemm::tests::floats;
-
-    /// Every kernel this CPU has (the portable one always).
-    fn kernels() -> Vec<Kernel> {
-        let mut v = vec![Kernel::Portable];
-        v.extend(Kernel::detect());
-        v
-    }
+    use crate::ops::fgemm::tests::{floats, operands};
 
     #[test]
     fn packing_rounds_to_halves_in_panels_and_zero_fills_past_n_and_k() {
@@ -458,12 +459,10 @@ mod tests {
             (70, 1030, 9),
             (3, 200, 50),
         ] {
-            let a = floats(&mut seed, m * k);
-            let w = floats(&mut seed, n * k);
-            let bias = floats(&mut seed, n);
+            let [a, w, bias] = operands(&mut seed, m, k, n);
             let packed = pack(n, k, &w).unwrap();
             for (lo, hi) in [(f32::NEG_INFINITY, f32::INFINITY), (-0.25, 0.5)] {
-                for kernel in kernels() {
+                for kernel in Kernel::all() {
                     for threads in [1, 2] {
                         let p = Product {
                             m,

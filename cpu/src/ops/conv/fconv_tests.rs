@@ -79,9 +79,7 @@ fn check_relaxed(case: &Case) -> f32 {
     // about √k roundings of a few 2⁻¹¹ (the worst case here is 0.52 of this).
     let tol = 6.0 / 2048.0 * (case.k as f32).sqrt().max(1.0);
     let mut worst = 0f32;
-    let mut kernels = vec![Kernel::Portable];
-    kernels.extend(Kernel::detect());
-    for kernel in kernels {
+    for kernel in Kernel::all() {
         let (got, ran) =
             with_half_kernel(kernel, || run_on(&relaxed, FloatRoute::Fast(Isa::detect())));
         assert_eq!(

@@ -11,7 +11,7 @@ use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
 use crate::packed::{self, Packed};
-use crate::tensor::{self, Arena, Data, Tensor, kind_of, num_elements};
+use crate::tensor::{self, Arena, Data, Place, Tensor, kind_of, num_elements};
 use crate::validate;
 
 /// One execution input.
@@ -254,15 +254,33 @@ impl PreparedGraph {
                             dims
                         )));
                     }
-                    Some(Tensor::new(dims, Data::decode(operand.ty, data)))
+                    // SAFETY: `given` and every tensor made from it (the graph's values) are
+                    // dropped before this function returns, inside the borrow of `inputs`.
+                    Some(Tensor::new(dims, unsafe { Data::lend(operand.ty, data) }))
                 }
             });
         }
+        // Each output's bytes, offered to the operation that computes it (`Run::offer`).
+        let out_lens: Vec<usize> = outputs.iter().map(|o| o.len()).collect();
+        let places: Vec<Option<Place>> = outputs
+            .iter_mut()
+            .zip(&g.output_indexes)
+            .enumerate()
+            .map(|(k, (out, &oi))| {
+                let unique = g.output_indexes.iter().filter(|&&o| o == oi).count() == 1;
+                let ty = g.operands[oi as usize].ty;
+                // SAFETY: `outputs[k]` is not used again until every tensor of this execution
+                // is dropped: the encoding below skips an output written in place, and a
+                // tensor written in place holds only its own output's bytes (checked there).
+                unique.then(|| unsafe { Place::new(out, ty, k) }).flatten()
+            })
+            .collect();
         let run = Run {
             prepared: self,
             pools,
             loop_timeout,
             depth: 0,
+            places: &places,
         };
         let given_refs: Vec<Option<&Tensor>> = given.iter().map(Option::as_ref).collect();
         let results = run.graph(g, &self.main, &given_refs)?;
@@ -274,9 +292,9 @@ impl PreparedGraph {
         let mut all_ok = true;
         for (k, (t, &oi)) in results.iter().zip(&g.output_indexes).enumerate() {
             let ty = g.operands[oi as usize].ty;
-            let ok = outputs
+            let ok = out_lens
                 .get(k)
-                .is_some_and(|o| o.len() >= t.data.len() * ty.element_size());
+                .is_some_and(|&len| len >= t.data.len() * ty.element_size());
             all_ok &= ok;
             shapes.push(OutputShape {
                 dimensions: t.dims.clone(),
@@ -286,12 +304,27 @@ impl PreparedGraph {
         if !all_ok {
             return Err(ExecError::OutputInsufficientSize(shapes));
         }
-        for ((t, &oi), out) in results
+        for (k, ((t, &oi), out)) in results
             .iter()
             .zip(&g.output_indexes)
             .zip(outputs.iter_mut())
+            .enumerate()
         {
-            t.data.encode(g.operands[oi as usize].ty, &mut out[..]);
+            match t.data.output_slot() {
+                // Computed where the caller reads it.
+                Some(slot) if slot == k => {}
+                Some(slot) => {
+                    return Err(ExecError::Failed(format!(
+                        "output {k} was computed in the bytes of output {slot}"
+                    )));
+                }
+                None => {
+                    let ty = g.operands[oi as usize].ty;
+                    #[cfg(test)]
+                    tensor::note_io_copy(t.data.len() * ty.element_size());
+                    t.data.encode(ty, &mut out[..]);
+                }
+            }
         }
         for t in results {
             tensor::recycle(t.data);
@@ -308,6 +341,9 @@ struct Run<'p> {
     loop_timeout: Duration,
     /// How many IF/WHILE operations enclose this level.
     depth: usize,
+    /// The bytes of the execution's outputs that operations may compute in place, by output
+    /// (the root graph's; none inside IF and WHILE).
+    places: &'p [Option<Place>],
 }
 
 impl Run<'_> {
@@ -389,6 +425,7 @@ impl Run<'_> {
                     qweights: packed.and_then(Packed::q8),
                     kept: plan.kept.get(opi).and_then(Option::as_ref),
                 };
+                let _offer = self.offer(g, op);
                 ops::run(&ctx)?
             };
             #[cfg(test)]
@@ -458,6 +495,19 @@ impl Run<'_> {
     }
 }
 
+impl Run<'_> {
+    /// Offers the bytes of the execution output `op` computes, if it computes one whose
+    /// bytes can take it (`tensor::offer`): an operation of one output, in the root graph.
+    fn offer(&self, g: &Graph, op: &crate::model::Operation) -> Option<tensor::Offer> {
+        let [out] = op.outputs[..] else {
+            return None;
+        };
+        let slot = g.output_indexes.iter().position(|&o| o == out)?;
+        let place = (*self.places.get(slot)?)?;
+        Some(tensor::offer(place))
+    }
+}
+
 impl SubgraphRunner for Run<'_> {
     fn run_subgraph(
         &self,
@@ -486,6 +536,7 @@ impl SubgraphRunner for Run<'_> {
         }
         let inner = Run {
             depth: self.depth + 1,
+            places: &[],
             ..*self
         };
         inner

@@ -73,6 +73,8 @@ pub fn relaxed_runs_in_float16() -> bool {
 #[cfg(test)]
 mod control_flow_tests;
 #[cfg(test)]
+mod in_place_tests;
+#[cfg(test)]
 mod packed_tests;
 #[cfg(test)]
 mod test_support;

@@ -5,6 +5,9 @@ use std::mem::MaybeUninit;
 use crate::model::OperandType;
 use zerocopy::{FromBytes, IntoBytes};
 
+mod buf;
+pub(crate) use buf::Buf;
+
 /// Largest number of elements one tensor may have (guards allocations driven by input values).
 const MAX_ELEMENTS: usize = 1 << 28;
 
@@ -12,17 +15,17 @@ const MAX_ELEMENTS: usize = 1 << 28;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Data {
     /// FLOAT32, TENSOR_FLOAT32; also FLOAT16, TENSOR_FLOAT16 (widened on decode).
-    F32(Vec<f32>),
+    F32(Buf<f32>),
     /// INT32, UINT32 (bit pattern), TENSOR_INT32.
-    I32(Vec<i32>),
+    I32(Buf<i32>),
     /// TENSOR_QUANT8_ASYMM, BOOL, TENSOR_BOOL8.
-    U8(Vec<u8>),
+    U8(Buf<u8>),
     /// TENSOR_QUANT8_SYMM, TENSOR_QUANT8_SYMM_PER_CHANNEL, TENSOR_QUANT8_ASYMM_SIGNED.
-    I8(Vec<i8>),
+    I8(Buf<i8>),
     /// TENSOR_QUANT16_SYMM.
-    I16(Vec<i16>),
+    I16(Buf<i16>),
     /// TENSOR_QUANT16_ASYMM.
-    U16(Vec<u16>),
+    U16(Buf<u16>),
 }
 
 /// Storage kind tag.
@@ -111,10 +114,10 @@ impl Data {
             v
         }
         match kind_of(ty) {
-            Kind::F32 => Data::F32(get_plain(bytes, f32::from_le_bytes)),
-            Kind::I32 => Data::I32(get_plain(bytes, i32::from_le_bytes)),
-            Kind::U8 => Data::U8(get(bytes, |[b]: [u8; 1]| b)),
-            Kind::I8 => Data::I8(get(bytes, |[b]: [u8; 1]| b as i8)),
+            Kind::F32 => Data::F32(get_plain(bytes, f32::from_le_bytes).into()),
+            Kind::I32 => Data::I32(get_plain(bytes, i32::from_le_bytes).into()),
+            Kind::U8 => Data::U8(get(bytes, |[b]: [u8; 1]| b).into()),
+            Kind::I8 => Data::I8(get(bytes, |[b]: [u8; 1]| b as i8).into()),
             Kind::I16 => Data::I16(
                 bytes
                     .chunks_exact(2)
@@ -127,6 +130,60 @@ impl Data {
                     .map(|c| u16::from_le_bytes([c[0], c[1]]))
                     .collect(),
             ),
+        }
+    }
+
+    /// The elements of an execution input of operand type `ty`: read where they lie in `bytes`
+    /// when they are stored as the executor keeps them (a little-endian target, a type other
+    /// than FLOAT16, `bytes` aligned for the element), else decoded ([`Data::decode`]).
+    ///
+    /// # Safety
+    /// The returned data, and every tensor holding it, must be dropped before the borrow of
+    /// `bytes` ends ([`Buf::input`]).
+    pub(crate) unsafe fn lend(ty: OperandType, bytes: &[u8]) -> Data {
+        /// `bytes` as a borrowed buf of `T`, when they hold whole aligned elements.
+        ///
+        /// # Safety
+        /// As [`Data::lend`].
+        unsafe fn lent<T: FromBytes + zerocopy::Immutable>(bytes: &[u8]) -> Option<Buf<T>> {
+            let s = <[T]>::ref_from_bytes(bytes).ok()?;
+            // SAFETY: the caller drops the buf before the borrow of `bytes` ends.
+            Some(unsafe { Buf::input(s) })
+        }
+        let plain = cfg!(target_endian = "little")
+            && !matches!(ty, OperandType::Float16 | OperandType::TensorFloat16);
+        if plain {
+            // The caller drops the data before the borrow of `bytes` ends (each SAFETY below).
+            let lent = match kind_of(ty) {
+                // SAFETY: as above.
+                Kind::F32 => unsafe { lent(bytes) }.map(Data::F32),
+                // SAFETY: as above.
+                Kind::I32 => unsafe { lent(bytes) }.map(Data::I32),
+                // SAFETY: as above.
+                Kind::U8 => unsafe { lent(bytes) }.map(Data::U8),
+                // SAFETY: as above.
+                Kind::I8 => unsafe { lent(bytes) }.map(Data::I8),
+                Kind::I16 | Kind::U16 => None,
+            };
+            if let Some(d) = lent {
+                return d;
+            }
+        }
+        #[cfg(test)]
+        note_io_copy(bytes.len());
+        Data::decode(ty, bytes)
+    }
+
+    /// Which execution output's bytes hold the elements, when they were written in place
+    /// ([`offer`]).
+    pub(crate) fn output_slot(&self) -> Option<usize> {
+        match self {
+            Data::F32(v) => v.output_slot(),
+            Data::I32(v) => v.output_slot(),
+            Data::U8(v) => v.output_slot(),
+            Data::I8(v) => v.output_slot(),
+            Data::I16(v) => v.output_slot(),
+            Data::U16(v) => v.output_slot(),
         }
     }
 
@@ -157,12 +214,12 @@ impl Data {
             idx.iter().map(|&i| v[i]).collect()
         }
         match self {
-            Data::F32(v) => Data::F32(g(v, idx)),
-            Data::I32(v) => Data::I32(g(v, idx)),
-            Data::U8(v) => Data::U8(g(v, idx)),
-            Data::I8(v) => Data::I8(g(v, idx)),
-            Data::I16(v) => Data::I16(g(v, idx)),
-            Data::U16(v) => Data::U16(g(v, idx)),
+            Data::F32(v) => Data::F32(g(v, idx).into()),
+            Data::I32(v) => Data::I32(g(v, idx).into()),
+            Data::U8(v) => Data::U8(g(v, idx).into()),
+            Data::I8(v) => Data::I8(g(v, idx).into()),
+            Data::I16(v) => Data::I16(g(v, idx).into()),
+            Data::U16(v) => Data::U16(g(v, idx).into()),
         }
     }
 }
@@ -217,6 +274,8 @@ pub(crate) trait Reusable: Copy + Default + 'static {
     /// kernel that leaves an element unwritten shows).
     #[cfg(test)]
     const POISON: Self;
+    /// The storage kind of a tensor of these elements.
+    const KIND: Kind;
     /// A buffer of `n` elements (contents unspecified) from `arena`, see [`Arena::take`].
     fn take(arena: &mut Arena, n: usize) -> Vec<Self> {
         match Self::take_spare(arena, n) {
@@ -235,10 +294,11 @@ pub(crate) trait Reusable: Copy + Default + 'static {
 
 /// `Reusable` for an element type kept in its own list of the arena.
 macro_rules! reusable {
-    ($t:ty, $list:ident, $poison:expr) => {
+    ($t:ty, $list:ident, $kind:ident, $poison:expr) => {
         impl Reusable for $t {
             #[cfg(test)]
             const POISON: Self = $poison;
+            const KIND: Kind = Kind::$kind;
             fn take_spare(arena: &mut Arena, n: usize) -> Option<Vec<Self>> {
                 Arena::take_spare(&mut arena.$list, n)
             }
@@ -248,13 +308,14 @@ macro_rules! reusable {
         }
     };
 }
-reusable!(f32, f32, f32::NAN);
-reusable!(i32, i32, i32::MIN + 0x5a5a);
-reusable!(u8, bytes, 0xa5);
+reusable!(f32, f32, F32, f32::NAN);
+reusable!(i32, i32, I32, i32::MIN + 0x5a5a);
+reusable!(u8, bytes, U8, 0xa5);
 
 impl Reusable for i8 {
     #[cfg(test)]
     const POISON: Self = -0x5b;
+    const KIND: Kind = Kind::I8;
     fn take_spare(arena: &mut Arena, n: usize) -> Option<Vec<Self>> {
         Arena::take_spare(&mut arena.bytes, n).map(bytes_as::<u8, i8>)
     }
@@ -278,6 +339,12 @@ pub(crate) fn bytes_as<A: Byte, B: Byte>(v: Vec<A>) -> Vec<B> {
     // SAFETY: `Byte` is implemented only for u8 and i8, which have the same size (1) and
     // alignment (1), and every bit pattern is a valid value of both.
     unsafe { reinterpret_vec(v) }
+}
+
+/// A byte buf as the other byte type, without copying.
+pub(crate) fn bytes_buf_as<A: Byte, B: Byte>(b: Buf<A>) -> Buf<B> {
+    // SAFETY: as in `bytes_as`.
+    unsafe { b.cast() }
 }
 
 /// `v`'s allocation, length and capacity as a vector of `B`, without copying.
@@ -359,11 +426,12 @@ impl Arena {
 
     /// Keeps the storage of a tensor no longer needed.
     pub(crate) fn recycle(&mut self, d: Data) {
+        // A borrowed buf (an execution's input or output, in the caller's bytes) is not kept.
         match d {
-            Data::F32(v) => f32::keep(self, v),
-            Data::I32(v) => i32::keep(self, v),
-            Data::U8(v) => u8::keep(self, v),
-            Data::I8(v) => i8::keep(self, v),
+            Data::F32(v) => v.into_owned().map_or((), |v| f32::keep(self, v)),
+            Data::I32(v) => v.into_owned().map_or((), |v| i32::keep(self, v)),
+            Data::U8(v) => v.into_owned().map_or((), |v| u8::keep(self, v)),
+            Data::I8(v) => v.into_owned().map_or((), |v| i8::keep(self, v)),
             Data::I16(_) | Data::U16(_) => {}
         }
     }
@@ -441,8 +509,16 @@ pub(crate) fn output_buffer<T: Reusable>(n: usize) -> Vec<T> {
 /// `MaybeUninit::write`, then hands it to [`assume_written`]: as [`output_buffer`], but the
 /// elements past a kept buffer's length, or of a new buffer, are not cleared first (a memset
 /// of up to the whole buffer, on every execution where a buffer serves a larger tensor than
-/// it last held). Tests fill it with [`Reusable::POISON`].
-pub(crate) fn output_buffer_uninit<T: Reusable>(n: usize) -> Vec<MaybeUninit<T>> {
+/// it last held). When the running operation computes an execution output whose bytes were
+/// offered ([`offer`]) and can hold the `n` elements, it is those bytes: the kernel writes the
+/// output where the caller reads it. Tests fill it with [`Reusable::POISON`].
+pub(crate) fn output_buffer_uninit<T: Reusable>(n: usize) -> OutputBuf<T> {
+    #[allow(unused_mut)]
+    if let Some(mut b) = take_place::<T>(n) {
+        #[cfg(test)]
+        b.fill(T::POISON);
+        return OutputBuf::Placed(b);
+    }
     let v = ARENA
         .with_borrow_mut(|slot| slot.as_mut().and_then(|a| T::take_spare(a, n)))
         .unwrap_or_default();
@@ -458,7 +534,147 @@ pub(crate) fn output_buffer_uninit<T: Reusable>(n: usize) -> Vec<MaybeUninit<T>>
     for e in &mut u {
         e.write(T::POISON);
     }
-    u
+    OutputBuf::Own(u)
+}
+
+/// What [`output_buffer_uninit`] hands a kernel.
+pub(crate) enum OutputBuf<T> {
+    /// A buffer of the executor's own.
+    Own(Vec<MaybeUninit<T>>),
+    /// The caller's bytes of the execution output being computed (see [`offer`]).
+    Placed(Buf<T>),
+}
+
+impl<T> OutputBuf<T> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            OutputBuf::Own(v) => v.len(),
+            OutputBuf::Placed(b) => b.len(),
+        }
+    }
+
+    /// The elements, for the kernel to write.
+    ///
+    /// # Safety
+    /// As [`as_uninit`]: only initialized values may be written through the view (placed, it
+    /// is the caller's initialized output).
+    pub(crate) unsafe fn uninit(&mut self) -> &mut [MaybeUninit<T>]
+    where
+        T: Clone,
+    {
+        match self {
+            OutputBuf::Own(v) => v,
+            // SAFETY: the caller's contract is `as_uninit`'s.
+            OutputBuf::Placed(b) => unsafe { as_uninit(b) },
+        }
+    }
+}
+
+/// The bytes of one execution output, offered ([`offer`]) to the operation that computes it so
+/// that its kernel writes them in place of a buffer of its own (then copied).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Place {
+    ptr: std::ptr::NonNull<u8>,
+    bytes: usize,
+    kind: Kind,
+    slot: usize,
+}
+
+impl Place {
+    /// `out`, the bytes of execution output `slot`, of operand type `ty`, as a place; None
+    /// when the elements the executor keeps for that type cannot be written there as they sit
+    /// in memory (a big-endian target, FLOAT16 widened to f32, 16-bit kinds, `out` not aligned
+    /// for the element).
+    ///
+    /// # Safety
+    /// `out` must be neither read nor written by anyone else, and stay valid, until every
+    /// tensor made from the place is dropped: [`output_buffer_uninit`] hands it out as a
+    /// borrowed [`Buf`] without a lifetime.
+    pub(crate) unsafe fn new(out: &mut [u8], ty: OperandType, slot: usize) -> Option<Place> {
+        if matches!(ty, OperandType::Float16 | OperandType::TensorFloat16) {
+            return None;
+        }
+        let kind = kind_of(ty);
+        let align = match kind {
+            Kind::F32 | Kind::I32 => 4,
+            Kind::U8 | Kind::I8 => 1,
+            Kind::I16 | Kind::U16 => return None,
+        };
+        if cfg!(target_endian = "big") || out.as_ptr() as usize % align != 0 {
+            return None;
+        }
+        Some(Place {
+            ptr: std::ptr::NonNull::from(&mut *out).cast(),
+            bytes: out.len(),
+            kind,
+            slot,
+        })
+    }
+
+    /// Whether a kernel's buffer of `n` elements of `T` may be this place.
+    fn serves<T: Reusable>(&self, n: usize) -> bool {
+        let byte_kinds = |k| matches!(k, Kind::U8 | Kind::I8);
+        let kind_fits = self.kind == T::KIND || (byte_kinds(self.kind) && byte_kinds(T::KIND));
+        let bytes = n.checked_mul(std::mem::size_of::<T>());
+        n > 0 && kind_fits && bytes.is_some_and(|b| b <= self.bytes)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes of execution inputs and outputs copied on this thread, not read or written in
+    /// place ([`io_bytes_copied_on_this_thread`]).
+    static IO_COPIED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts `bytes` of an execution's input or output copied instead of used in place.
+#[cfg(test)]
+pub(crate) fn note_io_copy(bytes: usize) {
+    IO_COPIED.set(IO_COPIED.get() + bytes);
+}
+
+/// Bytes of execution inputs and outputs copied on this thread so far (the rest were read or
+/// written where the caller holds them).
+#[cfg(test)]
+pub(crate) fn io_bytes_copied_on_this_thread() -> usize {
+    IO_COPIED.get()
+}
+
+thread_local! {
+    /// The execution output offered to the operation running on this thread, if any.
+    static PLACE: std::cell::Cell<Option<Place>> = const { std::cell::Cell::new(None) };
+}
+
+/// Offers `place` to the operation about to run on this thread: the first
+/// [`output_buffer_uninit`] call it serves takes it. The offer ends when the returned guard
+/// is dropped, taken or not.
+pub(crate) fn offer(place: Place) -> Offer {
+    PLACE.set(Some(place));
+    Offer(())
+}
+
+/// Returned by [`offer`].
+pub(crate) struct Offer(());
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        PLACE.set(None);
+    }
+}
+
+/// The offered place as `n` elements of `T`, if it serves them; the offer is then taken.
+fn take_place<T: Reusable>(n: usize) -> Option<Buf<T>> {
+    let place = PLACE.get().filter(|p| p.serves::<T>(n))?;
+    PLACE.set(None);
+    let ptr = place.ptr.as_ptr().cast::<T>();
+    // SAFETY: `Place::new` checked the alignment for T's kind (a byte kind for either byte
+    // type), `serves` that n elements of T fit the place's bytes, and every bit pattern is a
+    // T; the bytes stay valid and reached only through this slice, and the buf made from it,
+    // until that buf is dropped (`Place::new`'s contract), and the offer is taken, so no
+    // second buf is made.
+    let s = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+    // SAFETY: as above: the buf is dropped before the caller's bytes are used again.
+    Some(unsafe { Buf::output(s, place.slot) })
 }
 
 /// `s` seen as memory a kernel overwrites (the kernels that take their output as
@@ -479,11 +695,15 @@ pub(crate) unsafe fn as_uninit<T>(s: &mut [T]) -> &mut [MaybeUninit<T>] {
 /// The buffer of [`output_buffer_uninit`] once written.
 ///
 /// # Safety
-/// Every element of `v` has been written (`MaybeUninit::write`).
-pub(crate) unsafe fn assume_written<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
-    // SAFETY: `T` has the size and alignment of `MaybeUninit<T>`, and every element of `v` is
-    // initialized (the caller's contract).
-    unsafe { reinterpret_vec(v) }
+/// Every element of `v` has been written (`MaybeUninit::write`, or a store of initialized
+/// values).
+pub(crate) unsafe fn assume_written<T>(v: OutputBuf<T>) -> Buf<T> {
+    match v {
+        // SAFETY: `T` has the size and alignment of `MaybeUninit<T>`, and every element of
+        // `v` is initialized (the caller's contract).
+        OutputBuf::Own(v) => unsafe { reinterpret_vec::<MaybeUninit<T>, T>(v) }.into(),
+        OutputBuf::Placed(b) => b,
+    }
 }
 
 /// Hands the storage of a tensor no longer needed to this thread's arena, if any.
@@ -600,9 +820,9 @@ mod tests {
         // Longer than the kept buffer, within its capacity: the same allocation, 600 long,
         // poisoned in tests (so a kernel that skips an element shows).
         let v = output_buffer_uninit::<f32>(600);
-        assert_eq!((v.len(), v.as_ptr().cast::<f32>()), (600, at));
         // SAFETY: every element was written (the test build's poison).
         let v = unsafe { assume_written(v) };
+        assert_eq!((v.len(), v.as_ptr()), (600, at));
         assert!(v.iter().all(|x| x.is_nan()));
         recycle(Data::F32(v));
         let mut a = guard.finish().expect("installed");

@@ -174,7 +174,7 @@ fn compare(ctx: &OpCtx<'_>, f: fn(f64, f64) -> bool) -> KResult<Vec<Tensor>> {
     let (ad, a) = reals(ctx, 0)?;
     let (bd, b) = reals(ctx, 1)?;
     let (od, v) = broadcast(ctx, (ad, &a), (bd, &b), |x, y| u8::from(f(x, y)))?;
-    Ok(vec![Tensor::new(od, Data::U8(v))])
+    Ok(vec![Tensor::new(od, Data::U8(v.into()))])
 }
 
 fn equal(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
@@ -237,7 +237,7 @@ fn logical(ctx: &OpCtx<'_>, f: fn(bool, bool) -> bool) -> KResult<Vec<Tensor>> {
     let a = bools(ctx, 0)?;
     let b = bools(ctx, 1)?;
     let (od, v) = broadcast(ctx, a, b, |x, y| u8::from(f(x != 0, y != 0)))?;
-    Ok(vec![Tensor::new(od, Data::U8(v))])
+    Ok(vec![Tensor::new(od, Data::U8(v.into()))])
 }
 
 fn logical_and(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
@@ -325,15 +325,15 @@ fn select(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             .collect()
     }
     let data = match (&a.data, &b.data) {
-        (Data::F32(x), Data::F32(y)) => Data::F32(pick(cond, x, y, |v| v, |v| v)),
-        (Data::I32(x), Data::I32(y)) => Data::I32(pick(cond, x, y, |v| v, |v| v)),
+        (Data::F32(x), Data::F32(y)) => Data::F32(pick(cond, x, y, |v| v, |v| v).into()),
+        (Data::I32(x), Data::I32(y)) => Data::I32(pick(cond, x, y, |v| v, |v| v).into()),
         (Data::U8(x), Data::U8(y)) => {
             let rq = |from| move |v: u8| requantize(i32::from(v), from, qo, 0, 255) as u8;
-            Data::U8(pick(cond, x, y, rq(qa), rq(qb)))
+            Data::U8(pick(cond, x, y, rq(qa), rq(qb)).into())
         }
         (Data::I8(x), Data::I8(y)) => {
             let rq = |from| move |v: i8| requantize(i32::from(v), from, qo, -128, 127) as i8;
-            Data::I8(pick(cond, x, y, rq(qa), rq(qb)))
+            Data::I8(pick(cond, x, y, rq(qa), rq(qb)).into())
         }
         _ => return Err(ctx.err("input1 and input2 have different element types")),
     };
@@ -425,7 +425,7 @@ fn pow(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let (ad, a) = ctx.f32s(0)?;
     let (bd, b) = ctx.f32s(1)?;
     let (od, v) = broadcast(ctx, (ad, a), (bd, b), f32::powf)?;
-    Ok(vec![Tensor::new(od, Data::F32(v))])
+    Ok(vec![Tensor::new(od, Data::F32(v.into()))])
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use super::{
 use crate::check::{Ck, F32_Q8, FLOAT, Issue};
 use crate::model::{Graph, OperandType, Operation, OperationType};
 use crate::par;
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Buf, Data, Tensor};
 
 use OperandType as T;
 use OperationType as O;
@@ -505,13 +505,13 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             FloatRoute::Reference => {
                 let mut out = vec![0f32; batch * units];
                 fconv_reference::fully_connected(x, w, bias, (lo, hi), &mut out);
-                out
+                out.into()
             }
             FloatRoute::Fast(_) if batch <= GEMV_MAX_ROWS => {
                 let mut out = crate::tensor::output_buffer::<f32>(batch * units);
                 gemv_rows(batch, isz, units, x, w, &mut out).map_err(|e| ctx.err(e))?;
                 bias_act(&mut out, bias, lo, hi);
-                out
+                out.into()
             }
             FloatRoute::Fast(isa) => {
                 let packed = packed_weights(ctx, w, units, isz)?;
@@ -519,8 +519,10 @@ fn fully_connected(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                 let threads = fgemm::threads(batch, isz, units);
                 let mut out = crate::tensor::output_buffer_uninit::<f32>(batch * units);
                 let ep = Epilogue { bias, lo, hi };
+                // SAFETY: the GEMM writes only initialized floats.
+                let c = unsafe { out.uninit() };
                 packed
-                    .run(shape, x, ep, &mut out, threads, isa)
+                    .run(shape, x, ep, c, threads, isa)
                     .map_err(|e| ctx.err(e))?;
                 packed.count_run();
                 // SAFETY: the GEMM's run succeeded, so it wrote every element of `out`.
@@ -608,7 +610,7 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             FloatRoute::Reference => {
                 let mut out = vec![0f32; len];
                 fconv_reference::conv2d(&win, w_rows, &mut out);
-                out
+                out.into()
             }
             FloatRoute::Fast(isa) => {
                 let packed = packed_weights(ctx, w_rows, oc, k)?;
@@ -620,7 +622,10 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                     isa,
                 };
                 let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
-                let gemm_ran = conv.run(n, &mut out).map_err(|e| ctx.err(e))?;
+                // SAFETY: the convolution writes only initialized floats.
+                let gemm_ran = conv
+                    .run(n, unsafe { out.uninit() })
+                    .map_err(|e| ctx.err(e))?;
                 if gemm_ran {
                     packed.count_run();
                 }
@@ -633,7 +638,7 @@ fn conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     Ok(vec![qconv::conv2d(ctx, &s)?])
 }
 
-fn finish_f32(od: Vec<u32>, out: Vec<f32>, nchw: bool) -> Tensor {
+fn finish_f32(od: Vec<u32>, out: Buf<f32>, nchw: bool) -> Tensor {
     let (d, v) = to_layout(od, out, nchw);
     Tensor::new(d, Data::F32(v))
 }
@@ -654,7 +659,7 @@ fn depthwise_conv2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             FloatRoute::Reference => {
                 let mut out = crate::tensor::output_buffer::<f32>(len);
                 fconv_reference::depthwise(&win, f, mult, &mut out);
-                out
+                out.into()
             }
             FloatRoute::Fast(isa) => {
                 let (out, three) = DepthwiseF32 { win, f, mult, isa }.output(len);
@@ -967,7 +972,7 @@ impl ConvF32<'_> {
             self.packed
                 .run((rows, k, oc), a, ep, chunk, threads, self.isa)?;
         }
-        crate::tensor::recycle(Data::F32(patch));
+        crate::tensor::recycle(Data::F32(patch.into()));
         Ok(())
     }
 
@@ -1195,11 +1200,12 @@ impl DepthwiseF32<'_> {
     /// The output (`len` floats, every one written), and whether a 3×3 kernel computed it.
     /// The blocked kernel's output is not cleared first ([`crate::tensor::output_buffer_uninit`]):
     /// it writes every element. The others write through `&mut [f32]` into a cleared buffer.
-    fn output(&self, len: usize) -> (Vec<f32>, bool) {
+    fn output(&self, len: usize) -> (Buf<f32>, bool) {
         #[cfg(target_arch = "x86_64")]
         if self.blocked() {
             let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
-            self.split(&mut out, |r0, part| {
+            // SAFETY: the blocked kernel writes only initialized floats.
+            self.split(unsafe { out.uninit() }, |r0, part| {
                 // SAFETY: `blocked` checked AVX2 and FMA (Isa::detect), the 3×3 shape and the
                 // operands' lengths.
                 unsafe { self.rows_3x3_blocked_avx2_fma(r0, part) }
@@ -1217,7 +1223,7 @@ impl DepthwiseF32<'_> {
                 self.rows(r0, part);
             }
         });
-        (out, three)
+        (out.into(), three)
     }
 
     /// Whether the x86-64 blocked kernel (`dw3x3`) computes this operation: AVX2 and FMA, a
@@ -1621,7 +1627,7 @@ mod float_kernel_tests {
             dw.rows_generic::<false>(0, &mut portable);
             let mut fused = vec![f32::NAN; want.len()];
             dw.rows_generic::<true>(0, &mut fused);
-            let (picked, _) = dw.output(want.len());
+            let picked = dw.output(want.len()).0.into_vec();
             let what = format!("{fh}×{fw} ×{mult} c {c} n {n} {h}×{w} {g:?}");
             for (name, got) in [("portable", &portable), ("fused", &fused), ("run", &picked)] {
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {

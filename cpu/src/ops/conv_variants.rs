@@ -127,7 +127,7 @@ impl Operands {
         if is_float(in_ty) {
             let x = match &it.data {
                 Data::F32(v) if nchw => nchw_to_nhwc(v, &it.dims).1,
-                Data::F32(v) => v.clone(),
+                Data::F32(v) => v.to_vec(),
                 _ => return Err(ctx.err("input is not float")),
             };
             let (_, f) = ctx.f32s(1)?;
@@ -192,7 +192,7 @@ impl Operands {
                     }
                 }
                 let (d, v) = to_layout(od, out, nchw);
-                q8_tensor(rq.ty, d, v)
+                q8_tensor(rq.ty, d, v.into_vec())
             }
         }
     }

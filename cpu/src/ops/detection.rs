@@ -174,7 +174,7 @@ fn real_values(ctx: &OpCtx<'_>, i: usize) -> KResult<Vec<f32>> {
     let (s, z) = (o.scale, o.zero_point);
     let dq = |q: i32| (q - z) as f32 * s;
     Ok(match &ctx.t(i)?.data {
-        Data::F32(v) => v.clone(),
+        Data::F32(v) => v.to_vec(),
         Data::U8(v) => v.iter().map(|&q| dq(i32::from(q))).collect(),
         Data::I8(v) => v.iter().map(|&q| dq(i32::from(q))).collect(),
         Data::U16(v) => v.iter().map(|&q| dq(i32::from(q))).collect(),

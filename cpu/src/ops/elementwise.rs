@@ -144,7 +144,7 @@ fn binary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
                 OperationType::Mul => float_binary(ctx, a, b, move |x, y| (x * y).max(lo).min(hi)),
                 _ => float_binary(ctx, a, b, move |x, y| (x / y).max(lo).min(hi)),
             }?;
-            Ok(Tensor::new(od, Data::F32(v)))
+            Ok(Tensor::new(od, Data::F32(v.into())))
         }
         OperandType::TensorInt32 => {
             let (ad, a) = ctx.i32s(0)?;
@@ -168,7 +168,7 @@ fn binary_tensor(ctx: &OpCtx<'_>) -> KResult<Tensor> {
             if let Some(e) = div_err {
                 return Err(e);
             }
-            Ok(Tensor::new(od, Data::I32(v)))
+            Ok(Tensor::new(od, Data::I32(v.into())))
         }
         OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned => {
             binary_quant8(ctx, ty)
@@ -526,12 +526,12 @@ impl AddQ8 {
             (Data::U8(a), Data::U8(b)) if a.len() == b.len() && qmin == 0 => {
                 let mut out = output_buffer::<u8>(a.len());
                 self.run(a, b, &mut out);
-                Some(Data::U8(out))
+                Some(Data::U8(out.into()))
             }
             (Data::I8(a), Data::I8(b)) if a.len() == b.len() && qmin == -128 => {
                 let mut out = output_buffer::<i8>(a.len());
                 self.run(a, b, &mut out);
-                Some(Data::I8(out))
+                Some(Data::I8(out.into()))
             }
             _ => None,
         }
@@ -749,7 +749,7 @@ fn dequantize(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             .collect(),
         _ => return Err(ctx.err(format!("unsupported input type {}", inp.ty.name()))),
     };
-    Ok(vec![Tensor::new(t.dims.clone(), Data::F32(v))])
+    Ok(vec![Tensor::new(t.dims.clone(), Data::F32(v.into()))])
 }
 
 /// QUANTIZE from TENSOR_FLOAT32 to 8-bit asymmetric.
@@ -769,7 +769,7 @@ pub(crate) fn float_view(ctx: &OpCtx<'_>, i: usize) -> KResult<(Vec<u32>, Vec<f3
     let op = ctx.operand(i)?;
     let t = ctx.t(i)?;
     let v = match &t.data {
-        Data::F32(v) => v.clone(),
+        Data::F32(v) => v.to_vec(),
         Data::U8(v) => v
             .iter()
             .map(|&q| (i32::from(q) - op.zero_point) as f32 * op.scale)
@@ -791,7 +791,7 @@ pub(crate) fn float_result(ctx: &OpCtx<'_>, dims: Vec<u32>, v: Vec<f32>) -> KRes
     let out = ctx.out(0)?;
     match out.ty {
         OperandType::TensorFloat32 | OperandType::TensorFloat16 => {
-            Ok(Tensor::new(dims, Data::F32(v)))
+            Ok(Tensor::new(dims, Data::F32(v.into())))
         }
         OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned => {
             let (qmin, qmax) = q8_range(out.ty);

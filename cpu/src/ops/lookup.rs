@@ -143,12 +143,12 @@ fn gather_rows(data: &Data, row: usize, rows: &[Option<usize>]) -> Data {
         out
     }
     match data {
-        Data::F32(v) => Data::F32(g(v, row, rows)),
-        Data::I32(v) => Data::I32(g(v, row, rows)),
-        Data::U8(v) => Data::U8(g(v, row, rows)),
-        Data::I8(v) => Data::I8(g(v, row, rows)),
-        Data::I16(v) => Data::I16(g(v, row, rows)),
-        Data::U16(v) => Data::U16(g(v, row, rows)),
+        Data::F32(v) => Data::F32(g(v, row, rows).into()),
+        Data::I32(v) => Data::I32(g(v, row, rows).into()),
+        Data::U8(v) => Data::U8(g(v, row, rows).into()),
+        Data::I8(v) => Data::I8(g(v, row, rows).into()),
+        Data::I16(v) => Data::I16(g(v, row, rows).into()),
+        Data::U16(v) => Data::U16(g(v, row, rows).into()),
     }
 }
 
@@ -249,7 +249,7 @@ fn hashtable_lookup(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let n = to_u32(ctx, look.len())?;
     Ok(vec![
         Tensor::new(dims, gather_rows(&values.data, row, &idx)),
-        Tensor::new(vec![n], Data::U8(hits)),
+        Tensor::new(vec![n], Data::U8(hits.into())),
     ])
 }
 
@@ -621,7 +621,7 @@ fn lsh_projection(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         }
     };
     let n = to_u32(ctx, out.len())?;
-    Ok(vec![Tensor::new(vec![n], Data::I32(out))])
+    Ok(vec![Tensor::new(vec![n], Data::I32(out.into()))])
 }
 
 fn check_random_multinomial(c: &Ck<'_>) -> Result<(), Issue> {
@@ -737,7 +737,7 @@ fn random_multinomial(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             out.push(if k < classes { k } else { last } as i32);
         }
     }
-    Ok(vec![Tensor::new(od, Data::I32(out))])
+    Ok(vec![Tensor::new(od, Data::I32(out.into()))])
 }
 
 #[cfg(test)]

@@ -752,7 +752,7 @@ fn out_tensor(ctx: &OpCtx<'_>, dims: &[usize], v: Vec<f32>) -> KResult<Tensor> {
     if count(ctx, &d)? != v.len() {
         return Err(ctx.err("internal: output size mismatch"));
     }
-    Ok(Tensor::new(d, Data::F32(v)))
+    Ok(Tensor::new(d, Data::F32(v.into())))
 }
 
 /// Element count of `dims`, checked against the limits.

@@ -355,8 +355,8 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     }
     let dims = st.dims.clone();
     Ok(vec![
-        Tensor::new(dims.clone(), Data::I16(c_out)),
-        Tensor::new(dims, Data::U8(out)),
+        Tensor::new(dims.clone(), Data::I16(c_out.into())),
+        Tensor::new(dims, Data::U8(out.into())),
     ])
 }
 

@@ -602,8 +602,8 @@ pub(crate) fn run(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     };
     let od = vec![batch as u32, n_out as u32];
     Ok(vec![
-        Tensor::new(od.clone(), Data::I8(out.clone())),
-        Tensor::new(vec![batch as u32, units as u32], Data::I16(c_new)),
-        Tensor::new(od, Data::I8(out)),
+        Tensor::new(od.clone(), Data::I8(out.clone().into())),
+        Tensor::new(vec![batch as u32, units as u32], Data::I16(c_new.into())),
+        Tensor::new(od, Data::I8(out.into())),
     ])
 }

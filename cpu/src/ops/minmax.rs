@@ -70,12 +70,12 @@ fn min_max(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         T::TensorFloat32 | T::TensorFloat16 => {
             let f: fn(f32, f32) -> f32 = if is_max { f32::max } else { f32::min };
             let (od, v) = broadcast(ctx, ctx.f32s(0)?, ctx.f32s(1)?, f)?;
-            Tensor::new(od, Data::F32(v))
+            Tensor::new(od, Data::F32(v.into()))
         }
         T::TensorInt32 => {
             let f: fn(i32, i32) -> i32 = if is_max { i32::max } else { i32::min };
             let (od, v) = broadcast(ctx, ctx.i32s(0)?, ctx.i32s(1)?, f)?;
-            Tensor::new(od, Data::I32(v))
+            Tensor::new(od, Data::I32(v.into()))
         }
         T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => {
             let (ad, a) = q8_values(ctx, 0)?;
@@ -107,7 +107,7 @@ fn prelu(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             let (od, v) = broadcast(ctx, ctx.f32s(0)?, ctx.f32s(1)?, |x: f32, a: f32| {
                 if x < 0.0 { a * x } else { x }
             })?;
-            Tensor::new(od, Data::F32(v))
+            Tensor::new(od, Data::F32(v.into()))
         }
         T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned => {
             let (ad, a) = q8_values(ctx, 0)?;

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use crate::error::ExecError;
 use crate::model::{Graph, Lifetime, Operand, OperandType, Operation};
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Buf, Data, Tensor};
 
 mod broadcast;
 mod compare;
@@ -407,9 +407,15 @@ pub(crate) fn nhwc_to_nchw<T: Copy>(v: &[T], d: &[u32]) -> (Vec<u32>, Vec<T>) {
 }
 
 /// NHWC results back in the operation's layout: NCHW when its layout argument asked for it.
-pub(crate) fn to_layout<T: Copy>(od: Vec<u32>, out: Vec<T>, nchw: bool) -> (Vec<u32>, Vec<T>) {
+pub(crate) fn to_layout<T: Copy>(
+    od: Vec<u32>,
+    out: impl Into<Buf<T>>,
+    nchw: bool,
+) -> (Vec<u32>, Buf<T>) {
+    let out = out.into();
     if nchw {
-        nhwc_to_nchw(&out, &od)
+        let (d, v) = nhwc_to_nchw(&out, &od);
+        (d, v.into())
     } else {
         (od, out)
     }

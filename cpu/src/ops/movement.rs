@@ -434,12 +434,12 @@ fn pick(data: &Data, idx: &[usize], fpad: f32, ipad: i32) -> Data {
             .collect()
     }
     match data {
-        Data::F32(v) => Data::F32(p(v, idx, fpad)),
-        Data::I32(v) => Data::I32(p(v, idx, ipad)),
-        Data::U8(v) => Data::U8(p(v, idx, ipad.clamp(0, 255) as u8)),
-        Data::I8(v) => Data::I8(p(v, idx, ipad.clamp(-128, 127) as i8)),
-        Data::I16(v) => Data::I16(p(v, idx, ipad.clamp(-32768, 32767) as i16)),
-        Data::U16(v) => Data::U16(p(v, idx, ipad.clamp(0, 65535) as u16)),
+        Data::F32(v) => Data::F32(p(v, idx, fpad).into()),
+        Data::I32(v) => Data::I32(p(v, idx, ipad).into()),
+        Data::U8(v) => Data::U8(p(v, idx, ipad.clamp(0, 255) as u8).into()),
+        Data::I8(v) => Data::I8(p(v, idx, ipad.clamp(-128, 127) as i8).into()),
+        Data::I16(v) => Data::I16(p(v, idx, ipad.clamp(-32768, 32767) as i16).into()),
+        Data::U16(v) => Data::U16(p(v, idx, ipad.clamp(0, 65535) as u16).into()),
     }
 }
 
@@ -939,8 +939,8 @@ fn fill(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     }
     let n = count(ctx, &od)?;
     let data = match ctx.out(0)?.ty {
-        T::TensorInt32 => Data::I32(vec![ctx.scalar_i32(1)?; n]),
-        _ => Data::F32(vec![ctx.scalar_f32(1)?; n]),
+        T::TensorInt32 => Data::I32(vec![ctx.scalar_i32(1)?; n].into()),
+        _ => Data::F32(vec![ctx.scalar_f32(1)?; n].into()),
     };
     Ok(vec![Tensor::new(od, data)])
 }
@@ -949,7 +949,7 @@ fn fill(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
 fn rank(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let t = ctx.t(0)?;
     let r = i32::try_from(t.dims.len()).map_err(|_| ctx.err("rank too large"))?;
-    Ok(vec![Tensor::new(Vec::new(), Data::I32(vec![r]))])
+    Ok(vec![Tensor::new(Vec::new(), Data::I32(vec![r].into()))])
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ fn lrn(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             }
         }
     }
-    Ok(vec![Tensor::new(d.to_vec(), Data::F32(out))])
+    Ok(vec![Tensor::new(d.to_vec(), Data::F32(out.into()))])
 }
 
 /// INSTANCE_NORMALIZATION(input, gamma, beta, epsilon, layout).
@@ -132,7 +132,7 @@ fn instance_norm(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     let (d, [n, h, w, c]) = nhwc_input(ctx, it, nchw)?;
     let x = match &it.data {
         Data::F32(v) if nchw => nchw_to_nhwc(v, &it.dims).1,
-        Data::F32(v) => v.clone(),
+        Data::F32(v) => v.to_vec(),
         _ => return Err(ctx.err("input is not float")),
     };
     let mut out = vec![0f32; x.len()];

@@ -85,7 +85,7 @@ fn pool2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     if crate::tensor::is_float(in_ty) {
         let x = match &it.data {
             Data::F32(v) if nchw => nchw_to_nhwc(v, &it.dims).1,
-            Data::F32(v) => v.clone(),
+            Data::F32(v) => v.to_vec(),
             _ => return Err(ctx.err("input is not float32")),
         };
         let (lo, hi) = ctx.act_f32(act)?;
@@ -164,7 +164,7 @@ fn pool2d(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         ),
     }?;
     let (d, out) = to_layout(od, out, nchw);
-    Ok(vec![q8_tensor(in_ty, d, out)])
+    Ok(vec![q8_tensor(in_ty, d, out.into_vec())])
 }
 
 /// The extents of one pooling: input NHWC, output height and width, window size.

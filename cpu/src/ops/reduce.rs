@@ -325,9 +325,9 @@ fn reduce_with(
     let t = value(ctx, 0)?;
     let p = plan(ctx, &t.dims)?;
     let data = match (&t.data, f32_op, u8_op, i8_op) {
-        (Data::F32(x), Some((init, f)), _, _) => Data::F32(fold(&t.dims, x, &p, init, f)),
-        (Data::U8(x), _, Some((init, f)), _) => Data::U8(fold(&t.dims, x, &p, init, f)),
-        (Data::I8(x), _, _, Some((init, f))) => Data::I8(fold(&t.dims, x, &p, init, f)),
+        (Data::F32(x), Some((init, f)), _, _) => Data::F32(fold(&t.dims, x, &p, init, f).into()),
+        (Data::U8(x), _, Some((init, f)), _) => Data::U8(fold(&t.dims, x, &p, init, f).into()),
+        (Data::I8(x), _, _, Some((init, f))) => Data::I8(fold(&t.dims, x, &p, init, f).into()),
         _ => return Err(ctx.err("input type not supported by this reduction")),
     };
     Ok(vec![Tensor::new(p.out_dims, data)])
@@ -474,7 +474,7 @@ fn arg_search(ctx: &OpCtx<'_>, is_min: bool) -> KResult<Vec<Tensor>> {
             out.push(i32::try_from(best_k).map_err(|_| ctx.err("index too large"))?);
         }
     }
-    Ok(vec![Tensor::new(od, Data::I32(out))])
+    Ok(vec![Tensor::new(od, Data::I32(out.into()))])
 }
 
 fn argmax(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
@@ -566,7 +566,7 @@ fn topk_v2(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     }
     Ok(vec![
         Tensor::new(od.clone(), t.data.gather(&picked)),
-        Tensor::new(od, Data::I32(indices)),
+        Tensor::new(od, Data::I32(indices.into())),
     ])
 }
 
@@ -609,7 +609,10 @@ fn log_softmax(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     }
     let axis = resolve_axis(ctx, ctx.scalar_i32(2)?, r)?;
     if x.is_empty() {
-        return Ok(vec![Tensor::new(t.dims.clone(), Data::F32(Vec::new()))]);
+        return Ok(vec![Tensor::new(
+            t.dims.clone(),
+            Data::F32(Vec::new().into()),
+        )]);
     }
     let outer: usize = t.dims[..axis].iter().map(|&d| d as usize).product();
     let n = t.dims[axis] as usize;
@@ -632,7 +635,7 @@ fn log_softmax(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             }
         }
     }
-    Ok(vec![Tensor::new(t.dims.clone(), Data::F32(out))])
+    Ok(vec![Tensor::new(t.dims.clone(), Data::F32(out.into()))])
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::opdef::OpDef;
 use super::{KResult, OpCtx, count, nchw_to_nhwc, nhwc_input, to_layout, to_u32};
 use crate::check::{Ck, F32_Q8, Issue, const_bool, const_f32, const_i32, float_scalar};
 use crate::model::{OperandType, OperationType};
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Buf, Data, Tensor};
 
 use OperandType as T;
 
@@ -188,9 +188,9 @@ fn resize_nearest(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             }
         }
     }
-    fn pick<T: Copy>(v: &[T], r: &Resize<'_>, idx: &[usize]) -> (Vec<u32>, Vec<T>) {
+    fn pick<T: Copy>(v: &[T], r: &Resize<'_>, idx: &[usize]) -> (Vec<u32>, Buf<T>) {
         let x = nhwc_data(v, r);
-        let out = idx.iter().map(|&i| x[i]).collect();
+        let out: Vec<T> = idx.iter().map(|&i| x[i]).collect();
         to_layout(r.od.clone(), out, r.nchw)
     }
     let t = match &r.input.data {

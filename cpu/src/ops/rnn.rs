@@ -251,7 +251,7 @@ fn f32_tensor(ctx: &OpCtx<'_>, dims: &[usize], v: Vec<f32>) -> KResult<Tensor> {
         .iter()
         .map(|&x| to_u32(ctx, x))
         .collect::<KResult<Vec<u32>>>()?;
-    Ok(Tensor::new(d, Data::F32(v)))
+    Ok(Tensor::new(d, Data::F32(v.into())))
 }
 
 fn check_rnn(c: &Ck<'_>) -> Result<(), Issue> {

@@ -269,12 +269,12 @@ fn pad(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
         src.iter().map(|s| s.map_or(z, |i| v[i])).collect()
     }
     let data = match &t.data {
-        Data::F32(v) => Data::F32(fill(v, &src, 0.0)),
-        Data::I32(v) => Data::I32(fill(v, &src, 0)),
-        Data::U8(v) => Data::U8(fill(v, &src, zp.clamp(0, 255) as u8)),
-        Data::I8(v) => Data::I8(fill(v, &src, zp.clamp(-128, 127) as i8)),
-        Data::I16(v) => Data::I16(fill(v, &src, 0)),
-        Data::U16(v) => Data::U16(fill(v, &src, 0)),
+        Data::F32(v) => Data::F32(fill(v, &src, 0.0).into()),
+        Data::I32(v) => Data::I32(fill(v, &src, 0).into()),
+        Data::U8(v) => Data::U8(fill(v, &src, zp.clamp(0, 255) as u8).into()),
+        Data::I8(v) => Data::I8(fill(v, &src, zp.clamp(-128, 127) as i8).into()),
+        Data::I16(v) => Data::I16(fill(v, &src, 0).into()),
+        Data::U16(v) => Data::U16(fill(v, &src, 0).into()),
     };
     Ok(vec![Tensor::new(od, data)])
 }
@@ -333,7 +333,7 @@ fn concatenation(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                     }
                 }
             }
-            Data::$variant(v)
+            Data::$variant(v.into())
         }};
     }
     let requant = |i: usize, qmin: i32, qmax: i32| -> KResult<Box<dyn Fn(i32) -> i32>> {

@@ -16,7 +16,7 @@ use crate::ops::qgemm::{self, Epilogue, Isa, MAX_K, NR, QWeights};
 use crate::ops::quant::Requant;
 use crate::ops::{KResult, OpCtx, nchw_to_nhwc, q8_tensor, to_layout};
 use crate::par;
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Buf, Data, Tensor};
 
 /// Which kernels run an operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,10 +182,10 @@ fn padded(k: usize) -> usize {
 }
 
 /// The 8-bit output tensor of `bytes` (i8 values stored as their bytes when `signed`).
-fn bytes_tensor(signed: bool, od: Vec<u32>, bytes: Vec<u8>, nchw: bool) -> Tensor {
+fn bytes_tensor(signed: bool, od: Vec<u32>, bytes: Buf<u8>, nchw: bool) -> Tensor {
     let (d, v) = to_layout(od, bytes, nchw);
     if signed {
-        Tensor::new(d, Data::I8(crate::tensor::bytes_as(v)))
+        Tensor::new(d, Data::I8(crate::tensor::bytes_buf_as(v)))
     } else {
         Tensor::new(d, Data::U8(v))
     }
@@ -269,7 +269,9 @@ pub(super) fn fully_connected(
             let ep = epilogue(ctx, units, isz, 3)?;
             let mut out = crate::tensor::output_buffer_uninit::<u8>(batch * units);
             let threads = qgemm::threads(batch, isz, units);
-            qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
+            // SAFETY: the GEMM writes only initialized bytes.
+            let c = unsafe { out.uninit() };
+            qgemm::gemm(isa, w, &ep, c, threads, |r0, dst| {
                 copy_rows(&x, isz, r0, dst)
             })
             .map_err(|e| ctx.err(e))?;
@@ -310,7 +312,9 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
             let pointwise = (fh, fw) == (1, 1)
                 && (g.stride_h, g.stride_w) == (1, 1)
                 && g.pad_l + g.pad_r + g.pad_t + g.pad_b == 0;
-            qgemm::gemm(isa, w, &ep, &mut out, threads, |r0, dst| {
+            // SAFETY: the GEMM writes only initialized bytes.
+            let dst_all = unsafe { out.uninit() };
+            qgemm::gemm(isa, w, &ep, dst_all, threads, |r0, dst| {
                 if pointwise {
                     copy_rows(&x, c, r0, dst)
                 } else {
@@ -327,7 +331,7 @@ pub(super) fn conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
     let q = QuantOperands::new(ctx, nchw, oc, s.args.act)?;
     let out = reference::conv2d(&q, &win, oc);
     let (d, v) = to_layout(s.od.clone(), out, nchw);
-    Ok(q8_tensor(q.rq.ty, d, v))
+    Ok(q8_tensor(q.rq.ty, d, v.into_vec()))
 }
 
 /// Fills `dst` (whole rows of `padded(fh·fw·c)`) with the centered windows of output pixels
@@ -530,7 +534,8 @@ pub(super) fn depthwise_conv2d(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Te
             // Flop-equivalents: about a third of the GEMM's rate, as the float kernel.
             let work = out.len().saturating_mul(6 * taps);
             let threads = par::threads_for(work, n * oh);
-            par::for_row_ranges(&mut out, row_len, threads, |r0, part| {
+            // SAFETY: the row kernels write only initialized bytes.
+            par::for_row_ranges(unsafe { out.uninit() }, row_len, threads, |r0, part| {
                 d.rows(r0, part);
                 Ok::<(), ()>(())
             })
@@ -574,7 +579,7 @@ fn depthwise_reference(ctx: &OpCtx<'_>, s: &ConvSetup<'_>) -> KResult<Tensor> {
     let q = QuantOperands::new(ctx, s.args.nchw, s.oc, s.args.act)?;
     let out = reference::depthwise_conv2d(&q, &window(s), s.args.multiplier);
     let (d, v) = to_layout(s.od.clone(), out, s.args.nchw);
-    Ok(q8_tensor(q.rq.ty, d, v))
+    Ok(q8_tensor(q.rq.ty, d, v.into_vec()))
 }
 
 /// The depthwise filter (input 1, `[1][fh][fw][oc]`) centered on its zero point, in the layout

@@ -129,7 +129,7 @@ pub(super) fn transform(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
     }
     Ok(vec![match ctx.ty(0)? {
         T::TensorQuant16Asymm => quant16_boxes(od, &out),
-        _ => Tensor::new(od, Data::F32(out)),
+        _ => Tensor::new(od, Data::F32(out.into())),
     }])
 }
 
@@ -364,7 +364,7 @@ pub(super) fn box_with_nms_limit(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                 .collect();
             q8_tensor(ty, vec![m], q)
         }
-        _ => Tensor::new(vec![m], Data::F32(out_scores)),
+        _ => Tensor::new(vec![m], Data::F32(out_scores.into())),
     };
     fn pick<V: Copy>(selected: &[(usize, i32)], v: &[V]) -> Vec<V> {
         selected
@@ -373,8 +373,8 @@ pub(super) fn box_with_nms_limit(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             .collect()
     }
     let box_t = match &ctx.t(1)?.data {
-        Data::F32(v) => Tensor::new(vec![m, 4], Data::F32(pick(&selected, v))),
-        Data::U16(v) => Tensor::new(vec![m, 4], Data::U16(pick(&selected, v))),
+        Data::F32(v) => Tensor::new(vec![m, 4], Data::F32(pick(&selected, v).into())),
+        Data::U16(v) => Tensor::new(vec![m, 4], Data::U16(pick(&selected, v).into())),
         _ => return Err(ctx.err("boxes must be float or TENSOR_QUANT16_ASYMM")),
     };
     let classes = selected.iter().map(|&(i, _)| (i % k) as i32).collect();

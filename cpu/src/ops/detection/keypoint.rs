@@ -147,8 +147,8 @@ pub(super) fn heatmap_max_keypoint(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             vec![q8_tensor(ty, score_dims, q), quant16_boxes(kp_dims, &kps)]
         }
         _ => vec![
-            Tensor::new(score_dims, Data::F32(scores)),
-            Tensor::new(kp_dims, Data::F32(kps)),
+            Tensor::new(score_dims, Data::F32(scores.into())),
+            Tensor::new(kp_dims, Data::F32(kps.into())),
         ],
     })
 }

@@ -208,9 +208,9 @@ pub(super) fn detection_postprocessing(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> 
         }
     }
     Ok(vec![
-        Tensor::new(vec![nb32, n_out32], Data::F32(out_s)),
-        Tensor::new(vec![nb32, n_out32, 4], Data::F32(out_b)),
-        Tensor::new(vec![nb32, n_out32], Data::I32(out_c)),
-        Tensor::new(vec![nb32], Data::I32(out_n)),
+        Tensor::new(vec![nb32, n_out32], Data::F32(out_s.into())),
+        Tensor::new(vec![nb32, n_out32, 4], Data::F32(out_b.into())),
+        Tensor::new(vec![nb32, n_out32], Data::I32(out_c.into())),
+        Tensor::new(vec![nb32], Data::I32(out_n.into())),
     ])
 }

@@ -195,9 +195,13 @@ pub(super) fn generate_proposals(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             (q8_tensor(ty, vec![m], q), quant16_boxes(vec![m, 4], &out_b))
         }
         _ => (
-            Tensor::new(vec![m], Data::F32(out_s)),
-            Tensor::new(vec![m, 4], Data::F32(out_b)),
+            Tensor::new(vec![m], Data::F32(out_s.into())),
+            Tensor::new(vec![m, 4], Data::F32(out_b.into())),
         ),
     };
-    Ok(vec![score_t, box_t, Tensor::new(vec![m], Data::I32(out_i))])
+    Ok(vec![
+        score_t,
+        box_t,
+        Tensor::new(vec![m], Data::I32(out_i.into())),
+    ])
 }

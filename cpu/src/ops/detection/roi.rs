@@ -10,7 +10,7 @@ use super::{
 };
 use crate::check::{Ck, Issue, float_scalar};
 use crate::model::OperandType;
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Buf, Data, Tensor};
 
 use OperandType as T;
 
@@ -190,7 +190,7 @@ impl<'a> Common<'a> {
     }
 
     /// Writes the NHWC result in the operation's layout.
-    fn finish<V: Copy>(&self, od: Vec<u32>, out: Vec<V>) -> (Vec<u32>, Vec<V>) {
+    fn finish<V: Copy>(&self, od: Vec<u32>, out: Vec<V>) -> (Vec<u32>, Buf<V>) {
         to_layout(od, out, self.nchw)
     }
 }
@@ -364,7 +364,7 @@ pub(super) fn roi_align(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
                 }
             }
             let (d, v) = c.finish(od, out);
-            q8_tensor(ty, d, v)
+            q8_tensor(ty, d, v.into_vec())
         }
         _ => return Err(ctx.err("input 0 must be float or 8-bit quantized")),
     };
@@ -455,7 +455,7 @@ pub(super) fn roi_pooling(ctx: &OpCtx<'_>) -> KResult<Vec<Tensor>> {
             let mut out = vec![0i32; n_out];
             pool(&c, &x, &regions, dims, zp, &mut out);
             let (d, v) = c.finish(od, out);
-            q8_tensor(ty, d, v)
+            q8_tensor(ty, d, v.into_vec())
         }
         _ => return Err(ctx.err("input 0 must be float or 8-bit quantized")),
     };

@@ -1,5 +1,6 @@
 //! GFLOP/s of FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D through the public API (a
-//! one-operation [`PreparedGraph`], so byte decoding and encoding are included), next to numpy's
+//! one-operation [`PreparedGraph`], taking its input and output as bytes: read and written in
+//! place, as aligned little-endian float32 bytes are, or copied otherwise), next to numpy's
 //! matmul (OpenBLAS) on the GEMM-equivalent shapes.
 //!
 //! `cargo bench -p nnaccel-cpu --bench gemm [-- NAME...]` (NAME: substring of the layers to
@@ -272,7 +273,9 @@ fn main() {
         .filter(|c| filters.is_empty() || filters.iter().any(|f| c.name.contains(f.as_str())))
         .collect();
     println!("nnaccel-cpu bench: median of repeated executions after 3 warm-up runs");
-    println!("(ours = PreparedGraph::execute incl. byte decode/encode; {threads} thread(s) max)");
+    println!(
+        "(ours = PreparedGraph::execute on byte buffers, read and written in place; {threads} thread(s) max)"
+    );
     let mut ours = Vec::new();
     for case in &cases {
         let p = PreparedGraph::new(case.graph.clone()).expect("graph rejected");

@@ -304,14 +304,10 @@ impl PreparedGraph {
         if !all_ok {
             return Err(ExecError::OutputInsufficientSize(shapes));
         }
-        for (k, ((t, &oi), out)) in results
-            .iter()
-            .zip(&g.output_indexes)
-            .zip(outputs.iter_mut())
-            .enumerate()
-        {
+        for (k, (t, &oi)) in results.iter().zip(&g.output_indexes).enumerate() {
             match t.data.output_slot() {
-                // Computed where the caller reads it.
+                // Computed where the caller reads it: `outputs[k]` is not touched while its
+                // tensor lives.
                 Some(slot) if slot == k => {}
                 Some(slot) => {
                     return Err(ExecError::Failed(format!(
@@ -320,6 +316,9 @@ impl PreparedGraph {
                 }
                 None => {
                     let ty = g.operands[oi as usize].ty;
+                    let out = outputs
+                        .get_mut(k)
+                        .ok_or_else(|| ExecError::Failed(format!("output {k} has no buffer")))?;
                     #[cfg(test)]
                     tensor::note_io_copy(t.data.len() * ty.element_size());
                     t.data.encode(ty, &mut out[..]);

@@ -858,6 +858,55 @@ const PIXEL_RUN: usize = 256;
 /// Floats per im2col block (512 KiB: the block and its output stay in L2 while the GEMM runs).
 const PATCH_FLOATS: usize = 128 * 1024;
 
+#[cfg(test)]
+thread_local! {
+    /// Float CONV_2Ds run on this thread through [`Taps`].
+    static GATHERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Float CONV_2Ds run on this thread so far with their windows gathered ([`Taps`]).
+#[cfg(test)]
+pub(crate) fn gathered_convs() -> usize {
+    GATHERED.get()
+}
+
+/// The rows of a CONV_2D's GEMM read where they lie ([`fgemm::Gather`]): output pixel `p0 + r`'s
+/// row is its window's input pixels, tap by tap (the filter's `[fh][fw][c]` order), and a tap
+/// in the padding is `zeros`.
+struct Taps<'a> {
+    win: &'a FloatWindow<'a>,
+    p0: usize,
+    zeros: &'a [f32],
+}
+
+impl fgemm::Gather for Taps<'_> {
+    fn run_len(&self) -> usize {
+        self.win.c
+    }
+
+    fn run(&self, r: usize, kk: usize) -> Option<&[f32]> {
+        let win = self.win;
+        let (g, c) = (&win.g, win.c);
+        let (h, w) = win.in_hw;
+        let (oh, ow) = win.out_hw;
+        let fw = win.filter_hw.1;
+        let tap = kk / c.max(1);
+        let (ky, kx) = (tap / fw.max(1), tap % fw.max(1));
+        let p = self.p0 + r;
+        let per_image = (oh * ow).max(1);
+        let (b, oy, ox) = (p / per_image, p % per_image / ow.max(1), p % ow.max(1));
+        let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_t);
+        let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_l);
+        match (iy, ix) {
+            (Some(iy), Some(ix)) if iy < h && ix < w => {
+                let at = ((b * h + iy) * w + ix) * c;
+                win.x.get(at..at + c)
+            }
+            _ => Some(self.zeros),
+        }
+    }
+}
+
 /// A float CONV_2D on NHWC data: GEMM of (pixels × fh·fw·c) patches by the (oc × fh·fw·c)
 /// filter, with bias and activation applied to each block while it is in cache.
 struct ConvF32<'a> {
@@ -880,6 +929,18 @@ impl ConvF32<'_> {
             && g.pad_l + g.pad_r + g.pad_t + g.pad_b == 0
     }
 
+    /// Whether the GEMM gathers its rows from the input ([`Taps`]) rather than from im2col
+    /// blocks: float32 weights, a window that is not the input itself, and taps (runs of c
+    /// input channels) that the GEMM's reduction blocks tile exactly. A tap is a block of its
+    /// own or more; shorter blocks would cost the tile a store and a load of its accumulators
+    /// each: 3×3 convolutions over 128 and 256 channels ran 15% and 4% slower gathered than
+    /// through im2col, over 512 3% faster.
+    fn gathers(&self) -> bool {
+        !self.pointwise()
+            && fgemm::blocks_tile_runs_of(self.win.c)
+            && matches!(self.packed, PackedWeights::F32(_))
+    }
+
     /// Computes `out`; returns whether the packed GEMM did (not the dot products of a few
     /// pixels of a 1×1 convolution).
     /// On success every element of `out` has been written.
@@ -900,6 +961,10 @@ impl ConvF32<'_> {
                 o.write(v);
             }
             return Ok(false);
+        }
+        #[cfg(test)]
+        if self.gathers() {
+            GATHERED.set(GATHERED.get() + 1);
         }
         let block = (PATCH_FLOATS / k.max(1)).max(256).min(m.max(1));
         let blocks = m.div_ceil(block);
@@ -939,16 +1004,53 @@ impl ConvF32<'_> {
         let k = fh * fw * c;
         let pointwise = self.pointwise();
         let rows_total = out.len() / oc;
+        // Deep inputs are gathered where they lie, not copied into im2col blocks.
+        let gathered = match self.packed {
+            PackedWeights::F32(packed) if self.gathers() => Some(packed),
+            _ => None,
+        };
         // From the arena when there is one: a new zeroed block every execution was a memset
         // of up to 512 KiB (im2col writes every element).
-        let mut patch = if pointwise {
+        let mut patch = if pointwise || gathered.is_some() {
             Vec::new()
         } else {
             crate::tensor::output_buffer::<f32>(block.min(rows_total) * k)
         };
+        let zeros = if gathered.is_some() {
+            vec![0f32; c]
+        } else {
+            Vec::new()
+        };
+        let ep = Epilogue {
+            bias: self.win.bias,
+            lo: self.win.lo,
+            hi: self.win.hi,
+        };
         for (bi, chunk) in out.chunks_mut(block * oc).enumerate() {
             let rows = chunk.len() / oc;
             let start = p0 + bi * block;
+            let threads = if split {
+                fgemm::threads(rows, k, oc)
+            } else {
+                1
+            };
+            if let Some(packed) = gathered {
+                let taps = Taps {
+                    win: &self.win,
+                    p0: start,
+                    zeros: &zeros,
+                };
+                let p = Product {
+                    m: rows,
+                    k,
+                    n: oc,
+                    a: &[],
+                    packed,
+                    ep,
+                };
+                p.run_gathered(&taps, chunk, threads, self.isa)?;
+                continue;
+            }
             let a: &[f32] = if pointwise {
                 self.win
                     .x
@@ -958,16 +1060,6 @@ impl ConvF32<'_> {
                 let p = &mut patch[..rows * k];
                 self.im2col(start, p);
                 p
-            };
-            let ep = Epilogue {
-                bias: self.win.bias,
-                lo: self.win.lo,
-                hi: self.win.hi,
-            };
-            let threads = if split {
-                fgemm::threads(rows, k, oc)
-            } else {
-                1
             };
             self.packed
                 .run((rows, k, oc), a, ep, chunk, threads, self.isa)?;

@@ -163,17 +163,69 @@ impl Product<'_> {
         threads: usize,
         isa: Isa,
     ) -> Result<(), String> {
+        let b_need = packed_len(self.n, self.k).ok_or("gemm size overflow")?;
+        let c_need = self.checked(c.len(), b_need)?;
+        self.split(Rows::Dense(self.a), &mut c[..c_need], b_need, threads, isa)
+    }
+
+    /// As [`Product::run`], with the rows of A gathered by `gather` (`self.a` is not read):
+    /// row r, reduction block from kk, is `gather.run(r, kk)`'s floats.
+    pub(crate) fn run_gathered(
+        &self,
+        gather: &dyn Gather,
+        c: &mut [MaybeUninit<f32>],
+        threads: usize,
+        isa: Isa,
+    ) -> Result<(), String> {
+        let (m, k, n) = (self.m, self.k, self.n);
+        let run = gather.run_len();
+        if run == 0 || k % run != 0 {
+            return Err("gathered runs do not divide the reduction".into());
+        }
+        let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
+        let c_need = m.checked_mul(n).ok_or("gemm size overflow")?;
+        if c.len() < c_need || self.packed.len() < b_need || self.ep.bias.len() < n {
+            return Err("gemm operand too small".into());
+        }
+        // Every row's pointer for every reduction block, found and checked before any tile
+        // runs: block j's rows at `table[j * m..][..m]`.
+        let mut table = Vec::new();
+        for (kb, _) in reduction_blocks(k, run) {
+            let at = kb % run;
+            for r in 0..m {
+                let s = gather
+                    .run(r, kb - at)
+                    .filter(|s| s.len() >= run)
+                    .ok_or("a gathered row is out of range")?;
+                table.push(s[at..].as_ptr());
+            }
+        }
+        let listed = Listed {
+            table: table.as_ptr(),
+            stride: m,
+            run,
+        };
+        self.split(Rows::Listed(listed), &mut c[..c_need], b_need, threads, isa)
+    }
+
+    /// The product (operands checked: `c` is m·n, the packed weights `b_need` long) on up to
+    /// `threads` threads, by rows or by panels.
+    fn split(
+        &self,
+        a: Rows<'_>,
+        c: &mut [MaybeUninit<f32>],
+        b_need: usize,
+        threads: usize,
+        isa: Isa,
+    ) -> Result<(), String> {
         let Product {
             m,
             k,
             n,
-            a,
             packed,
             ep,
+            ..
         } = *self;
-        let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
-        let c_need = self.checked(c.len(), b_need)?;
-        let c = &mut c[..c_need];
         if c.is_empty() {
             return Ok(());
         }
@@ -195,21 +247,20 @@ impl Product<'_> {
         };
         let panels = n.div_ceil(NR);
         if threads <= 1 {
-            // SAFETY: `a` holds m rows of k floats and `c` m rows of n, exclusively borrowed (checked
-            // above); every panel of the checked packed length.
-            unsafe { g.run(a.as_ptr(), m, c.as_mut_ptr().cast(), 0..panels) };
+            // SAFETY: `a` holds m rows of k floats (checked by the caller, or listed for every
+            // row and block) and `c` m rows of n, exclusively borrowed; every panel of the
+            // checked packed length.
+            unsafe { g.run(a.at_row(0, k)?, m, c.as_mut_ptr().cast(), 0..panels) };
             return Ok(());
         }
         if m >= n || panels < 2 {
             // Runs of rows: each part reads its own rows of A and every panel (B is the smaller).
             return par::for_row_ranges(c, n, threads, |r0, cc| {
                 let rows = cc.len() / n;
-                let a = a
-                    .get(r0 * k..(r0 + rows) * k)
-                    .ok_or("gemm rows out of range")?;
-                // SAFETY: `a` holds `rows` rows of k floats, `cc` `rows` rows of n floats,
-                // exclusively borrowed by this part.
-                unsafe { g.run(a.as_ptr(), rows, cc.as_mut_ptr().cast(), 0..panels) };
+                let a = a.at_row(r0, k)?;
+                // SAFETY: `a` holds `rows` rows of k floats from row r0 (r0 + rows <= m), `cc`
+                // `rows` rows of n floats, exclusively borrowed by this part.
+                unsafe { g.run(a, rows, cc.as_mut_ptr().cast(), 0..panels) };
                 Ok(())
             });
         }
@@ -218,16 +269,102 @@ impl Product<'_> {
         let parts = threads.min(panels);
         let per = panels.div_ceil(parts);
         let cp = SendPtr(c.as_mut_ptr().cast());
+        let a = a.at_row(0, k)?;
         par::for_each_part(panels.div_ceil(per), |part| {
             let p0 = part * per;
             // SAFETY: `a` holds m rows of k floats; `c` (m rows of n floats) outlives every part and
             // this part writes only columns [p0·NR, min((p0+per)·NR, n)) of it, disjoint from every
             // other part's.
-            unsafe { g.run(a.as_ptr(), m, cp.ptr(), p0..(p0 + per).min(panels)) };
+            unsafe { g.run(a, m, cp.ptr(), p0..(p0 + per).min(panels)) };
         });
         Ok(())
     }
 }
+
+/// A's rows gathered from elsewhere, not read as one row-major matrix: an indirect
+/// convolution, whose row for an output pixel is the input pixels of its window, one filter tap
+/// after another, read where they lie instead of copied into an im2col matrix first.
+pub(crate) trait Gather: Sync {
+    /// The length of the runs a row is made of (a tap: the input channels); k is a multiple.
+    fn run_len(&self) -> usize;
+    /// Row `r`'s run that starts at reduction index `kk` (a multiple of [`Gather::run_len`]):
+    /// at least `run_len` floats; None if there is none.
+    fn run(&self, r: usize, kk: usize) -> Option<&[f32]>;
+}
+
+/// Whether the reduction blocks of rows gathered in runs of `run` floats are those of a dense A
+/// (whole [`KC`] blocks, a run holding a whole number of them).
+pub(crate) fn blocks_tile_runs_of(run: usize) -> bool {
+    run > 0 && run % KC == 0
+}
+
+/// The reduction blocks (start, length) of a product whose rows are runs of `run` floats (`k`
+/// for a row-major A): [`KC`] at a time, none across a run's end.
+fn reduction_blocks(k: usize, run: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut kb = 0;
+    std::iter::from_fn(move || {
+        let kc = KC.min(k - kb).min(run - kb % run);
+        (kb < k).then(|| {
+            let block = (kb, kc);
+            kb += kc;
+            block
+        })
+    })
+}
+
+/// Where the rows of A are.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    /// Row-major, row stride k.
+    Dense(&'a [f32]),
+    /// Listed for each reduction block ([`Product::run_gathered`]).
+    Listed(Listed),
+}
+
+impl Rows<'_> {
+    /// The rows from row `r0` on, for [`Gemm::run`]; an error if A has no row `r0`.
+    fn at_row(&self, r0: usize, k: usize) -> Result<RowsAt, String> {
+        match *self {
+            Rows::Dense(a) => {
+                let rest = a.get(r0 * k..).ok_or("gemm rows out of range")?;
+                Ok(RowsAt::Dense(rest.as_ptr()))
+            }
+            Rows::Listed(l) if r0 <= l.stride => Ok(RowsAt::Listed(Listed {
+                table: l.table.wrapping_add(r0),
+                ..l
+            })),
+            Rows::Listed(_) => Err("gemm rows out of range".into()),
+        }
+    }
+}
+
+/// Rows of A from a first row on ([`Gemm::run`]).
+#[derive(Clone, Copy)]
+enum RowsAt {
+    /// Row-major, row stride k, at the first row.
+    Dense(*const f32),
+    Listed(Listed),
+}
+
+/// Listed rows: reduction block j's pointer for row r at `table[j * stride + r]`, each at the
+/// block's first column, the blocks those of [`reduction_blocks`] over runs of `run`.
+#[derive(Clone, Copy)]
+struct Listed {
+    table: *const *const f32,
+    stride: usize,
+    run: usize,
+}
+
+// SAFETY: a `RowsAt` is read-only pointers into A and into its row table, both borrowed for as
+// long as the parts holding it run (`par::for_each_part` returns after every part has
+// finished), and nothing writes them meanwhile.
+unsafe impl Send for RowsAt {}
+// SAFETY: as above.
+unsafe impl Sync for RowsAt {}
+// SAFETY: as for `RowsAt`.
+unsafe impl Send for Listed {}
+// SAFETY: as for `RowsAt`.
+unsafe impl Sync for Listed {}
 
 /// Threads for an m×k×n product split inside [`Product::run`] (one per 2 Mflop, by rows or panels).
 pub(crate) fn threads(m: usize, k: usize, n: usize) -> usize {
@@ -266,19 +403,21 @@ struct Gemm<'a> {
 }
 
 impl Gemm<'_> {
-    /// Rows `0..rows` of A (at `a`, row stride k) times the panels `panels`, into C at `c` (row
-    /// stride n).
+    /// Rows `0..rows` of A (at `a`) times the panels `panels`, into C at `c` (row stride n).
     ///
     /// # Safety
-    /// `a` must be valid for reads of `rows * k` floats, `c` for writes of every
+    /// `a` must be valid for reads of `rows` rows of k floats (dense: at row stride k; listed:
+    /// every block's pointer of each row, each for the block's length), `c` for writes of every
     /// `i * n + j` (i < rows, j a column of `panels`) and not written by anyone else meanwhile;
     /// `panels` must lie within `0..n.div_ceil(NR)`.
-    unsafe fn run(&self, a: *const f32, rows: usize, c: *mut f32, panels: std::ops::Range<usize>) {
+    unsafe fn run(&self, a: RowsAt, rows: usize, c: *mut f32, panels: std::ops::Range<usize>) {
         let (k, n) = (self.k, self.n);
         let clamp = bounds(&self.ep);
-        let mut kb = 0;
-        while kb < k {
-            let kc = KC.min(k - kb);
+        let run = match a {
+            RowsAt::Dense(_) => k,
+            RowsAt::Listed(l) => l.run,
+        };
+        for (j, (kb, kc)) in reduction_blocks(k, run).enumerate() {
             let (first, last) = (kb == 0, kb + kc == k);
             // Row blocks of about A_BLOCK_FLOATS, as many as fit whole (at least one) and of
             // even sizes: cut at the target, 49 rows (a 7×7 layer) at a reduction block of 512
@@ -289,6 +428,12 @@ impl Gemm<'_> {
             let mc = rows.div_ceil(blocks).next_multiple_of(MR);
             for r0 in (0..rows).step_by(mc) {
                 let r1 = (r0 + mc).min(rows);
+                let (a_at, listed) = match a {
+                    // Row r0 < rows at column kb < k: inside A (caller).
+                    RowsAt::Dense(a) => (a.wrapping_add(r0 * k + kb), std::ptr::null()),
+                    // Block j's pointers of rows r0.. (caller).
+                    RowsAt::Listed(l) => (a_null(), l.table.wrapping_add(j * l.stride + r0)),
+                };
                 for p in panels.clone() {
                     let j0 = p * NR;
                     let nr = NR.min(n - j0);
@@ -296,9 +441,9 @@ impl Gemm<'_> {
                     bias[..nr].copy_from_slice(&self.ep.bias[j0..j0 + nr]);
                     let b = &self.packed[(p * k + kb) * NR..][..kc * NR];
                     let t = Tile {
-                        // SAFETY: row r0 < rows at column kb < k: inside `a` (caller).
-                        a: unsafe { a.add(r0 * k + kb) },
+                        a: a_at,
                         lda: k,
+                        listed,
                         mr: r1 - r0,
                         b: b.as_ptr(),
                         kc,
@@ -315,9 +460,13 @@ impl Gemm<'_> {
                     unsafe { (self.column)(&t) };
                 }
             }
-            kb += kc;
         }
     }
+}
+
+/// The unused dense pointer of a listed tile.
+fn a_null() -> *const f32 {
+    std::ptr::null()
 }
 
 /// One micro-tile: `mr` (1..=MR) rows by `nr` (1..=NR) columns of C; or, given to a
@@ -325,8 +474,12 @@ impl Gemm<'_> {
 #[derive(Clone, Copy)]
 struct Tile<'a> {
     /// A at the tile's first row and its reduction block's first column; row stride `lda`.
+    /// Unused when `listed` is not null.
     a: *const f32,
     lda: usize,
+    /// When not null, A's rows are listed instead: row r of the tile at `*listed.add(r)`,
+    /// already at the reduction block's first column ([`Gather`]).
+    listed: *const *const f32,
     mr: usize,
     /// The panel's block: `kc` rows of NR floats.
     b: *const f32,
@@ -341,6 +494,22 @@ struct Tile<'a> {
     clamp: Option<(f32, f32)>,
 }
 
+impl Tile<'_> {
+    /// Row `r` of A at the reduction block's first column.
+    ///
+    /// # Safety
+    /// r < mr (a listed tile lists mr rows).
+    #[inline(always)]
+    unsafe fn row(&self, r: usize) -> *const f32 {
+        if self.listed.is_null() {
+            self.a.wrapping_add(r * self.lda)
+        } else {
+            // SAFETY: r < mr, and the list holds mr pointers (caller).
+            unsafe { *self.listed.wrapping_add(r) }
+        }
+    }
+}
+
 /// A column of micro-tiles: `t.mr` rows (any number) of one panel block, as tiles of MR rows
 /// (the last one shorter), in one call: for short reductions (a 1×1 convolution over 16
 /// channels is 16 steps of 12 multiply-adds) the per-tile call and setup were a tenth of the
@@ -348,7 +517,8 @@ struct Tile<'a> {
 ///
 /// # Safety
 /// The tile contract, which each micro-kernel (`tile_*`) also requires of its one tile: `a`
-/// valid for reads at `r * lda + kk` (r < mr, kk < kc), `b` for `kc * NR` floats, `c` for
+/// valid for reads at `r * lda + kk` (r < mr, kk < kc), or, listed, `listed` for reads of mr
+/// pointers each valid for reads of kc floats; `b` for `kc * NR` floats, `c` for
 /// writes at `r * ldc + j` (r < mr, j < nr), and for reads there when `bias` is None (the
 /// earlier reduction blocks wrote them), written by no one else meanwhile.
 type ColumnFn = unsafe fn(&Tile<'_>);
@@ -359,8 +529,14 @@ type ColumnFn = unsafe fn(&Tile<'_>);
 fn column_with(t: &Tile<'_>, tile: impl Fn(&Tile<'_>)) {
     let mut i = 0;
     while i < t.mr {
+        let listed = if t.listed.is_null() {
+            t.listed
+        } else {
+            t.listed.wrapping_add(i)
+        };
         let one = Tile {
             a: t.a.wrapping_add(i * t.lda),
+            listed,
             mr: MR.min(t.mr - i),
             c: t.c.wrapping_add(i * t.ldc),
             ..*t
@@ -425,12 +601,16 @@ unsafe fn tile_generic<const FMA: bool>(t: &Tile<'_>) {
             }
         }
     }
+    let rows: [*const f32; MR] = std::array::from_fn(|r| {
+        // SAFETY: r.min(mr − 1) < mr (contract: mr ≥ 1).
+        unsafe { t.row(r.min(t.mr - 1)) }
+    });
     for kk in 0..t.kc {
         // SAFETY: kk < kc: the panel block's row kk (contract).
         let b = unsafe { &*t.b.wrapping_add(kk * NR).cast::<[f32; NR]>() };
-        for (r, row) in acc.iter_mut().enumerate().take(t.mr) {
-            // SAFETY: r < mr, kk < kc (contract).
-            let x = unsafe { *t.a.wrapping_add(r * t.lda + kk) };
+        for (row, &ap) in acc.iter_mut().zip(&rows).take(t.mr) {
+            // SAFETY: a row < mr of A, kk < kc (contract).
+            let x = unsafe { *ap.wrapping_add(kk) };
             for (v, &w) in row.iter_mut().zip(b) {
                 *v = if FMA { x.mul_add(w, *v) } else { *v + x * w };
             }
@@ -551,7 +731,10 @@ unsafe fn tile_avx2_fma_rows<const W: usize, const R: usize, const S: usize>(t: 
     use std::arch::x86_64::*;
     // R == mr by the contract; the clamp to row mr−1 keeps a caller that broke it reading
     // inside A (rows past mr are never stored).
-    let rows: [*const f32; R] = std::array::from_fn(|r| t.a.wrapping_add(r.min(t.mr - 1) * t.lda));
+    let rows: [*const f32; R] = std::array::from_fn(|r| {
+        // SAFETY: r.min(mr − 1) < mr (contract: mr ≥ 1).
+        unsafe { t.row(r.min(t.mr - 1)) }
+    });
     let mut acc = [[_mm256_setzero_ps(); W]; R];
     match t.bias {
         Some(b) => acc = [std::array::from_fn(|h| ld8(b, 8 * h)); R],

@@ -3,7 +3,9 @@
 //! dilations, layouts, batches and activations, with every kernel set the CPU runs (the portable
 //! one included), each time checking that the fast kernel in question did run.
 
-use super::{FloatRoute, FloatRuns, copy_run, float_runs, with_float_route, with_half_kernel};
+use super::{
+    FloatRoute, FloatRuns, copy_run, float_runs, gathered_convs, with_float_route, with_half_kernel,
+};
 use crate::model::{Graph, OperandType as T, OperationType as O};
 use crate::ops::fgemm::Isa;
 use crate::ops::hgemm::Kernel;
@@ -160,13 +162,15 @@ fn conv_op(b: &mut B, depthwise: bool, ins: &[u32]) -> O {
 /// NCHW or NHWC, batch up to 2, depth multiplier up to 3; 3×3 filters often (the depthwise
 /// kernel's shape).
 fn conv_case(rng: &mut Rng, depthwise: bool) -> Case {
+    let channels = if depthwise { (1, 40) } else { (1, 19) };
+    conv_case_of(rng, depthwise, channels)
+}
+
+/// [`conv_case`] with `channels.0..channels.1` input channels (the range `Rng::range` draws).
+fn conv_case_of(rng: &mut Rng, depthwise: bool, channels: (i32, i32)) -> Case {
     let r = |rng: &mut Rng, lo: i32, hi: i32| rng.range(lo, hi) as u32;
     let (n, h, w) = (r(rng, 1, 2), r(rng, 1, 12), r(rng, 1, 12));
-    let c = if depthwise {
-        r(rng, 1, 40)
-    } else {
-        r(rng, 1, 19)
-    };
+    let c = r(rng, channels.0, channels.1);
     let mult = if depthwise && rng.range(0, 2) == 0 {
         r(rng, 2, 3)
     } else {
@@ -349,6 +353,48 @@ fn fast_float_kernels_match_the_reference_on_layers_split_over_threads() {
     check(&conv(&mut rng, [1, 57, 57, 24], [1, 3, 3, 24], 1, 2));
     // FULLY_CONNECTED 64 × 700 → 300.
     check(&fully_connected_case(&mut rng, 64, 700, 300));
+}
+
+/// Inputs of a multiple of 512 channels (whole reduction blocks per filter tap): each output
+/// pixel's window is gathered from the input, tap by tap, instead of copied into an im2col
+/// block (padding taps read as zeros), on random shapes, paddings, strides, dilations and
+/// layouts, and on layers split over threads.
+#[test]
+fn deep_convolutions_gather_their_windows_and_match_the_reference() {
+    let mut rng = Rng(0xf10a_0006);
+    let gathered = |case: Case| {
+        let before = gathered_convs();
+        check(&case);
+        assert!(gathered_convs() > before, "{}: not gathered", case.what);
+    };
+    // Random shapes (a 1×1 filter at stride 1 without padding reads the input itself, as
+    // shallow ones do; the others gather).
+    let before = gathered_convs();
+    for _ in 0..6 {
+        check(&conv_case_of(&mut rng, false, (512, 513)));
+    }
+    assert!(gathered_convs() > before, "no random case gathered");
+    crate::par::set_max_threads(2);
+    // SAME 3×3 on 5×5×512 → 24: one block, padding taps, the GEMM split by rows.
+    gathered(layer_case(&mut rng, [1, 5, 5, 512], [24, 3, 3, 512], 1, 1));
+    // VALID 3×3 stride 2 on 2×7×7×1024 → 20: two images, two blocks a tap.
+    gathered(layer_case(
+        &mut rng,
+        [2, 7, 7, 1024],
+        [20, 3, 3, 1024],
+        2,
+        2,
+    ));
+    // SAME 2×2 on 3×3×512 → 160: the GEMM split by panels.
+    gathered(layer_case(&mut rng, [1, 3, 3, 512], [160, 2, 2, 512], 1, 1));
+    // SAME 3×3 on 20×20×512 → 16: runs of pixels over two threads.
+    gathered(layer_case(
+        &mut rng,
+        [1, 20, 20, 512],
+        [16, 3, 3, 512],
+        1,
+        1,
+    ));
 }
 
 /// The im2col's run copy (overlapping fixed-length copies up to 16 floats) copies every

@@ -269,9 +269,11 @@ impl PreparedGraph {
             .map(|(k, (out, &oi))| {
                 let unique = g.output_indexes.iter().filter(|&&o| o == oi).count() == 1;
                 let ty = g.operands[oi as usize].ty;
-                // SAFETY: `outputs[k]` is not used again until every tensor of this execution
-                // is dropped: the encoding below skips an output written in place, and a
-                // tensor written in place holds only its own output's bytes (checked there).
+                // SAFETY: once a tensor is made from this place (the operation computing
+                // output k took it), `outputs[k]` is not used again: the encoding below skips
+                // a tensor written in place, only such a tensor holds these bytes (its slot
+                // is checked there), and every tensor is dropped before this function returns.
+                // An output whose place no operation took is encoded as before.
                 unique.then(|| unsafe { Place::new(out, ty, k) }).flatten()
             })
             .collect();

@@ -150,9 +150,7 @@ impl Data {
             // SAFETY: the caller drops the buf before the borrow of `bytes` ends.
             Some(unsafe { Buf::input(s) })
         }
-        let plain = cfg!(target_endian = "little")
-            && !matches!(ty, OperandType::Float16 | OperandType::TensorFloat16);
-        if plain {
+        if stored_as_kept(ty) {
             // The caller drops the data before the borrow of `bytes` ends (each SAFETY below).
             let lent = match kind_of(ty) {
                 // SAFETY: as above.
@@ -570,6 +568,14 @@ impl<T> OutputBuf<T> {
     }
 }
 
+/// Whether operand type `ty`'s bytes hold its elements as the executor keeps them (so that
+/// they can be read and written in place): a little-endian target, and not FLOAT16 (widened
+/// to f32).
+fn stored_as_kept(ty: OperandType) -> bool {
+    cfg!(target_endian = "little")
+        && !matches!(ty, OperandType::Float16 | OperandType::TensorFloat16)
+}
+
 /// The bytes of one execution output, offered ([`offer`]) to the operation that computes it so
 /// that its kernel writes them in place of a buffer of its own (then copied).
 #[derive(Clone, Copy, Debug)]
@@ -591,16 +597,15 @@ impl Place {
     /// tensor made from the place is dropped: [`output_buffer_uninit`] hands it out as a
     /// borrowed [`Buf`] without a lifetime.
     pub(crate) unsafe fn new(out: &mut [u8], ty: OperandType, slot: usize) -> Option<Place> {
-        if matches!(ty, OperandType::Float16 | OperandType::TensorFloat16) {
-            return None;
-        }
         let kind = kind_of(ty);
         let align = match kind {
-            Kind::F32 | Kind::I32 => 4,
+            Kind::F32 => std::mem::align_of::<f32>(),
+            Kind::I32 => std::mem::align_of::<i32>(),
             Kind::U8 | Kind::I8 => 1,
+            // No kernel writes 16-bit elements into an output buffer it asks for.
             Kind::I16 | Kind::U16 => return None,
         };
-        if cfg!(target_endian = "big") || out.as_ptr() as usize % align != 0 {
+        if !stored_as_kept(ty) || out.as_ptr() as usize % align != 0 {
             return None;
         }
         Some(Place {

@@ -895,10 +895,8 @@ impl fgemm::Gather for Taps<'_> {
         let p = self.p0 + r;
         let per_image = (oh * ow).max(1);
         let (b, oy, ox) = (p / per_image, p % per_image / ow.max(1), p % ow.max(1));
-        let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_t);
-        let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_l);
-        match (iy, ix) {
-            (Some(iy), Some(ix)) if iy < h && ix < w => {
+        match (g.in_y(oy, ky, h), g.in_x(ox, kx, w)) {
+            (Some(iy), Some(ix)) => {
                 let at = ((b * h + iy) * w + ix) * c;
                 win.x.get(at..at + c)
             }

@@ -129,13 +129,17 @@ impl<W> Product<'_, W> {
     /// m·n, once `c` (of `c_len` elements), A, the packed weights (`b_need` elements needed)
     /// and the bias are checked to hold the shape.
     pub(crate) fn checked(&self, c_len: usize, b_need: usize) -> Result<usize, String> {
-        let c_need = self.m.checked_mul(self.n).ok_or("gemm size overflow")?;
         let a_need = self.m.checked_mul(self.k).ok_or("gemm size overflow")?;
-        if c_len < c_need
-            || self.a.len() < a_need
-            || self.packed.len() < b_need
-            || self.ep.bias.len() < self.n
-        {
+        if self.a.len() < a_need {
+            return Err("gemm operand too small".into());
+        }
+        self.checked_but_a(c_len, b_need)
+    }
+
+    /// As [`Product::checked`], A aside (rows gathered from elsewhere).
+    fn checked_but_a(&self, c_len: usize, b_need: usize) -> Result<usize, String> {
+        let c_need = self.m.checked_mul(self.n).ok_or("gemm size overflow")?;
+        if c_len < c_need || self.packed.len() < b_need || self.ep.bias.len() < self.n {
             return Err("gemm operand too small".into());
         }
         Ok(c_need)
@@ -177,16 +181,13 @@ impl Product<'_> {
         threads: usize,
         isa: Isa,
     ) -> Result<(), String> {
-        let (m, k, n) = (self.m, self.k, self.n);
+        let (m, k) = (self.m, self.k);
         let run = gather.run_len();
         if run == 0 || k % run != 0 {
             return Err("gathered runs do not divide the reduction".into());
         }
-        let b_need = packed_len(n, k).ok_or("gemm size overflow")?;
-        let c_need = m.checked_mul(n).ok_or("gemm size overflow")?;
-        if c.len() < c_need || self.packed.len() < b_need || self.ep.bias.len() < n {
-            return Err("gemm operand too small".into());
-        }
+        let b_need = packed_len(self.n, k).ok_or("gemm size overflow")?;
+        let c_need = self.checked_but_a(c.len(), b_need)?;
         // Every row's pointer for every reduction block, found and checked before any tile
         // runs: block j's rows at `table[j * m..][..m]`.
         let mut table = Vec::new();
@@ -250,7 +251,7 @@ impl Product<'_> {
             // SAFETY: `a` holds m rows of k floats (checked by the caller, or listed for every
             // row and block) and `c` m rows of n, exclusively borrowed; every panel of the
             // checked packed length.
-            unsafe { g.run(a.at_row(0, k)?, m, c.as_mut_ptr().cast(), 0..panels) };
+            unsafe { g.run(a, m, c.as_mut_ptr().cast(), 0..panels) };
             return Ok(());
         }
         if m >= n || panels < 2 {
@@ -269,7 +270,6 @@ impl Product<'_> {
         let parts = threads.min(panels);
         let per = panels.div_ceil(parts);
         let cp = SendPtr(c.as_mut_ptr().cast());
-        let a = a.at_row(0, k)?;
         par::for_each_part(panels.div_ceil(per), |part| {
             let p0 = part * per;
             // SAFETY: `a` holds m rows of k floats; `c` (m rows of n floats) outlives every part and
@@ -303,16 +303,16 @@ pub(crate) fn blocks_tile_runs_of(run: usize) -> bool {
 fn reduction_blocks(k: usize, run: usize) -> impl Iterator<Item = (usize, usize)> {
     let mut kb = 0;
     std::iter::from_fn(move || {
-        let kc = KC.min(k - kb).min(run - kb % run);
-        (kb < k).then(|| {
-            let block = (kb, kc);
-            kb += kc;
-            block
-        })
+        if kb >= k {
+            return None;
+        }
+        let block = (kb, KC.min(k - kb).min(run - kb % run));
+        kb += block.1;
+        Some(block)
     })
 }
 
-/// Where the rows of A are.
+/// Where the rows of A are, from a first row on.
 #[derive(Clone, Copy)]
 enum Rows<'a> {
     /// Row-major, row stride k.
@@ -321,29 +321,20 @@ enum Rows<'a> {
     Listed(Listed),
 }
 
-impl Rows<'_> {
-    /// The rows from row `r0` on, for [`Gemm::run`]; an error if A has no row `r0`.
-    fn at_row(&self, r0: usize, k: usize) -> Result<RowsAt, String> {
+impl<'a> Rows<'a> {
+    /// The rows from row `r0` on; an error if A has no row `r0`.
+    fn at_row(&self, r0: usize, k: usize) -> Result<Rows<'a>, String> {
         match *self {
-            Rows::Dense(a) => {
-                let rest = a.get(r0 * k..).ok_or("gemm rows out of range")?;
-                Ok(RowsAt::Dense(rest.as_ptr()))
-            }
-            Rows::Listed(l) if r0 <= l.stride => Ok(RowsAt::Listed(Listed {
-                table: l.table.wrapping_add(r0),
-                ..l
-            })),
-            Rows::Listed(_) => Err("gemm rows out of range".into()),
+            Rows::Dense(a) => a.get(r0 * k..).map(Rows::Dense),
+            Rows::Listed(l) => (r0 <= l.stride).then(|| {
+                Rows::Listed(Listed {
+                    table: l.table.wrapping_add(r0),
+                    ..l
+                })
+            }),
         }
+        .ok_or_else(|| "gemm rows out of range".into())
     }
-}
-
-/// Rows of A from a first row on ([`Gemm::run`]).
-#[derive(Clone, Copy)]
-enum RowsAt {
-    /// Row-major, row stride k, at the first row.
-    Dense(*const f32),
-    Listed(Listed),
 }
 
 /// Listed rows: reduction block j's pointer for row r at `table[j * stride + r]`, each at the
@@ -355,15 +346,12 @@ struct Listed {
     run: usize,
 }
 
-// SAFETY: a `RowsAt` is read-only pointers into A and into its row table, both borrowed for as
-// long as the parts holding it run (`par::for_each_part` returns after every part has
-// finished), and nothing writes them meanwhile.
-unsafe impl Send for RowsAt {}
-// SAFETY: as above.
-unsafe impl Sync for RowsAt {}
-// SAFETY: as for `RowsAt`.
+// SAFETY: a `Listed` is read-only pointers into its row table and the gathered rows, both
+// borrowed for as long as the parts holding it run (`par::for_each_part` and
+// `par::for_row_ranges` return after every part has finished), and nothing writes them
+// meanwhile.
 unsafe impl Send for Listed {}
-// SAFETY: as for `RowsAt`.
+// SAFETY: as above.
 unsafe impl Sync for Listed {}
 
 /// Threads for an m×k×n product split inside [`Product::run`] (one per 2 Mflop, by rows or panels).
@@ -410,12 +398,12 @@ impl Gemm<'_> {
     /// every block's pointer of each row, each for the block's length), `c` for writes of every
     /// `i * n + j` (i < rows, j a column of `panels`) and not written by anyone else meanwhile;
     /// `panels` must lie within `0..n.div_ceil(NR)`.
-    unsafe fn run(&self, a: RowsAt, rows: usize, c: *mut f32, panels: std::ops::Range<usize>) {
+    unsafe fn run(&self, a: Rows<'_>, rows: usize, c: *mut f32, panels: std::ops::Range<usize>) {
         let (k, n) = (self.k, self.n);
         let clamp = bounds(&self.ep);
         let run = match a {
-            RowsAt::Dense(_) => k,
-            RowsAt::Listed(l) => l.run,
+            Rows::Dense(_) => k,
+            Rows::Listed(l) => l.run,
         };
         for (j, (kb, kc)) in reduction_blocks(k, run).enumerate() {
             let (first, last) = (kb == 0, kb + kc == k);
@@ -428,11 +416,14 @@ impl Gemm<'_> {
             let mc = rows.div_ceil(blocks).next_multiple_of(MR);
             for r0 in (0..rows).step_by(mc) {
                 let r1 = (r0 + mc).min(rows);
-                let (a_at, listed) = match a {
+                let tile_rows = match a {
                     // Row r0 < rows at column kb < k: inside A (caller).
-                    RowsAt::Dense(a) => (a.wrapping_add(r0 * k + kb), std::ptr::null()),
+                    Rows::Dense(a) => TileRows::Strided {
+                        a: a.as_ptr().wrapping_add(r0 * k + kb),
+                        lda: k,
+                    },
                     // Block j's pointers of rows r0.. (caller).
-                    RowsAt::Listed(l) => (a_null(), l.table.wrapping_add(j * l.stride + r0)),
+                    Rows::Listed(l) => TileRows::Listed(l.table.wrapping_add(j * l.stride + r0)),
                 };
                 for p in panels.clone() {
                     let j0 = p * NR;
@@ -441,9 +432,7 @@ impl Gemm<'_> {
                     bias[..nr].copy_from_slice(&self.ep.bias[j0..j0 + nr]);
                     let b = &self.packed[(p * k + kb) * NR..][..kc * NR];
                     let t = Tile {
-                        a: a_at,
-                        lda: k,
-                        listed,
+                        rows: tile_rows,
                         mr: r1 - r0,
                         b: b.as_ptr(),
                         kc,
@@ -464,22 +453,12 @@ impl Gemm<'_> {
     }
 }
 
-/// The unused dense pointer of a listed tile.
-fn a_null() -> *const f32 {
-    std::ptr::null()
-}
-
 /// One micro-tile: `mr` (1..=MR) rows by `nr` (1..=NR) columns of C; or, given to a
 /// [`ColumnFn`], a column of tiles: `mr` (any number) rows, MR at a time.
 #[derive(Clone, Copy)]
 struct Tile<'a> {
-    /// A at the tile's first row and its reduction block's first column; row stride `lda`.
-    /// Unused when `listed` is not null.
-    a: *const f32,
-    lda: usize,
-    /// When not null, A's rows are listed instead: row r of the tile at `*listed.add(r)`,
-    /// already at the reduction block's first column ([`Gather`]).
-    listed: *const *const f32,
+    /// A's rows, at the tile's first row and its reduction block's first column.
+    rows: TileRows,
     mr: usize,
     /// The panel's block: `kc` rows of NR floats.
     b: *const f32,
@@ -494,18 +473,37 @@ struct Tile<'a> {
     clamp: Option<(f32, f32)>,
 }
 
-impl Tile<'_> {
-    /// Row `r` of A at the reduction block's first column.
+/// Where a tile's rows of A are, from its first row on, at its reduction block's first column.
+#[derive(Clone, Copy)]
+enum TileRows {
+    /// Row r at `a + r·lda` (a row-major A).
+    Strided { a: *const f32, lda: usize },
+    /// Row r at `*list.add(r)` (rows gathered, [`Gather`]).
+    Listed(*const *const f32),
+}
+
+impl TileRows {
+    /// The rows from row `i` on.
+    fn down(self, i: usize) -> TileRows {
+        match self {
+            TileRows::Strided { a, lda } => TileRows::Strided {
+                a: a.wrapping_add(i * lda),
+                lda,
+            },
+            TileRows::Listed(list) => TileRows::Listed(list.wrapping_add(i)),
+        }
+    }
+
+    /// Row `r`.
     ///
     /// # Safety
-    /// r < mr (a listed tile lists mr rows).
+    /// r < the tile's mr (a listed tile lists mr rows).
     #[inline(always)]
-    unsafe fn row(&self, r: usize) -> *const f32 {
-        if self.listed.is_null() {
-            self.a.wrapping_add(r * self.lda)
-        } else {
+    unsafe fn row(self, r: usize) -> *const f32 {
+        match self {
+            TileRows::Strided { a, lda } => a.wrapping_add(r * lda),
             // SAFETY: r < mr, and the list holds mr pointers (caller).
-            unsafe { *self.listed.wrapping_add(r) }
+            TileRows::Listed(list) => unsafe { *list.wrapping_add(r) },
         }
     }
 }
@@ -516,9 +514,9 @@ impl Tile<'_> {
 /// work.
 ///
 /// # Safety
-/// The tile contract, which each micro-kernel (`tile_*`) also requires of its one tile: `a`
-/// valid for reads at `r * lda + kk` (r < mr, kk < kc), or, listed, `listed` for reads of mr
-/// pointers each valid for reads of kc floats; `b` for `kc * NR` floats, `c` for
+/// The tile contract, which each micro-kernel (`tile_*`) also requires of its one tile: `rows`
+/// valid for reads of kc floats from each row r < mr (listed: the list valid for reads of mr
+/// pointers); `b` for `kc * NR` floats, `c` for
 /// writes at `r * ldc + j` (r < mr, j < nr), and for reads there when `bias` is None (the
 /// earlier reduction blocks wrote them), written by no one else meanwhile.
 type ColumnFn = unsafe fn(&Tile<'_>);
@@ -529,14 +527,8 @@ type ColumnFn = unsafe fn(&Tile<'_>);
 fn column_with(t: &Tile<'_>, tile: impl Fn(&Tile<'_>)) {
     let mut i = 0;
     while i < t.mr {
-        let listed = if t.listed.is_null() {
-            t.listed
-        } else {
-            t.listed.wrapping_add(i)
-        };
         let one = Tile {
-            a: t.a.wrapping_add(i * t.lda),
-            listed,
+            rows: t.rows.down(i),
             mr: MR.min(t.mr - i),
             c: t.c.wrapping_add(i * t.ldc),
             ..*t
@@ -603,7 +595,7 @@ unsafe fn tile_generic<const FMA: bool>(t: &Tile<'_>) {
     }
     let rows: [*const f32; MR] = std::array::from_fn(|r| {
         // SAFETY: r.min(mr − 1) < mr (contract: mr ≥ 1).
-        unsafe { t.row(r.min(t.mr - 1)) }
+        unsafe { t.rows.row(r.min(t.mr - 1)) }
     });
     for kk in 0..t.kc {
         // SAFETY: kk < kc: the panel block's row kk (contract).
@@ -733,7 +725,7 @@ unsafe fn tile_avx2_fma_rows<const W: usize, const R: usize, const S: usize>(t: 
     // inside A (rows past mr are never stored).
     let rows: [*const f32; R] = std::array::from_fn(|r| {
         // SAFETY: r.min(mr − 1) < mr (contract: mr ≥ 1).
-        unsafe { t.row(r.min(t.mr - 1)) }
+        unsafe { t.rows.row(r.min(t.mr - 1)) }
     });
     let mut acc = [[_mm256_setzero_ps(); W]; R];
     match t.bias {

@@ -12,6 +12,10 @@
 //! thread and on all of them, each next to numpy with as many threads.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 use std::collections::HashMap;
 use std::process::Command;
 use std::time::Instant;

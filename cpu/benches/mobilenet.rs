@@ -8,6 +8,10 @@
 //! thread count, after 3 warm-ups; the median is printed). Figures: `docs/dependencies.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 use std::time::Instant;
 
 use nnaccel_cpu::{

@@ -8,6 +8,10 @@
 //! and the choice: `docs/dependencies.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

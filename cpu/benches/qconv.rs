@@ -10,6 +10,10 @@
 //! ms, GOP/s (2 operations a multiply-add) and float32 ms / int8 ms.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 use std::time::{Duration, Instant};
 
 use nnaccel_cpu::{

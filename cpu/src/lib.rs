@@ -34,6 +34,7 @@
 //!   most [`MAX_NESTING_DEPTH`] deep; outputs and loop state of unknown dimensions take the
 //!   shapes the subgraphs produce, which may change from one iteration to the next.
 
+mod cache_aligned;
 mod check;
 mod control_flow;
 pub mod coverage;
@@ -47,6 +48,7 @@ mod par;
 mod tensor;
 mod validate;
 
+pub use cache_aligned::{ALIGNED_FROM, CACHE_LINE, CacheAligned};
 pub use control_flow::{DEFAULT_LOOP_TIMEOUT, MAX_LOOP_TIMEOUT, MAX_NESTING_DEPTH};
 pub use error::{ExecError, GraphError, OutputShape};
 pub use exec::{InputArg, PreparedGraph};
@@ -69,6 +71,11 @@ pub use validate::supported_operation_types;
 pub fn relaxed_runs_in_float16() -> bool {
     ops::half_kernel(true).is_some()
 }
+
+/// The unit tests run under the allocator the project's programs declare.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: CacheAligned = CacheAligned;
 
 #[cfg(test)]
 mod control_flow_tests;

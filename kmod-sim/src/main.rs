@@ -1,6 +1,10 @@
 //! `nnaccel-sim`: serves the simulated nnaccel device as a CUSE character device or on a FUSE
 //! file, or runs an in-process demonstration.
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

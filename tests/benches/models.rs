@@ -21,6 +21,10 @@
 //! Nothing here asserts a time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 use std::path::PathBuf;
 use std::time::Instant;
 

@@ -21,26 +21,27 @@
 //! `NNACCEL_BENCH_OPS` sets the chain lengths (comma-separated; default 1000,10000,100000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use nnaccel_cpu::CacheAligned;
 use nnaccel_hal::{Backend, Driver, Model, OperationType};
 use nnaccel_service::PREPARED_BYTES_PER_OPERATION;
 use nnaccel_tests::service::*;
 
-/// The system allocator, counting the bytes live now and the most live at once.
+/// The allocator of the project's programs ([`CacheAligned`]), counting the bytes live now and the most live at once.
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
-// SAFETY: every call forwards to `System` with the caller's arguments unchanged; the counters
+// SAFETY: every call forwards to `CacheAligned` with the caller's arguments unchanged; the counters
 // are plain atomics and never affect what is allocated.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded as is; the caller upholds `GlobalAlloc::alloc`'s contract.
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { CacheAligned.alloc(layout) };
         if !p.is_null() {
             let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(now, Ordering::Relaxed);
@@ -50,13 +51,13 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded as is; `ptr` came from `alloc`/`realloc` above with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { CacheAligned.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded as is; the caller upholds `GlobalAlloc::realloc`'s contract.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { CacheAligned.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
             let now = LIVE.fetch_add(new_size, Ordering::Relaxed) + new_size;

@@ -5,6 +5,10 @@
 //! oversized or malformed model or inputs file, a model too large for one request, a device
 //! that cannot be opened or is not an nnaccel device.
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 mod backend;
 mod bench;
 mod cache;

@@ -17,6 +17,10 @@
 //! It may import the TFLite import (`nnaccel-tflite`), the client library, the HAL's types and
 //! the simulated device (the embedded default); nothing imports it.
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 pub mod abi;
 pub mod backend;
 pub mod context;

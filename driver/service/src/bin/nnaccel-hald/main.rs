@@ -2,6 +2,10 @@
 //! request, and serves clients on a Unix socket (fds attached). Meant to run under systemd
 //! (Type=notify, watchdog, socket activation) but runs fine by hand.
 
+/// Tensors and packed weights on cache lines (nnaccel_cpu::CacheAligned says why).
+#[global_allocator]
+static ALLOCATOR: nnaccel_cpu::CacheAligned = nnaccel_cpu::CacheAligned;
+
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

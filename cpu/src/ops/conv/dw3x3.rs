@@ -93,7 +93,7 @@ impl DepthwiseF32<'_> {
                 // SAFETY: AVX2 and FMA are enabled here; `taps` holds PACKED floats, each
                 // of `in_blk` cols·LANES with cols = (ow − 1)·s + 3, `orow` ow·c floats and
                 // blk·LANES < c.
-                unsafe { row_block(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
+                unsafe { row_block::<false>(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
             }
         }
     }
@@ -149,16 +149,18 @@ impl BlockedRows {
 }
 
 /// One block of channels `c0..c0 + 8` of one output row: `taps` the packed bias and filter,
-/// `rows` the window's three blocked input rows; the output pixel `ox` at `orow[ox·c + c0..]`,
-/// clamped to `lo..=hi` (NaN becomes `lo`, as in the generic kernel), only its first `c − c0`
-/// lanes stored for the last block.
+/// `rows` the window's three input rows, blocked (`NHWC` false: from the block's first column)
+/// or NHWC (from channel c0 of the first output pixel's first window column); the output pixel
+/// `ox` at `orow[ox·c + c0..]`, clamped to `lo..=hi` (NaN becomes `lo`, as in the generic
+/// kernel), only its first `c − c0` lanes stored for the last block.
 ///
 /// # Safety
 /// AVX2 and FMA are present; `taps` holds [`PACKED`] floats, each of `rows` at least
-/// `((ow − 1)·s + 3)·8`, `orow` `ow·c`, and `c0 < c`.
+/// `((ow − 1)·s + 2)·pitch + 8` (pitch: 8 blocked, c NHWC), `orow` `ow·c`, and `c0 < c`
+/// (NHWC: c0 + 8 <= c).
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn row_block(
+unsafe fn row_block<const NHWC: bool>(
     taps: &[f32],
     rows: [&[f32]; 3],
     s: usize,
@@ -168,6 +170,9 @@ unsafe fn row_block(
     c: usize,
     c0: usize,
 ) {
+    // Floats from one input column to the next: a block's 8 lanes in a blocked row, a pixel's
+    // channels in an NHWC one.
+    let pitch = if NHWC { c } else { LANES };
     let t = taps.as_ptr();
     // SAFETY: `taps` holds 80 floats: the bias at 0 and tap k at 8·(k + 1), k < 9.
     let bias = unsafe { _mm256_loadu_ps(t) };
@@ -183,11 +188,11 @@ unsafe fn row_block(
     // Written through a pointer: MaybeUninit<f32> has the layout of f32.
     let o = orow.as_mut_ptr().cast::<f32>();
     for ox in 0..ow {
-        let at = ox * s * LANES;
-        // SAFETY: column ox·s + j (j <= 2) ends at ((ox·s + j) + 1)·8 <= ((ow − 1)·s + 3)·8
-        // floats, inside each row.
+        let at = ox * s * pitch;
+        // SAFETY: column ox·s + j (j <= 2) ends at (ox·s + j)·pitch + 8 <= ((ow − 1)·s + 3)·pitch
+        // floats (pitch >= 8), inside each row (caller).
         let x =
-            |p: *const f32, j: usize| unsafe { _mm256_loadu_ps(p.wrapping_add(at + j * LANES)) };
+            |p: *const f32, j: usize| unsafe { _mm256_loadu_ps(p.wrapping_add(at + j * pitch)) };
         let mut a0 = _mm256_fmadd_ps(x(p0, 0), f[0], bias);
         let mut a1 = _mm256_mul_ps(x(p1, 0), f[3]);
         let mut a2 = _mm256_mul_ps(x(p2, 0), f[6]);
@@ -209,5 +214,135 @@ unsafe fn row_block(
             // SAFETY: only the lanes below c − c0 are written: dst + (c − c0) <= ow·c.
             unsafe { _mm256_maskstore_ps(o.wrapping_add(dst), mask, v) };
         }
+    }
+}
+
+impl DepthwiseF32<'_> {
+    /// As [`Self::rows_3x3_blocked_avx2_fma`], reading the NHWC input where it lies: for stride
+    /// 2, where each input row serves only 1.5 output rows of half the width, so that copying
+    /// the rows into blocks cost more than the arithmetic it saved (112×112×96 at stride 2:
+    /// 230 µs, about 60 of them multiply-adds). A block of channels walks along the row with
+    /// its taps in registers, one pixel's channels apart (`row_block`); the pixels whose window
+    /// leaves the input, and the last block when c is not a multiple of 8, take masked loads.
+    ///
+    /// # Safety
+    /// As [`Self::rows_3x3_blocked_avx2_fma`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_3x3_direct_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
+        let (g, x) = (&self.win.g, self.win.x);
+        let (h, w) = self.win.in_hw;
+        let (oh, ow) = self.win.out_hw;
+        let (c, s) = (self.win.c, g.stride_w);
+        if ow == 0 || oh == 0 || c == 0 {
+            return;
+        }
+        let blocks = c.div_ceil(LANES);
+        let whole = c / LANES;
+        let packed = self.packed_3x3(blocks);
+        let in_row = w * c;
+        let zeros = vec![0f32; in_row];
+        // Output columns whose whole window lies inside the input's columns: first..last.
+        let first = (0..ow).find(|&ox| g.in_x(ox, 0, w).is_some()).unwrap_or(ow);
+        let last = first
+            + (first..ow)
+                .take_while(|&ox| g.in_x(ox, 2, w).is_some())
+                .count();
+        let clamp = (_mm256_set1_ps(self.win.lo), _mm256_set1_ps(self.win.hi));
+        for (ri, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+            let (b, oy) = ((r0 + ri) / oh, (r0 + ri) % oh);
+            // Each window row: the input row, or zeros above and below the input (and where
+            // the input is shorter than its shape says).
+            let rows: [&[f32]; 3] = std::array::from_fn(|ky| {
+                g.in_y(oy, ky, h)
+                    .and_then(|iy| x.get((b * h + iy) * in_row..)?.get(..in_row))
+                    .unwrap_or(&zeros)
+            });
+            if first < last {
+                let at = (first * s - g.pad_l) * c;
+                for blk in 0..whole {
+                    let c0 = blk * LANES;
+                    let taps = &packed[blk * PACKED..(blk + 1) * PACKED];
+                    let from = [
+                        &rows[0][at + c0..],
+                        &rows[1][at + c0..],
+                        &rows[2][at + c0..],
+                    ];
+                    // SAFETY: AVX2 and FMA are enabled here; pixels first..last read input
+                    // columns up to (last − 1)·s + 2 − pad_l < w, so each row holds
+                    // ((last − first − 1)·s + 2)·c + 8 floats from `at + c0` (c0 + 8 <= c); the
+                    // output row from pixel `first` holds (last − first)·c floats.
+                    unsafe {
+                        row_block::<true>(
+                            taps,
+                            from,
+                            s,
+                            last - first,
+                            clamp,
+                            &mut orow[first * c..],
+                            c,
+                            c0,
+                        )
+                    };
+                }
+            }
+            let o = orow.as_mut_ptr().cast::<f32>();
+            for ox in 0..ow {
+                let inside = (first..last).contains(&ox);
+                if inside && whole == blocks {
+                    continue;
+                }
+                let cols = std::array::from_fn(|kx| g.in_x(ox, kx, w));
+                let from = if inside { whole } else { 0 };
+                // SAFETY: AVX2 and FMA are enabled here; every Some column is below w, each
+                // row holds w·c floats, and pixel ox's c outputs lie in the output row.
+                unsafe {
+                    masked_pixel(&packed, rows, cols, c, from, clamp, o.wrapping_add(ox * c))
+                };
+            }
+        }
+    }
+}
+
+/// Blocks `from..` of the channels of one output pixel, with masked loads and stores (the
+/// pixels whose window leaves the input, and the partial last block): `cols[kx]` is the input
+/// column of window column kx, None outside (zeros); the outputs at `o`.
+///
+/// # Safety
+/// AVX2 and FMA are present; `taps` holds [`PACKED`] floats per block of `c`; every Some
+/// column is below w where each row holds w·c floats; `o` is valid for writes of `c` floats.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn masked_pixel(
+    taps: &[f32],
+    rows: [&[f32]; 3],
+    cols: [Option<usize>; 3],
+    c: usize,
+    from: usize,
+    (lo, hi): (__m256, __m256),
+    o: *mut f32,
+) {
+    for blk in from..c.div_ceil(LANES) {
+        let c0 = blk * LANES;
+        let lanes = i32::try_from((c - c0).min(LANES)).unwrap_or(8);
+        let m = _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(lanes),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        let tb = taps.as_ptr().wrapping_add(blk * PACKED);
+        // SAFETY: block blk's PACKED floats (caller): the bias first.
+        let mut acc = unsafe { _mm256_loadu_ps(tb) };
+        for (ky, row) in rows.iter().enumerate() {
+            for (kx, col) in cols.iter().enumerate() {
+                let Some(ix) = col else { continue };
+                let px = row.as_ptr().wrapping_add(ix * c + c0);
+                // SAFETY: the lanes below min(8, c − c0) of input column ix < w: in the row.
+                let v = unsafe { _mm256_maskload_ps(px, m) };
+                // SAFETY: tap ky·3 + kx of block blk.
+                let f = unsafe { _mm256_loadu_ps(tb.wrapping_add(LANES * (ky * 3 + kx + 1))) };
+                acc = _mm256_fmadd_ps(v, f, acc);
+            }
+        }
+        let v = _mm256_min_ps(_mm256_max_ps(acc, lo), hi);
+        // SAFETY: the lanes below min(8, c − c0) of the pixel's c outputs.
+        unsafe { _mm256_maskstore_ps(o.wrapping_add(c0), m, v) };
     }
 }

@@ -1076,17 +1076,36 @@ impl ConvF32<'_> {
         let k = fh * fw * c;
         let run = fw * c;
         let mut walk = WindowWalk::new(g, (h, w), (fh, fw), c, (oh, ow), p0);
-        for dst in patch.chunks_exact_mut(k.max(1)) {
-            let (b, oy, ox) = (walk.b, walk.oy, walk.ox);
-            let inside = walk.inside();
-            walk.advance();
-            if let Some(starts) = inside {
-                // Every filter row a whole run: no bounds to find, nothing to clear.
-                for (d, &at) in dst.chunks_exact_mut(run.max(1)).zip(&starts[..fh]) {
-                    copy_run(d, &self.win.x[at..at + run]);
+        let mut rows = patch.chunks_exact_mut(k.max(1));
+        while rows.len() > 0 {
+            if let Some((starts, n)) = walk.inside_run() {
+                // Pixels whose every filter row is a whole run: no bounds to find, nothing to
+                // clear; along the output row each window is stride_w·c values on.
+                let n = n.min(rows.len());
+                let step = g.stride_w * c;
+                let x = self.win.x;
+                let runs = rows.by_ref().take(n).enumerate();
+                if (fh, run) == (3, 9) {
+                    // A first layer's 3×3 window over 3 channels: fixed-size copies inline (a
+                    // call per run was most of the copying, MobileNets' first layer).
+                    for (j, dst) in runs {
+                        for (d, &at) in dst.chunks_exact_mut(9).zip(&starts[..3]) {
+                            d.copy_from_slice(&x[at + j * step..][..9]);
+                        }
+                    }
+                } else {
+                    for (j, dst) in runs {
+                        for (d, &at) in dst.chunks_exact_mut(run.max(1)).zip(&starts[..fh]) {
+                            copy_run(d, &x[at + j * step..][..run]);
+                        }
+                    }
                 }
+                walk.skip(n);
                 continue;
             }
+            let Some(dst) = rows.next() else { break };
+            let (b, oy, ox) = (walk.b, walk.oy, walk.ox);
+            walk.advance();
             for ky in 0..fh {
                 let drow = &mut dst[ky * fw * c..(ky + 1) * fw * c];
                 let Some(iy) = g.in_y(oy, ky, h) else {
@@ -1207,6 +1226,21 @@ impl<'g> WindowWalk<'g> {
         let rows = self.rows.filter(|_| self.inside_x.contains(&self.ox))?;
         let x0 = (self.ox * self.g.stride_w - self.g.pad_l) * self.c;
         Some(rows.map(|a| a + x0))
+    }
+
+    /// As [`WindowWalk::inside`], with how many pixels from the current one on, along its
+    /// output row, are inside too (each one `stride_w·c` values on from the one before).
+    #[inline]
+    pub(super) fn inside_run(&self) -> Option<([usize; WALK_FH], usize)> {
+        let starts = self.inside()?;
+        Some((starts, self.inside_x.end.min(self.ow) - self.ox))
+    }
+
+    /// On by `n` (≥ 1) output pixels of the current output row (at most to its end).
+    #[inline]
+    pub(super) fn skip(&mut self, n: usize) {
+        self.ox += n.max(1) - 1;
+        self.advance();
     }
 
     /// On to the next output pixel.

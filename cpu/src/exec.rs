@@ -139,6 +139,8 @@ impl PreparedGraph {
     /// model's constants while it is prepared; the HAL passes its snapshot of them). A weight
     /// whose pool or range `pools` does not hold is left unpacked.
     pub fn with_pools(graph: Graph, pools: &[&[u8]]) -> Result<Self, GraphError> {
+        // Packed weights and decoded constants on cache lines (cache_aligned.rs).
+        let _aligned = crate::cache_aligned::aligning();
         let orders = validate::validate_model(&graph)?;
         let main = Plan::new(&graph, &graph, orders.root, pools)?;
         let referenced = graph
@@ -197,6 +199,8 @@ impl PreparedGraph {
         outputs: &mut [&mut [u8]],
         loop_timeout: Duration,
     ) -> Result<Vec<OutputShape>, ExecError> {
+        // Activations on cache lines (cache_aligned.rs).
+        let _aligned = crate::cache_aligned::aligning();
         // The activation buffers an earlier execution left (or none yet), on this thread
         // while the graph runs.
         let arenas = || self.arenas.lock().unwrap_or_else(PoisonError::into_inner);

@@ -370,6 +370,8 @@ impl Pool {
     }
 
     fn worker(&self) {
+        // A worker only runs the executor's kernels: its large blocks start on a cache line.
+        let _aligned = crate::cache_aligned::aligning();
         let mut st = lock(&self.state);
         // Whether this worker has polled since it last found work: it sleeps only after that.
         let mut polled = false;

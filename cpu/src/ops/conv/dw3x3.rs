@@ -93,7 +93,7 @@ impl DepthwiseF32<'_> {
                 // SAFETY: AVX2 and FMA are enabled here; `taps` holds PACKED floats, each
                 // of `in_blk` cols·LANES with cols = (ow − 1)·s + 3, `orow` ow·c floats and
                 // blk·LANES < c.
-                unsafe { row_block::<false>(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
+                unsafe { row_block(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
             }
         }
     }
@@ -149,18 +149,16 @@ impl BlockedRows {
 }
 
 /// One block of channels `c0..c0 + 8` of one output row: `taps` the packed bias and filter,
-/// `rows` the window's three input rows, blocked (`NHWC` false: from the block's first column)
-/// or NHWC (from channel c0 of the first output pixel's first window column); the output pixel
-/// `ox` at `orow[ox·c + c0..]`, clamped to `lo..=hi` (NaN becomes `lo`, as in the generic
-/// kernel), only its first `c − c0` lanes stored for the last block.
+/// `rows` the window's three blocked input rows; the output pixel `ox` at `orow[ox·c + c0..]`,
+/// clamped to `lo..=hi` (NaN becomes `lo`, as in the generic kernel), only its first `c − c0`
+/// lanes stored for the last block.
 ///
 /// # Safety
 /// AVX2 and FMA are present; `taps` holds [`PACKED`] floats, each of `rows` at least
-/// `((ow − 1)·s + 2)·pitch + 8` (pitch: 8 blocked, c NHWC), `orow` `ow·c`, and `c0 < c`
-/// (NHWC: c0 + 8 <= c).
+/// `((ow − 1)·s + 3)·8`, `orow` `ow·c`, and `c0 < c`.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn row_block<const NHWC: bool>(
+unsafe fn row_block(
     taps: &[f32],
     rows: [&[f32]; 3],
     s: usize,
@@ -170,9 +168,6 @@ unsafe fn row_block<const NHWC: bool>(
     c: usize,
     c0: usize,
 ) {
-    // Floats from one input column to the next: a block's 8 lanes in a blocked row, a pixel's
-    // channels in an NHWC one.
-    let pitch = if NHWC { c } else { LANES };
     let t = taps.as_ptr();
     // SAFETY: `taps` holds 80 floats: the bias at 0 and tap k at 8·(k + 1), k < 9.
     let bias = unsafe { _mm256_loadu_ps(t) };
@@ -188,11 +183,11 @@ unsafe fn row_block<const NHWC: bool>(
     // Written through a pointer: MaybeUninit<f32> has the layout of f32.
     let o = orow.as_mut_ptr().cast::<f32>();
     for ox in 0..ow {
-        let at = ox * s * pitch;
-        // SAFETY: column ox·s + j (j <= 2) ends at (ox·s + j)·pitch + 8 <= ((ow − 1)·s + 3)·pitch
-        // floats (pitch >= 8), inside each row (caller).
+        let at = ox * s * LANES;
+        // SAFETY: column ox·s + j (j <= 2) ends at ((ox·s + j) + 1)·8 <= ((ow − 1)·s + 3)·8
+        // floats, inside each row.
         let x =
-            |p: *const f32, j: usize| unsafe { _mm256_loadu_ps(p.wrapping_add(at + j * pitch)) };
+            |p: *const f32, j: usize| unsafe { _mm256_loadu_ps(p.wrapping_add(at + j * LANES)) };
         let mut a0 = _mm256_fmadd_ps(x(p0, 0), f[0], bias);
         let mut a1 = _mm256_mul_ps(x(p1, 0), f[3]);
         let mut a2 = _mm256_mul_ps(x(p2, 0), f[6]);
@@ -217,13 +212,18 @@ unsafe fn row_block<const NHWC: bool>(
     }
 }
 
+/// Output pixels [`pixels`] computes at once: each tap is loaded once for all of them, and their
+/// 4 × 3 partial sums (one per window row) keep the multiply-adders busy.
+const DIRECT_PIXELS: usize = 4;
+
 impl DepthwiseF32<'_> {
-    /// As [`Self::rows_3x3_blocked_avx2_fma`], reading the NHWC input where it lies: for stride
-    /// 2, where each input row serves only 1.5 output rows of half the width, so that copying
-    /// the rows into blocks cost more than the arithmetic it saved (112×112×96 at stride 2:
-    /// 230 µs, about 60 of them multiply-adds). A block of channels walks along the row with
-    /// its taps in registers, one pixel's channels apart (`row_block`); the pixels whose window
-    /// leaves the input, and the last block when c is not a multiple of 8, take masked loads.
+    /// As [`Self::rows_3x3_blocked_avx2_fma`], reading the NHWC input where it lies, for stride
+    /// 2: there each input row serves only 1.5 output rows of half the width, so copying the
+    /// rows into channel blocks cost more than the arithmetic it saved (112×112×96 at stride 2:
+    /// 230 µs, about 60 of them multiply-adds). Pixel by pixel, as XNNPACK's depthwise kernels
+    /// go, so that the input is read in the order it lies ([`pixels`]); the pixels whose window
+    /// leaves the input, and the last block when c is not a multiple of 8, take masked loads
+    /// ([`masked_pixel`]).
     ///
     /// # Safety
     /// As [`Self::rows_3x3_blocked_avx2_fma`].
@@ -257,35 +257,41 @@ impl DepthwiseF32<'_> {
                     .and_then(|iy| x.get((b * h + iy) * in_row..)?.get(..in_row))
                     .unwrap_or(&zeros)
             });
-            if first < last {
-                let at = (first * s - g.pad_l) * c;
-                for blk in 0..whole {
-                    let c0 = blk * LANES;
-                    let taps = &packed[blk * PACKED..(blk + 1) * PACKED];
-                    let from = [
-                        &rows[0][at + c0..],
-                        &rows[1][at + c0..],
-                        &rows[2][at + c0..],
-                    ];
-                    // SAFETY: AVX2 and FMA are enabled here; pixels first..last read input
-                    // columns up to (last − 1)·s + 2 − pad_l < w, so each row holds
-                    // ((last − first − 1)·s + 2)·c + 8 floats from `at + c0` (c0 + 8 <= c); the
-                    // output row from pixel `first` holds (last − first)·c floats.
-                    unsafe {
-                        row_block::<true>(
-                            taps,
-                            from,
-                            s,
-                            last - first,
-                            clamp,
-                            &mut orow[first * c..],
-                            c,
-                            c0,
-                        )
-                    };
-                }
-            }
             let o = orow.as_mut_ptr().cast::<f32>();
+            // Pixel ox's window, from its first column on, in each row.
+            let window = |ox: usize| rows.map(|r| r.as_ptr().wrapping_add((ox * s - g.pad_l) * c));
+            let mut ox = first;
+            while ox + DIRECT_PIXELS <= last {
+                // SAFETY: AVX2 and FMA are enabled here; pixels ox..ox + 4 lie inside (their
+                // windows' columns are below w, in each row of w·c floats), the whole blocks
+                // of their channels, and their outputs in the output row.
+                unsafe {
+                    pixels::<DIRECT_PIXELS>(
+                        &packed,
+                        window(ox),
+                        c,
+                        s * c,
+                        whole,
+                        clamp,
+                        o.wrapping_add(ox * c),
+                    )
+                };
+                ox += DIRECT_PIXELS;
+            }
+            for ox in ox..last {
+                // SAFETY: as above, for one pixel.
+                unsafe {
+                    pixels::<1>(
+                        &packed,
+                        window(ox),
+                        c,
+                        s * c,
+                        whole,
+                        clamp,
+                        o.wrapping_add(ox * c),
+                    )
+                };
+            }
             for ox in 0..ow {
                 let inside = (first..last).contains(&ox);
                 if inside && whole == blocks {
@@ -299,6 +305,57 @@ impl DepthwiseF32<'_> {
                     masked_pixel(&packed, rows, cols, c, from, clamp, o.wrapping_add(ox * c))
                 };
             }
+        }
+    }
+}
+
+/// The whole blocks (`whole`, of 8 channels) of `P` output pixels whose windows lie inside
+/// the input's columns: `window[ky]` is the first pixel's window row ky from its first column,
+/// the next pixels `step` floats on; outputs at `o`, `c` floats apart.
+///
+/// # Safety
+/// AVX2 and FMA are present; `taps` holds [`PACKED`] floats per block; each window row holds
+/// `(P − 1)·step + 3·c` floats; `o` is valid for writes of `P·c` floats; `whole·8 <= c`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn pixels<const P: usize>(
+    taps: &[f32],
+    window: [*const f32; 3],
+    c: usize,
+    step: usize,
+    whole: usize,
+    (lo, hi): (__m256, __m256),
+    o: *mut f32,
+) {
+    for blk in 0..whole {
+        let t = taps.as_ptr().wrapping_add(blk * PACKED);
+        let c0 = blk * LANES;
+        // SAFETY: block blk's PACKED floats (caller): the bias first.
+        let bias = unsafe { _mm256_loadu_ps(t) };
+        let mut acc = [
+            [bias; P],
+            [_mm256_setzero_ps(); P],
+            [_mm256_setzero_ps(); P],
+        ];
+        for (ky, sums) in acc.iter_mut().enumerate() {
+            let row = window[ky].wrapping_add(c0);
+            for kx in 0..3 {
+                // SAFETY: tap ky·3 + kx of block blk.
+                let f = unsafe { _mm256_loadu_ps(t.wrapping_add(LANES * (1 + ky * 3 + kx))) };
+                for (q, sum) in sums.iter_mut().enumerate() {
+                    // SAFETY: pixel q's window column kx, channels c0..c0 + 8 <= c: inside the
+                    // row (caller).
+                    let v = unsafe { _mm256_loadu_ps(row.wrapping_add(kx * c + q * step)) };
+                    *sum = _mm256_fmadd_ps(v, f, *sum);
+                }
+            }
+        }
+        let [top, mid, bottom] = acc;
+        for (q, ((a, b), c2)) in top.into_iter().zip(mid).zip(bottom).enumerate() {
+            let v = _mm256_add_ps(_mm256_add_ps(a, b), c2);
+            let v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+            // SAFETY: pixel q's outputs c0..c0 + 8 <= c (caller).
+            unsafe { _mm256_storeu_ps(o.wrapping_add(q * c + c0), v) };
         }
     }
 }

@@ -45,14 +45,9 @@ impl DepthwiseF32<'_> {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_3x3_blocked_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
         let (g, x) = (&self.win.g, self.win.x);
-        let (h, w) = self.win.in_hw;
-        let (oh, ow) = self.win.out_hw;
-        let (c, s) = (self.win.c, g.stride_w);
-        if ow == 0 || oh == 0 || c == 0 {
+        let Some(((h, w), (oh, ow), c, s, blocks, packed)) = self.shape_3x3() else {
             return;
-        }
-        let blocks = c.div_ceil(LANES);
-        let packed = self.packed_3x3(blocks);
+        };
         let cols = (ow - 1) * s + 3;
         let slot = blocks * cols * LANES;
         let mut rows = BlockedRows {
@@ -96,6 +91,37 @@ impl DepthwiseF32<'_> {
                 unsafe { row_block(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
             }
         }
+    }
+
+    /// What both 3×3 kernels start from: the input's and the output's height and width, the
+    /// channels, the stride, the blocks of [`LANES`] channels and the packed filter
+    /// ([`Self::packed_3x3`]); None when there is nothing to compute.
+    #[allow(clippy::type_complexity)]
+    fn shape_3x3(
+        &self,
+    ) -> Option<(
+        (usize, usize),
+        (usize, usize),
+        usize,
+        usize,
+        usize,
+        Vec<f32>,
+    )> {
+        let (oh, ow) = self.win.out_hw;
+        let c = self.win.c;
+        if ow == 0 || oh == 0 || c == 0 {
+            return None;
+        }
+        let blocks = c.div_ceil(LANES);
+        let packed = self.packed_3x3(blocks);
+        Some((
+            self.win.in_hw,
+            (oh, ow),
+            c,
+            self.win.g.stride_w,
+            blocks,
+            packed,
+        ))
     }
 
     /// The filter and bias as [`PACKED`] floats per block of channels (zeros past `c`).
@@ -230,15 +256,10 @@ impl DepthwiseF32<'_> {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_3x3_direct_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
         let (g, x) = (&self.win.g, self.win.x);
-        let (h, w) = self.win.in_hw;
-        let (oh, ow) = self.win.out_hw;
-        let (c, s) = (self.win.c, g.stride_w);
-        if ow == 0 || oh == 0 || c == 0 {
+        let Some(((h, w), (oh, ow), c, s, blocks, packed)) = self.shape_3x3() else {
             return;
-        }
-        let blocks = c.div_ceil(LANES);
+        };
         let whole = c / LANES;
-        let packed = self.packed_3x3(blocks);
         let in_row = w * c;
         let zeros = vec![0f32; in_row];
         // Output columns whose whole window lies inside the input's columns: first..last.

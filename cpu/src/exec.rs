@@ -11,7 +11,7 @@ use crate::error::{ExecError, GraphError, OutputShape};
 use crate::model::{Graph, Lifetime, OperandType};
 use crate::ops::{self, OpCtx};
 use crate::packed::{self, Packed};
-use crate::tensor::{self, Arena, Data, Place, Tensor, kind_of, num_elements};
+use crate::tensor::{self, Arena, Data, PLANNED_SLOT, Place, Tensor, kind_of, num_elements};
 use crate::validate;
 
 /// One execution input.
@@ -58,6 +58,91 @@ struct Plan {
     /// For each operation, where its 8-bit epilogue and depthwise filter are kept when they may
     /// be (`ops::quant_cacheable`).
     kept: Vec<Option<ops::QuantCache>>,
+    /// Where the large temporaries are computed.
+    temps: Box<MemoryPlan>,
+}
+
+/// Offsets of a graph's large temporaries in one block of memory, made once when the graph is
+/// prepared: a temporary's bytes may be those of one that died before it was computed. Why: a
+/// buffer per size class (the [`Arena`]) hands a 4.8 MB activation the buffer it had an
+/// inference ago, cold in memory, where a planned block hands it what its predecessors have
+/// just left (MobileNetV2's 112×112×16→96 expansion: 740–773 µs inside the network against
+/// 484–497 alone; docs/performance.md).
+#[derive(Debug, Default)]
+pub(crate) struct MemoryPlan {
+    /// For each operand, its (offset, bytes) in the block, if planned.
+    pub(crate) at: Vec<Option<(usize, usize)>>,
+    /// The block's length.
+    pub(crate) bytes: usize,
+}
+
+/// Temporaries smaller than this are left to the arena: planning them gains nothing, and a
+/// graph of many small operations (100 000 ADDs of 4 floats) would make planning quadratic.
+const PLANNED_FROM: usize = 16 * 1024;
+
+/// At most this many temporaries are planned (the largest); the rest use the arena.
+const PLANNED_AT_MOST: usize = 2048;
+
+impl MemoryPlan {
+    /// The plan of `graph` run in `order`, with `last_use` (as [`Plan::last_use`]): each
+    /// temporary of known size of at least [`PLANNED_FROM`] bytes, computed by an operation of
+    /// one output (the only ones offered a place) other than IF and WHILE, whose elements the
+    /// executor keeps as they are stored, gets an offset; the largest first, each at the
+    /// lowest offset (in cache lines) where it overlaps no planned temporary alive at the same
+    /// time.
+    pub(crate) fn new(graph: &Graph, order: &[usize], last_use: &[usize]) -> MemoryPlan {
+        let mut wanted = Vec::new();
+        for (pos, &opi) in order.iter().enumerate() {
+            let op = &graph.operations[opi];
+            let [out] = op.outputs[..] else { continue };
+            if control_flow::is_control_flow(op.op) {
+                continue;
+            }
+            let operand = &graph.operands[out as usize];
+            if operand.lifetime != Lifetime::TemporaryVariable
+                || !tensor::stored_as_kept(operand.ty)
+                || operand.dimensions.contains(&0)
+            {
+                continue;
+            }
+            let Some(bytes) = num_elements(&operand.dimensions)
+                .and_then(|n| n.checked_mul(operand.ty.element_size()))
+                .and_then(|b| b.checked_next_multiple_of(crate::CACHE_LINE))
+            else {
+                continue;
+            };
+            if bytes >= PLANNED_FROM {
+                // Alive from the operation computing it to its last reader (to the end when
+                // nothing reads it).
+                let last = last_use[out as usize].min(order.len());
+                wanted.push((out as usize, bytes, pos, last));
+            }
+        }
+        wanted.sort_by_key(|&(out, bytes, ..)| (std::cmp::Reverse(bytes), out));
+        wanted.truncate(PLANNED_AT_MOST);
+        let mut at = vec![None; graph.operands.len()];
+        let mut placed: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(wanted.len());
+        let mut end = 0;
+        for &(out, bytes, first, last) in &wanted {
+            let mut busy: Vec<(usize, usize)> = placed
+                .iter()
+                .filter(|&&(_, _, f, l)| f <= last && first <= l)
+                .map(|&(off, b, ..)| (off, off + b))
+                .collect();
+            busy.sort_unstable();
+            let mut off = 0;
+            for (lo, hi) in busy {
+                if off + bytes <= lo {
+                    break;
+                }
+                off = off.max(hi);
+            }
+            placed.push((off, bytes, first, last));
+            at[out] = Some((off, bytes));
+            end = end.max(off + bytes);
+        }
+        MemoryPlan { at, bytes: end }
+    }
 }
 
 impl Plan {
@@ -115,12 +200,14 @@ impl Plan {
             .iter()
             .map(|op| ops::quant_cacheable(graph, op).then(ops::QuantCache::default))
             .collect();
+        let temps = Box::new(MemoryPlan::new(graph, &order, &last_use));
         Ok(Plan {
             order,
             consts,
             last_use,
             packed,
             kept,
+            temps,
         })
     }
 }
@@ -204,14 +291,20 @@ impl PreparedGraph {
         // The activation buffers an earlier execution left (or none yet), on this thread
         // while the graph runs.
         let arenas = || self.arenas.lock().unwrap_or_else(PoisonError::into_inner);
-        let guard = tensor::install(arenas().pop().unwrap_or_default());
+        let mut arena = arenas().pop().unwrap_or_default();
+        // The memory plan's block goes with the arena, but outside it while the graph runs:
+        // only the planned places reach it then.
+        let mut block = std::mem::take(&mut arena.block);
+        let guard = tensor::install(arena);
         let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.execute_inner(pools, inputs, outputs, loop_timeout.min(MAX_LOOP_TIMEOUT))
+            let timeout = loop_timeout.min(MAX_LOOP_TIMEOUT);
+            self.execute_inner(pools, inputs, outputs, timeout, &mut block)
         })) {
             Ok(r) => r,
             Err(_) => Err(ExecError::Failed("internal error in a kernel".into())),
         };
-        if let Some(arena) = guard.finish() {
+        if let Some(mut arena) = guard.finish() {
+            arena.block = block;
             arenas().push(arena);
         }
         r
@@ -223,6 +316,7 @@ impl PreparedGraph {
         inputs: &[InputArg<'_>],
         outputs: &mut [&mut [u8]],
         loop_timeout: Duration,
+        block: &mut Vec<u8>,
     ) -> Result<Vec<OutputShape>, ExecError> {
         let g = &self.graph;
         if inputs.len() != g.input_indexes.len() {
@@ -281,15 +375,40 @@ impl PreparedGraph {
                 unique.then(|| unsafe { Place::new(out, ty, k) }).flatten()
             })
             .collect();
+        // The block of the memory plan: an earlier execution's, else a new one.
+        if block.len() != self.main.temps.bytes {
+            *block = vec![0u8; self.main.temps.bytes];
+        }
+        let base = block.as_mut_ptr();
+        let temps: Vec<Option<Place>> = self
+            .main
+            .temps
+            .at
+            .iter()
+            .zip(&g.operands)
+            .map(|(at, operand)| {
+                let (off, bytes) = (*at)?;
+                // The plan keeps off + bytes within its `bytes`, the block's length (above).
+                let ptr = std::ptr::NonNull::new(base.wrapping_add(off))?;
+                // SAFETY: the bytes lie inside the block, which is neither read nor written
+                // but through the places until `run.graph` returns, and every tensor made from
+                // a place is dropped inside it (a temporary is never a result of the graph); no
+                // two temporaries alive at the same time share bytes (the plan), and a
+                // temporary's place is taken only by the one operation computing it, once.
+                unsafe { Place::from_raw(ptr, bytes, operand.ty, PLANNED_SLOT) }
+            })
+            .collect();
         let run = Run {
             prepared: self,
             pools,
             loop_timeout,
             depth: 0,
             places: &places,
+            temps: &temps,
         };
         let given_refs: Vec<Option<&Tensor>> = given.iter().map(Option::as_ref).collect();
         let results = run.graph(g, &self.main, &given_refs)?;
+        drop(temps);
         for t in given.into_iter().flatten() {
             tensor::recycle(t.data);
         }
@@ -349,6 +468,9 @@ struct Run<'p> {
     /// The bytes of the execution's outputs that operations may compute in place, by output
     /// (the root graph's; none inside IF and WHILE).
     places: &'p [Option<Place>],
+    /// The root graph's temporaries' places in the memory plan's block, by operand (none
+    /// inside IF and WHILE).
+    temps: &'p [Option<Place>],
 }
 
 impl Run<'_> {
@@ -507,6 +629,9 @@ impl Run<'_> {
         let [out] = op.outputs[..] else {
             return None;
         };
+        if let Some(&Some(place)) = self.temps.get(out as usize) {
+            return Some(tensor::offer(place));
+        }
         let slot = g.output_indexes.iter().position(|&o| o == out)?;
         let place = (*self.places.get(slot)?)?;
         Some(tensor::offer(place))
@@ -542,6 +667,7 @@ impl SubgraphRunner for Run<'_> {
         let inner = Run {
             depth: self.depth + 1,
             places: &[],
+            temps: &[],
             ..*self
         };
         inner

@@ -82,6 +82,8 @@ mod control_flow_tests;
 #[cfg(test)]
 mod in_place_tests;
 #[cfg(test)]
+mod memory_plan_tests;
+#[cfg(test)]
 mod packed_tests;
 #[cfg(test)]
 mod test_support;

@@ -248,6 +248,9 @@ pub(crate) struct Arena {
     /// Byte buffers, of U8 and I8 tensors both (an 8-bit kernel may write bytes and hand them
     /// over as either).
     bytes: Vec<Vec<u8>>,
+    /// The block of the graph's memory plan (the executor's `MemoryPlan`), kept for the next
+    /// execution; taken out while an execution runs.
+    pub(crate) block: Vec<u8>,
 }
 
 impl std::fmt::Debug for Arena {
@@ -571,7 +574,7 @@ impl<T> OutputBuf<T> {
 /// Whether operand type `ty`'s bytes hold its elements as the executor keeps them (so that
 /// they can be read and written in place): a little-endian target, and not FLOAT16 (widened
 /// to f32).
-fn stored_as_kept(ty: OperandType) -> bool {
+pub(crate) fn stored_as_kept(ty: OperandType) -> bool {
     cfg!(target_endian = "little")
         && !matches!(ty, OperandType::Float16 | OperandType::TensorFloat16)
 }
@@ -597,6 +600,24 @@ impl Place {
     /// tensor made from the place is dropped: [`output_buffer_uninit`] hands it out as a
     /// borrowed [`Buf`] without a lifetime.
     pub(crate) unsafe fn new(out: &mut [u8], ty: OperandType, slot: usize) -> Option<Place> {
+        let bytes = out.len();
+        // SAFETY: `out` is valid for reads and writes of its bytes; the rest is the caller's.
+        unsafe { Place::from_raw(std::ptr::NonNull::from(out).cast(), bytes, ty, slot) }
+    }
+
+    /// As [`Place::new`], for the `bytes` bytes at `ptr`: no reference to them is made, so
+    /// places in one block (a memory plan's) may be made from its base pointer while others
+    /// made from it are in use.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `bytes` bytes, and [`Place::new`]'s contract
+    /// hold for them.
+    pub(crate) unsafe fn from_raw(
+        ptr: std::ptr::NonNull<u8>,
+        bytes: usize,
+        ty: OperandType,
+        slot: usize,
+    ) -> Option<Place> {
         let kind = kind_of(ty);
         let align = match kind {
             Kind::F32 => std::mem::align_of::<f32>(),
@@ -605,12 +626,12 @@ impl Place {
             // No kernel writes 16-bit elements into an output buffer it asks for.
             Kind::I16 | Kind::U16 => return None,
         };
-        if !stored_as_kept(ty) || out.as_ptr() as usize % align != 0 {
+        if !stored_as_kept(ty) || ptr.as_ptr() as usize % align != 0 {
             return None;
         }
         Some(Place {
-            ptr: std::ptr::NonNull::from(&mut *out).cast(),
-            bytes: out.len(),
+            ptr,
+            bytes,
             kind,
             slot,
         })
@@ -630,6 +651,22 @@ thread_local! {
     /// Bytes of execution inputs and outputs copied on this thread, not read or written in
     /// place ([`io_bytes_copied_on_this_thread`]).
     static IO_COPIED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The slot of a [`Place`] in a memory plan's block (the executor's `MemoryPlan`): no
+/// execution output's.
+pub(crate) const PLANNED_SLOT: usize = usize::MAX;
+
+#[cfg(test)]
+thread_local! {
+    /// Places in a memory plan's block taken on this thread.
+    static PLANNED_TAKEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Temporaries computed in a memory plan's block on this thread so far.
+#[cfg(test)]
+pub(crate) fn planned_places_taken_on_this_thread() -> usize {
+    PLANNED_TAKEN.get()
 }
 
 /// Counts `bytes` of an execution's input or output copied instead of used in place.
@@ -671,6 +708,10 @@ impl Drop for Offer {
 fn take_place<T: Reusable>(n: usize) -> Option<Buf<T>> {
     let place = PLACE.get().filter(|p| p.serves::<T>(n))?;
     PLACE.set(None);
+    #[cfg(test)]
+    if place.slot == PLANNED_SLOT {
+        PLANNED_TAKEN.set(PLANNED_TAKEN.get() + 1);
+    }
     let ptr = place.ptr.as_ptr().cast::<T>();
     // SAFETY: `Place::new` checked the alignment for T's kind (a byte kind for either byte
     // type), `serves` that n elements of T fit the place's bytes, and every bit pattern is a

@@ -90,7 +90,7 @@ impl MemoryPlan {
     /// executor keeps as they are stored, gets an offset; the largest first, each at the
     /// lowest offset (in cache lines) where it overlaps no planned temporary alive at the same
     /// time.
-    pub(crate) fn new(graph: &Graph, order: &[usize], last_use: &[usize]) -> MemoryPlan {
+    fn new(graph: &Graph, order: &[usize], last_use: &[usize]) -> MemoryPlan {
         let mut wanted = Vec::new();
         for (pos, &opi) in order.iter().enumerate() {
             let op = &graph.operations[opi];
@@ -260,6 +260,12 @@ impl PreparedGraph {
             .sum()
     }
 
+    /// The root graph's memory plan.
+    #[cfg(test)]
+    pub(crate) fn memory_plan(&self) -> &MemoryPlan {
+        &self.main.temps
+    }
+
     /// The graph this was prepared from.
     pub fn graph(&self) -> &Graph {
         &self.graph
@@ -379,36 +385,20 @@ impl PreparedGraph {
         if block.len() != self.main.temps.bytes {
             *block = vec![0u8; self.main.temps.bytes];
         }
-        let base = block.as_mut_ptr();
-        let temps: Vec<Option<Place>> = self
-            .main
-            .temps
-            .at
-            .iter()
-            .zip(&g.operands)
-            .map(|(at, operand)| {
-                let (off, bytes) = (*at)?;
-                // The plan keeps off + bytes within its `bytes`, the block's length (above).
-                let ptr = std::ptr::NonNull::new(base.wrapping_add(off))?;
-                // SAFETY: the bytes lie inside the block, which is neither read nor written
-                // but through the places until `run.graph` returns, and every tensor made from
-                // a place is dropped inside it (a temporary is never a result of the graph); no
-                // two temporaries alive at the same time share bytes (the plan), and a
-                // temporary's place is taken only by the one operation computing it, once.
-                unsafe { Place::from_raw(ptr, bytes, operand.ty, PLANNED_SLOT) }
-            })
-            .collect();
+        let planned = Planned {
+            plan: &self.main.temps,
+            base: block.as_mut_ptr(),
+        };
         let run = Run {
             prepared: self,
             pools,
             loop_timeout,
             depth: 0,
             places: &places,
-            temps: &temps,
+            planned: Some(planned),
         };
         let given_refs: Vec<Option<&Tensor>> = given.iter().map(Option::as_ref).collect();
         let results = run.graph(g, &self.main, &given_refs)?;
-        drop(temps);
         for t in given.into_iter().flatten() {
             tensor::recycle(t.data);
         }
@@ -468,9 +458,34 @@ struct Run<'p> {
     /// The bytes of the execution's outputs that operations may compute in place, by output
     /// (the root graph's; none inside IF and WHILE).
     places: &'p [Option<Place>],
-    /// The root graph's temporaries' places in the memory plan's block, by operand (none
-    /// inside IF and WHILE).
-    temps: &'p [Option<Place>],
+    /// The root graph's memory plan and its block (none inside IF and WHILE).
+    planned: Option<Planned<'p>>,
+}
+
+/// A memory plan ([`MemoryPlan`]) and the block of this execution it places temporaries in.
+#[derive(Clone, Copy)]
+struct Planned<'p> {
+    plan: &'p MemoryPlan,
+    /// The block's first byte; the block is `plan.bytes` long, and read or written only
+    /// through the places made from this pointer while the graph runs.
+    base: *mut u8,
+}
+
+impl Planned<'_> {
+    /// Temporary `operand`'s place in the block, if planned.
+    fn place(&self, operand: usize, ty: OperandType) -> Option<Place> {
+        let (off, bytes) = (*self.plan.at.get(operand)?)?;
+        // The plan keeps off + bytes within its `bytes`, the block's length.
+        let ptr = std::ptr::NonNull::new(self.base.wrapping_add(off))?;
+        // SAFETY: the bytes lie inside the block, which is neither read nor written but
+        // through the places until the root graph's run returns, and every tensor made from a
+        // place is dropped inside that run (a temporary is never a result of the graph); no
+        // two temporaries alive at the same time share bytes (the plan), and a temporary's
+        // place is made and offered only to the one operation computing it, once. Made from
+        // the base pointer, not from a reference to the whole block, it leaves the places
+        // made before it valid.
+        unsafe { Place::from_raw(ptr, bytes, ty, PLANNED_SLOT) }
+    }
 }
 
 impl Run<'_> {
@@ -629,7 +644,8 @@ impl Run<'_> {
         let [out] = op.outputs[..] else {
             return None;
         };
-        if let Some(&Some(place)) = self.temps.get(out as usize) {
+        let ty = g.operands.get(out as usize)?.ty;
+        if let Some(place) = self.planned.and_then(|p| p.place(out as usize, ty)) {
             return Some(tensor::offer(place));
         }
         let slot = g.output_indexes.iter().position(|&o| o == out)?;
@@ -667,7 +683,7 @@ impl SubgraphRunner for Run<'_> {
         let inner = Run {
             depth: self.depth + 1,
             places: &[],
-            temps: &[],
+            planned: None,
             ..*self
         };
         inner

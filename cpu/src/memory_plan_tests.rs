@@ -56,25 +56,33 @@ fn chain(side: u32, steps: usize, residual: bool) -> Graph {
     b.g
 }
 
-/// The plan of `g`, with each operand's lifetime (first and last position in the execution
-/// order), as the executor makes it.
-fn plan_of(g: &Graph) -> (MemoryPlan, Vec<(usize, usize)>) {
+/// `g` prepared, and each operand's lifetime in it: the positions, in execution order, of the
+/// operation computing it and of its last reader (the end when none), found here independently
+/// of the executor's plan.
+fn prepared_with_lifetimes(g: Graph) -> (PreparedGraph, Vec<(usize, usize)>) {
     let ops = g.operations.iter().map(|o| (&o.inputs[..], &o.outputs[..]));
     let order = execution_order(g.operands.len(), ops).unwrap();
-    let mut life = vec![(usize::MAX, 0); g.operands.len()];
-    let mut last_use = vec![usize::MAX; g.operands.len()];
+    let mut life = vec![(usize::MAX, order.len()); g.operands.len()];
     for (pos, &opi) in order.iter().enumerate() {
         for &i in &g.operations[opi].inputs {
-            last_use[i as usize] = pos;
+            life[i as usize].1 = pos;
         }
         for &o in &g.operations[opi].outputs {
             life[o as usize].0 = pos;
         }
     }
-    for (l, &u) in life.iter_mut().zip(&last_use) {
-        l.1 = u.min(order.len());
-    }
-    (MemoryPlan::new(g, &order, &last_use), life)
+    (PreparedGraph::new(g).unwrap(), life)
+}
+
+/// Runs `p` on `x`; its one output.
+fn run(p: &PreparedGraph, x: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    let args = [InputArg::Value {
+        data: x.as_bytes(),
+        dimensions: vec![],
+    }];
+    p.execute(&[], &args, &mut [out.as_mut_bytes()]).unwrap();
+    out
 }
 
 /// Every two planned operands alive at the same time occupy disjoint bytes inside the block.
@@ -106,8 +114,8 @@ fn input(side: u32) -> Vec<f32> {
 #[test]
 fn a_chain_of_large_temporaries_takes_two_regions_and_computes_the_same_values() {
     // 32×32×16 floats: 64 KiB per temporary, 4 of them, each alive for one step.
-    let g = chain(32, 5, false);
-    let (plan, life) = plan_of(&g);
+    let (p, life) = prepared_with_lifetimes(chain(32, 5, false));
+    let plan = p.memory_plan();
     let tensor = 32 * 32 * C as usize * 4;
     assert_eq!(plan.at.iter().flatten().count(), 4);
     assert_eq!(
@@ -115,11 +123,11 @@ fn a_chain_of_large_temporaries_takes_two_regions_and_computes_the_same_values()
         2 * tensor,
         "dead temporaries' bytes are used again"
     );
-    assert_disjoint_while_alive(&plan, &life);
+    assert_disjoint_while_alive(plan, &life);
 
     let before = planned_places_taken_on_this_thread();
     let x = input(32);
-    let (out, _) = run_f32(g, &[&x]);
+    let out = run(&p, &x);
     assert_eq!(planned_places_taken_on_this_thread() - before, 4);
     let want: Vec<f32> = x.iter().map(|v| v + 5.0).collect();
     assert_eq!(out, want);
@@ -127,13 +135,13 @@ fn a_chain_of_large_temporaries_takes_two_regions_and_computes_the_same_values()
 
 #[test]
 fn a_temporary_read_again_later_keeps_its_bytes_while_the_chain_runs_past_it() {
-    let g = chain(32, 5, true);
-    let (plan, life) = plan_of(&g);
+    let (p, life) = prepared_with_lifetimes(chain(32, 5, true));
+    let plan = p.memory_plan();
     assert_eq!(plan.at.iter().flatten().count(), 5);
     assert!(plan.bytes >= 3 * 32 * 32 * C as usize * 4);
-    assert_disjoint_while_alive(&plan, &life);
+    assert_disjoint_while_alive(plan, &life);
     let x = input(32);
-    let (out, _) = run_f32(g, &[&x]);
+    let out = run(&p, &x);
     // The first temporary (x + 1) plus the chain's last (x + 5).
     let want: Vec<f32> = x.iter().map(|v| 2.0 * v + 6.0).collect();
     assert_eq!(out, want);
@@ -142,13 +150,13 @@ fn a_temporary_read_again_later_keeps_its_bytes_while_the_chain_runs_past_it() {
 #[test]
 fn small_temporaries_are_left_to_the_arena() {
     // 4×4×16 floats: 1 KiB, below the planned size.
-    let g = chain(4, 5, false);
-    let (plan, _) = plan_of(&g);
+    let (p, _) = prepared_with_lifetimes(chain(4, 5, false));
+    let plan = p.memory_plan();
     assert_eq!(plan.bytes, 0);
     assert!(plan.at.iter().all(Option::is_none));
     let before = planned_places_taken_on_this_thread();
     let x = input(4);
-    let (out, _) = run_f32(g, &[&x]);
+    let out = run(&p, &x);
     assert_eq!(planned_places_taken_on_this_thread(), before);
     assert_eq!(out, x.iter().map(|v| v + 5.0).collect::<Vec<_>>());
 }
@@ -162,12 +170,7 @@ fn executions_on_several_threads_at_once_each_compute_in_their_own_block() {
             s.spawn(move || {
                 for k in 0..12 {
                     let x: Vec<f32> = input(32).iter().map(|v| v + (t * 100 + k) as f32).collect();
-                    let mut out = vec![0f32; x.len()];
-                    let args = [InputArg::Value {
-                        data: x.as_bytes(),
-                        dimensions: vec![],
-                    }];
-                    p.execute(&[], &args, &mut [out.as_mut_bytes()]).unwrap();
+                    let out = run(p, &x);
                     // x + 1 and x + 6.
                     let want: Vec<f32> = x.iter().map(|v| 2.0 * v + 7.0).collect();
                     assert_eq!(out, want, "thread {t}, execution {k}");

@@ -1328,20 +1328,13 @@ impl DepthwiseF32<'_> {
         #[cfg(target_arch = "x86_64")]
         if self.blocked() {
             let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
-            // Stride 2 reads the input in place; stride 1 copies its rows into channel blocks
-            // (dw3x3.rs says why each).
-            let kernel = if self.win.g.stride_w == 2 {
-                Self::rows_3x3_direct_avx2_fma
-            } else {
-                Self::rows_3x3_blocked_avx2_fma
-            };
-            // SAFETY: both kernels write only initialized floats.
+            // SAFETY: the 3×3 kernels write only initialized floats.
             self.split(unsafe { out.uninit() }, |r0, part| {
                 // SAFETY: `blocked` checked AVX2 and FMA (Isa::detect), the 3×3 shape and the
                 // operands' lengths.
-                unsafe { kernel(self, r0, part) }
+                unsafe { self.rows_3x3_avx2_fma(r0, part) }
             });
-            // SAFETY: the runs cover `out` and the blocked kernel writes every element of its
+            // SAFETY: the runs cover `out` and the 3×3 kernels write every element of their
             // run (a panic never gets here).
             return (unsafe { crate::tensor::assume_written(out) }, true);
         }

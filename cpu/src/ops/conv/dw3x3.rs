@@ -36,18 +36,60 @@ struct BlockedRows {
     cols: usize,
 }
 
+/// What both 3×3 kernels start from: the operation's extents and its packed filter.
+struct Shape3x3 {
+    /// Input and output height and width.
+    in_hw: (usize, usize),
+    out_hw: (usize, usize),
+    /// Channels, and their blocks of [`LANES`].
+    c: usize,
+    blocks: usize,
+    /// The filter and bias, [`PACKED`] floats per block ([`DepthwiseF32::packed_3x3`]).
+    packed: Vec<f32>,
+}
+
 impl DepthwiseF32<'_> {
-    /// Output rows `r0..` (row = one (image, y) pair) into `out`, every element written.
+    /// Output rows `r0..` (row = one (image, y) pair) into `out`, every element written: at
+    /// stride 2 reading the input where it lies ([`Self::rows_direct`]), at stride 1 from its
+    /// rows copied into channel blocks ([`Self::rows_blocked`]); the module comment and
+    /// `docs/dependencies.md` say why each.
     ///
     /// # Safety
     /// The CPU supports AVX2 and FMA; [`Self::is_3x3`] holds; the filter holds `9·c` floats and
     /// the bias `c` (all as [`Self::blocked`] checks).
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_3x3_blocked_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
-        let (g, x) = (&self.win.g, self.win.x);
-        let Some(((h, w), (oh, ow), c, s, blocks, packed)) = self.shape_3x3() else {
+    pub(super) unsafe fn rows_3x3_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
+        let (oh, ow) = self.win.out_hw;
+        let c = self.win.c;
+        if ow == 0 || oh == 0 || c == 0 {
             return;
+        }
+        let blocks = c.div_ceil(LANES);
+        let shape = Shape3x3 {
+            in_hw: self.win.in_hw,
+            out_hw: (oh, ow),
+            c,
+            blocks,
+            packed: self.packed_3x3(blocks),
         };
+        if self.win.g.stride_w == 2 {
+            // SAFETY: this function's contract; the shape is this operation's.
+            unsafe { self.rows_direct(&shape, r0, out) }
+        } else {
+            // SAFETY: as above.
+            unsafe { self.rows_blocked(&shape, r0, out) }
+        }
+    }
+
+    /// [`Self::rows_3x3_avx2_fma`] at stride 1 (or 2), on blocked copies of the input rows.
+    ///
+    /// # Safety
+    /// As [`Self::rows_3x3_avx2_fma`], `shape` this operation's.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_blocked(&self, shape: &Shape3x3, r0: usize, out: &mut [MaybeUninit<f32>]) {
+        let (g, x) = (&self.win.g, self.win.x);
+        let ((h, w), (oh, ow), c, s) = (shape.in_hw, shape.out_hw, shape.c, g.stride_w);
+        let (blocks, packed) = (shape.blocks, &shape.packed);
         let cols = (ow - 1) * s + 3;
         let slot = blocks * cols * LANES;
         let mut rows = BlockedRows {
@@ -91,37 +133,6 @@ impl DepthwiseF32<'_> {
                 unsafe { row_block(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
             }
         }
-    }
-
-    /// What both 3×3 kernels start from: the input's and the output's height and width, the
-    /// channels, the stride, the blocks of [`LANES`] channels and the packed filter
-    /// ([`Self::packed_3x3`]); None when there is nothing to compute.
-    #[allow(clippy::type_complexity)]
-    fn shape_3x3(
-        &self,
-    ) -> Option<(
-        (usize, usize),
-        (usize, usize),
-        usize,
-        usize,
-        usize,
-        Vec<f32>,
-    )> {
-        let (oh, ow) = self.win.out_hw;
-        let c = self.win.c;
-        if ow == 0 || oh == 0 || c == 0 {
-            return None;
-        }
-        let blocks = c.div_ceil(LANES);
-        let packed = self.packed_3x3(blocks);
-        Some((
-            self.win.in_hw,
-            (oh, ow),
-            c,
-            self.win.g.stride_w,
-            blocks,
-            packed,
-        ))
     }
 
     /// The filter and bias as [`PACKED`] floats per block of channels (zeros past `c`).
@@ -243,8 +254,7 @@ unsafe fn row_block(
 const DIRECT_PIXELS: usize = 4;
 
 impl DepthwiseF32<'_> {
-    /// As [`Self::rows_3x3_blocked_avx2_fma`], reading the NHWC input where it lies, for stride
-    /// 2: there each input row serves only 1.5 output rows of half the width, so copying the
+    /// [`Self::rows_3x3_avx2_fma`] at stride 2, reading the NHWC input where it lies: there each input row serves only 1.5 output rows of half the width, so copying the
     /// rows into channel blocks cost more than the arithmetic it saved (112×112×96 at stride 2:
     /// 230 µs, about 60 of them multiply-adds). Pixel by pixel, as XNNPACK's depthwise kernels
     /// go, so that the input is read in the order it lies ([`pixels`]); the pixels whose window
@@ -252,13 +262,12 @@ impl DepthwiseF32<'_> {
     /// ([`masked_pixel`]).
     ///
     /// # Safety
-    /// As [`Self::rows_3x3_blocked_avx2_fma`].
+    /// As [`Self::rows_3x3_avx2_fma`], `shape` this operation's.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_3x3_direct_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
+    unsafe fn rows_direct(&self, shape: &Shape3x3, r0: usize, out: &mut [MaybeUninit<f32>]) {
         let (g, x) = (&self.win.g, self.win.x);
-        let Some(((h, w), (oh, ow), c, s, blocks, packed)) = self.shape_3x3() else {
-            return;
-        };
+        let ((h, w), (oh, ow), c, s) = (shape.in_hw, shape.out_hw, shape.c, g.stride_w);
+        let (blocks, packed) = (shape.blocks, &shape.packed);
         let whole = c / LANES;
         let in_row = w * c;
         let zeros = vec![0f32; in_row];
@@ -288,7 +297,7 @@ impl DepthwiseF32<'_> {
                 // of their channels, and their outputs in the output row.
                 unsafe {
                     pixels::<DIRECT_PIXELS>(
-                        &packed,
+                        packed,
                         window(ox),
                         c,
                         s * c,
@@ -303,7 +312,7 @@ impl DepthwiseF32<'_> {
                 // SAFETY: as above, for one pixel.
                 unsafe {
                     pixels::<1>(
-                        &packed,
+                        packed,
                         window(ox),
                         c,
                         s * c,
@@ -322,9 +331,7 @@ impl DepthwiseF32<'_> {
                 let from = if inside { whole } else { 0 };
                 // SAFETY: AVX2 and FMA are enabled here; every Some column is below w, each
                 // row holds w·c floats, and pixel ox's c outputs lie in the output row.
-                unsafe {
-                    masked_pixel(&packed, rows, cols, c, from, clamp, o.wrapping_add(ox * c))
-                };
+                unsafe { masked_pixel(packed, rows, cols, c, from, clamp, o.wrapping_add(ox * c)) };
             }
         }
     }

@@ -25,6 +25,23 @@ scripts/setup.sh
 step() { printf '\n==> %s\n' "$*"; }
 started=$SECONDS
 
+# A fresh clone builds everything twice (the host build and the QEMU tier's static one). With
+# incremental state and full debug info that is about 12 GiB of target/; a linker that runs out
+# of disk dies of SIGBUS mid-write, which says nothing about the cause. Under CI nothing is
+# rebuilt incrementally, and line tables keep backtraces readable at a third of the size. The
+# settings apply only under CI=true: locally they would make every switch between this script
+# and a plain `cargo test` rebuild the workspace. A caller's own values win.
+if [ "${CI:-}" = true ]; then
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+    export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+fi
+mkdir -p target
+free_kib=$(df -Pk target | awk 'NR == 2 { print $4 }')
+echo "free disk under target/: $((free_kib / 1024 / 1024)) GiB"
+if [ "${free_kib:-0}" -lt $((6 * 1024 * 1024)) ]; then
+    echo "warning: less than 6 GiB free under target/; the builds below may fail for want of disk" >&2
+fi
+
 step "formatting"
 cargo fmt --all -- --check
 

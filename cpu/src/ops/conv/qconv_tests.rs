@@ -343,6 +343,23 @@ fn fast_kernels_equal_the_reference_on_layers_large_enough_to_split_over_threads
     ));
 }
 
+/// The AVX2 depthwise kernel sums a run of 64 pixels, then requantizes and stores it: output
+/// rows longer than that (150 pixels: two whole runs and a part) on both of its input paths,
+/// the bytes read in place (32 channels) and the widened copy (24 channels, multiplier 1).
+#[test]
+fn fast_depthwise_conv2d_3x3_on_rows_longer_than_a_run_of_sums() {
+    let mut rng = Rng(0x5eed_0009);
+    for (ty, c) in [(T::TensorQuant8Asymm, 32), (T::TensorQuant8AsymmSigned, 24)] {
+        check(&layer_case(
+            &mut rng,
+            (O::DepthwiseConv2d, ty),
+            (&[1, 3, 150, c], &[1, 3, 3, c], Some(3), c),
+            &[1, 1, 1, 1, 1, 1, 1, 0],
+            "DEPTHWISE_CONV_2D 3x3 3x150",
+        ));
+    }
+}
+
 /// `op` on a random input of `ty` and dimensions `x_dims`, a random filter of `f_dims`
 /// (per-channel along `channel_dim` sometimes), a random bias of `oc` channels and the integer
 /// arguments `args`.

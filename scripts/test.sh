@@ -36,9 +36,11 @@ if [ "${CI:-}" = true ]; then
     export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 fi
 mkdir -p target
-free_kib=$(df -Pk target | awk 'NR == 2 { print $4 }')
+# (0 when df gives nothing usable: the warning below then shows.)
+free_kib=$(df -Pk target | awk 'NR == 2 && $4 ~ /^[0-9]+$/ { print $4 }') || true
+free_kib=${free_kib:-0}
 echo "free disk under target/: $((free_kib / 1024 / 1024)) GiB"
-if [ "${free_kib:-0}" -lt $((6 * 1024 * 1024)) ]; then
+if [ "$free_kib" -lt $((6 * 1024 * 1024)) ]; then
     echo "warning: less than 6 GiB free under target/; the builds below may fail for want of disk" >&2
 fi
 

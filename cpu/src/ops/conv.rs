@@ -1328,14 +1328,17 @@ impl DepthwiseF32<'_> {
         #[cfg(target_arch = "x86_64")]
         if self.blocked() {
             let mut out = crate::tensor::output_buffer_uninit::<f32>(len);
-            // SAFETY: the 3×3 kernels write only initialized floats.
-            self.split(unsafe { out.uninit() }, |r0, part| {
-                // SAFETY: `blocked` checked AVX2 and FMA (Isa::detect), the 3×3 shape and the
-                // operands' lengths.
-                unsafe { self.rows_3x3_avx2_fma(r0, part) }
-            });
-            // SAFETY: the runs cover `out` and the 3×3 kernels write every element of their
-            // run (a panic never gets here).
+            // The filter packed once for every run of rows (None: an empty output).
+            if let Some(shape) = self.shape_3x3() {
+                // SAFETY: the 3×3 kernels write only initialized floats.
+                self.split(unsafe { out.uninit() }, |r0, part| {
+                    // SAFETY: `blocked` checked AVX2 and FMA (Isa::detect), the 3×3 shape and
+                    // the operands' lengths; `shape` is this operation's.
+                    unsafe { self.rows_3x3_avx2_fma(&shape, r0, part) }
+                });
+            }
+            // SAFETY: the runs cover `out` (empty when there is no shape) and the 3×3 kernels
+            // write every element of their run (a panic never gets here).
             return (unsafe { crate::tensor::assume_written(out) }, true);
         }
         let mut out = crate::tensor::output_buffer::<f32>(len);
@@ -1374,9 +1377,9 @@ impl DepthwiseF32<'_> {
         // Flop-equivalents: the depthwise kernel runs at about a third of the GEMM's rate.
         let flops = out.len().saturating_mul(6 * fh * fw);
         // A run of the 3×3 kernel copies the input rows it reads (two more than its output
-        // rows at stride 1) and packs the filter: runs of at least DW3_MIN_ROWS rows, and a
-        // second thread only when each gets that many (7×7×1024 split in runs of one row took
-        // longer on two threads than on one).
+        // rows at stride 1): runs of at least DW3_MIN_ROWS rows, and a second thread only when
+        // each gets that many (7×7×1024 split in runs of one row took longer on two threads
+        // than on one).
         let (units, runs) = if self.is_3x3() {
             let runs = par::RowRuns {
                 align: 1,

@@ -36,8 +36,9 @@ struct BlockedRows {
     cols: usize,
 }
 
-/// What both 3×3 kernels start from: the operation's extents and its packed filter.
-struct Shape3x3 {
+/// What both 3×3 kernels start from, made once per operation and shared by the runs its
+/// output is split into: the operation's extents and its packed filter.
+pub(super) struct Shape3x3 {
     /// Input and output height and width.
     in_hw: (usize, usize),
     out_hw: (usize, usize),
@@ -49,6 +50,24 @@ struct Shape3x3 {
 }
 
 impl DepthwiseF32<'_> {
+    /// The shape both 3×3 kernels start from, with the filter packed; None when the output is
+    /// empty (nothing to compute).
+    pub(super) fn shape_3x3(&self) -> Option<Shape3x3> {
+        let (oh, ow) = self.win.out_hw;
+        let c = self.win.c;
+        if ow == 0 || oh == 0 || c == 0 {
+            return None;
+        }
+        let blocks = c.div_ceil(LANES);
+        Some(Shape3x3 {
+            in_hw: self.win.in_hw,
+            out_hw: (oh, ow),
+            c,
+            blocks,
+            packed: self.packed_3x3(blocks),
+        })
+    }
+
     /// Output rows `r0..` (row = one (image, y) pair) into `out`, every element written: at
     /// stride 2 reading the input where it lies ([`Self::rows_direct`]), at stride 1 from its
     /// rows copied into channel blocks ([`Self::rows_blocked`]); the module comment and
@@ -56,32 +75,25 @@ impl DepthwiseF32<'_> {
     ///
     /// # Safety
     /// The CPU supports AVX2 and FMA; [`Self::is_3x3`] holds; the filter holds `9·c` floats and
-    /// the bias `c` (all as [`Self::blocked`] checks).
+    /// the bias `c` (all as [`Self::blocked`] checks); `shape` is this operation's
+    /// ([`Self::shape_3x3`]).
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_3x3_avx2_fma(&self, r0: usize, out: &mut [MaybeUninit<f32>]) {
-        let (oh, ow) = self.win.out_hw;
-        let c = self.win.c;
-        if ow == 0 || oh == 0 || c == 0 {
-            return;
-        }
-        let blocks = c.div_ceil(LANES);
-        let shape = Shape3x3 {
-            in_hw: self.win.in_hw,
-            out_hw: (oh, ow),
-            c,
-            blocks,
-            packed: self.packed_3x3(blocks),
-        };
+    pub(super) unsafe fn rows_3x3_avx2_fma(
+        &self,
+        shape: &Shape3x3,
+        r0: usize,
+        out: &mut [MaybeUninit<f32>],
+    ) {
         if self.win.g.stride_w == 2 {
-            // SAFETY: this function's contract; the shape is this operation's.
-            unsafe { self.rows_direct(&shape, r0, out) }
+            // SAFETY: this function's contract.
+            unsafe { self.rows_direct(shape, r0, out) }
         } else {
             // SAFETY: as above.
-            unsafe { self.rows_blocked(&shape, r0, out) }
+            unsafe { self.rows_blocked(shape, r0, out) }
         }
     }
 
-    /// [`Self::rows_3x3_avx2_fma`] at stride 1 (or 2), on blocked copies of the input rows.
+    /// [`Self::rows_3x3_avx2_fma`] at stride 1, on blocked copies of the input rows.
     ///
     /// # Safety
     /// As [`Self::rows_3x3_avx2_fma`], `shape` this operation's.
@@ -254,8 +266,9 @@ unsafe fn row_block(
 const DIRECT_PIXELS: usize = 4;
 
 impl DepthwiseF32<'_> {
-    /// [`Self::rows_3x3_avx2_fma`] at stride 2, reading the NHWC input where it lies: there each input row serves only 1.5 output rows of half the width, so copying the
-    /// rows into channel blocks cost more than the arithmetic it saved (112×112×96 at stride 2:
+    /// [`Self::rows_3x3_avx2_fma`] at stride 2, reading the NHWC input where it lies: there
+    /// each input row serves only 1.5 output rows of half the width, so copying the rows into
+    /// channel blocks cost more than the arithmetic it saved (112×112×96 at stride 2:
     /// 230 µs, about 60 of them multiply-adds). Pixel by pixel, as XNNPACK's depthwise kernels
     /// go, so that the input is read in the order it lies ([`pixels`]); the pixels whose window
     /// leaves the input, and the last block when c is not a multiple of 8, take masked loads

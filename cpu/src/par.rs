@@ -4,9 +4,11 @@
 //! thread. The parts run on one process-wide pool of persistent workers, started lazily (at
 //! most `max_threads() - 1` of them: the calling thread always takes a share) and asleep on a
 //! condition variable between jobs, so an inference of a 60-layer network does not start and
-//! join a hundred threads. Parts are claimed one at a time from a shared counter by the caller
-//! and by whichever workers are awake, so a caller whose workers are busy elsewhere (another
-//! execution, another process on the same cores) finishes its job itself. A kernel that
+//! join a hundred threads. The parts come in contiguous shares, one per thread: the caller
+//! and each worker claim the parts of their own share one at a time, in order, and then those
+//! left in the others', so a thread keeps the same rows of the image from one layer to the
+//! next, and a caller whose workers are busy elsewhere (another execution, another process on
+//! the same cores) finishes its job itself. A kernel that
 //! splits again from inside a part runs the nested split inline. A panic in a part is caught
 //! where it happens and resumed on the caller's thread once every part has finished.
 //! Measurements and the choice over `std::thread::scope` and rayon: `docs/dependencies.md`.
@@ -176,7 +178,7 @@ where
     }
     // The failed run with the lowest index, and its error.
     let first_err: Mutex<Option<(usize, E)>> = Mutex::new(None);
-    for_each_part(chunks.len(), |i| {
+    for_each_part_in_shares(chunks.len(), parts, |i| {
         let Some((r0, chunk)) = chunks.get(i).and_then(|slot| lock(slot).take()) else {
             return;
         };
@@ -200,25 +202,30 @@ where
 /// when every call has returned. A panic in any call is resumed here after all have finished.
 /// Called from inside a part, or with one part, it runs the calls in order on this thread.
 pub fn for_each_part<F: Fn(usize) + Sync>(parts: usize, f: F) {
+    for_each_part_in_shares(parts, max_threads(), f);
+}
+
+/// [`for_each_part`] with the parts in up to `shares` contiguous shares (0..parts in order),
+/// one per thread that takes part: each thread runs its own share first, in order, and then
+/// helps with what is left of the others. Parts next to each other in index (runs of rows
+/// next to each other in an image) then go to the same thread from one operation to the next,
+/// so a layer mostly reads the rows its thread wrote in the layer before, from that core's
+/// own cache, where parts handed out one at a time in turn went to either thread.
+pub(crate) fn for_each_part_in_shares<F: Fn(usize) + Sync>(parts: usize, shares: usize, f: F) {
     if parts <= 1 || IN_PART.get() {
         (0..parts).for_each(f);
         return;
     }
+    let shares = shares.clamp(1, parts);
     let pool = POOL.get_or_init(Pool::default);
     let f: *const (dyn Fn(usize) + Sync + '_) = &f;
     // SAFETY: only the trait object's lifetime bound changes (same pointer, same layout), so
     // the pointer can sit in the `'static` queue. When it may be dereferenced: see `FnPtr`.
     let f: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
-    let job = Arc::new(Job {
-        f: FnPtr(f),
-        parts,
-        next: AtomicUsize::new(0),
-        pending: AtomicUsize::new(parts),
-        panic: Mutex::new(None),
-        caller: std::thread::current(),
-    });
-    pool.submit(&job, parts - 1);
-    job.work();
+    let job = Arc::new(Job::new(FnPtr(f), parts, shares));
+    pool.submit(&job, shares - 1);
+    // The caller's share is the first.
+    job.work(0);
     pool.retire(&job);
     // The parts the workers claimed: wait for each to finish. Poll first (they usually end
     // within microseconds of ours, and a parked caller's wake-up costs tens of µs), then park
@@ -236,6 +243,13 @@ pub fn for_each_part<F: Fn(usize) + Sync>(parts: usize, f: F) {
     if let Some(p) = lock(&job.panic).take() {
         resume_unwind(p);
     }
+}
+
+/// The first part of share `s` of `shares` over `parts` parts (shares differ by at most one
+/// part; `s = shares` gives `parts`).
+fn share_start(s: usize, shares: usize, parts: usize) -> usize {
+    // u128: s · parts cannot overflow; the result is at most `parts`.
+    (s as u128 * parts as u128 / shares as u128) as usize
 }
 
 thread_local! {
@@ -265,12 +279,13 @@ unsafe impl Send for FnPtr {}
 // SAFETY: as above.
 unsafe impl Sync for FnPtr {}
 
-/// One split: its parts are claimed by index from `next`.
+/// One split: its parts are claimed by index, each share's from its own cursor.
 struct Job {
     f: FnPtr,
     parts: usize,
-    /// The next unclaimed part.
-    next: AtomicUsize,
+    /// Share s's next unclaimed part: it runs from `share_start(s)` up to `share_start(s + 1)`
+    /// (a cursor past its end only means the share is all claimed).
+    cursors: Box<[AtomicUsize]>,
     /// Parts not yet finished.
     pending: AtomicUsize,
     /// The first panic of a part.
@@ -280,31 +295,59 @@ struct Job {
 }
 
 impl Job {
-    /// Claims and runs parts until none is left.
-    fn work(&self) {
+    /// A job of `parts` parts in `shares` shares (1 to `parts`), its caller this thread.
+    fn new(f: FnPtr, parts: usize, shares: usize) -> Job {
+        Job {
+            f,
+            parts,
+            cursors: (0..shares)
+                .map(|s| AtomicUsize::new(share_start(s, shares, parts)))
+                .collect(),
+            pending: AtomicUsize::new(parts),
+            panic: Mutex::new(None),
+            caller: std::thread::current(),
+        }
+    }
+
+    /// Claims and runs parts until none is left: share `home` first (taken modulo the
+    /// shares), then the others in turn.
+    fn work(&self, home: usize) {
         let was = IN_PART.replace(true);
-        loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= self.parts {
-                break;
-            }
-            let f = self.f.0;
-            // SAFETY: index `i` < `parts` was claimed above and its `pending` count is not yet
-            // released, so the caller is still waiting in `for_each_part` and the closure is
-            // alive (see `FnPtr`).
-            let call = || unsafe { (*f)(i) };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(call)) {
-                lock(&self.panic).get_or_insert(p);
-            }
-            if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.caller.unpark();
+        let shares = self.cursors.len();
+        for s in (0..shares).map(|k| (home + k) % shares) {
+            let end = share_start(s + 1, shares, self.parts);
+            loop {
+                let i = self.cursors[s].fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    break;
+                }
+                self.run(i);
             }
         }
         IN_PART.set(was);
     }
 
+    /// Runs claimed part `i` (< `parts`) and counts it finished.
+    fn run(&self, i: usize) {
+        let f = self.f.0;
+        // SAFETY: index `i` < `parts` was claimed by the caller of this function and its
+        // `pending` count is not yet released, so the caller is still waiting in
+        // `for_each_part` and the closure is alive (see `FnPtr`).
+        let call = || unsafe { (*f)(i) };
+        if let Err(p) = catch_unwind(AssertUnwindSafe(call)) {
+            lock(&self.panic).get_or_insert(p);
+        }
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.caller.unpark();
+        }
+    }
+
     fn exhausted(&self) -> bool {
-        self.next.load(Ordering::Relaxed) >= self.parts
+        let shares = self.cursors.len();
+        self.cursors
+            .iter()
+            .enumerate()
+            .all(|(s, c)| c.load(Ordering::Relaxed) >= share_start(s + 1, shares, self.parts))
     }
 }
 
@@ -347,9 +390,12 @@ impl Pool {
         st.queue.push_back(Arc::clone(job));
         self.submitted.fetch_add(1, Ordering::Relaxed);
         while st.workers < want {
+            // Workers are numbered from 1 as they start (the caller's share is 0): a worker
+            // takes the same share of every job, so the same rows from one layer to the next.
+            let home = st.workers + 1;
             let spawned = std::thread::Builder::new()
                 .name("nnaccel-cpu".into())
-                .spawn(move || self.worker());
+                .spawn(move || self.worker(home));
             // Without a new thread the caller and the existing workers do the work.
             if spawned.is_err() {
                 break;
@@ -369,7 +415,7 @@ impl Pool {
         lock(&self.state).queue.retain(|j| !Arc::ptr_eq(j, job));
     }
 
-    fn worker(&self) {
+    fn worker(&self, home: usize) {
         // A worker only runs the executor's kernels: its large blocks start on a cache line.
         let _aligned = crate::cache_aligned::aligning();
         let mut st = lock(&self.state);
@@ -384,7 +430,7 @@ impl Pool {
             st.queue.retain(|j| !j.exhausted());
             if let Some(job) = st.queue.front().cloned() {
                 drop(st);
-                job.work();
+                job.work(home);
                 drop(job);
                 polled = false;
                 st = lock(&self.state);
@@ -478,12 +524,51 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_runs_its_own_share_in_order_before_the_others() {
+        let order = Mutex::new(Vec::new());
+        let f = |i: usize| lock(&order).push(i);
+        let f: *const (dyn Fn(usize) + Sync + '_) = &f;
+        // SAFETY: only the lifetime bound changes; `job` is dropped at the end of this test,
+        // while `f` lives, and no other thread sees it.
+        let f: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
+        // 10 parts in 3 shares: 0..3, 3..6, 6..10. A thread whose share is the second runs it,
+        // then the third, then the first.
+        let job = Job::new(FnPtr(f), 10, 3);
+        job.work(1);
+        assert_eq!(*lock(&order), [3, 4, 5, 6, 7, 8, 9, 0, 1, 2]);
+        assert!(job.exhausted());
+        assert_eq!(job.pending.load(Ordering::Relaxed), 0);
+        // Shares differ by at most one part and cover every part.
+        let starts: Vec<usize> = (0..=3).map(|s| share_start(s, 3, 10)).collect();
+        assert_eq!(starts, [0, 3, 6, 10]);
+    }
+
+    #[test]
+    fn a_home_past_the_shares_wraps_around() {
+        let seen = Mutex::new(Vec::new());
+        let f = |i: usize| lock(&seen).push(i);
+        let f: *const (dyn Fn(usize) + Sync + '_) = &f;
+        // SAFETY: as in the test above.
+        let f: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
+        // A third worker (home 3) on a job of two shares starts with the second.
+        let job = Job::new(FnPtr(f), 4, 2);
+        job.work(3);
+        assert_eq!(*lock(&seen), [2, 3, 0, 1]);
+    }
+
+    #[test]
     fn every_part_runs_exactly_once() {
         let counts: Vec<AtomicUsize> = (0..37).map(|_| AtomicUsize::new(0)).collect();
-        for_each_part(counts.len(), |i| {
-            counts[i].fetch_add(1, Ordering::Relaxed);
-        });
-        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+        for shares in [1, 2, 3, 37, 100] {
+            counts.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+            for_each_part_in_shares(counts.len(), shares, |i| {
+                counts[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(
+                counts.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                "{shares} shares"
+            );
+        }
     }
 
     #[test]

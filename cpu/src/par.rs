@@ -8,8 +8,8 @@
 //! and each worker claim the parts of their own share one at a time, in order, and then those
 //! left in the others', so a thread keeps the same rows of the image from one layer to the
 //! next, and a caller whose workers are busy elsewhere (another execution, another process on
-//! the same cores) finishes its job itself. A kernel that
-//! splits again from inside a part runs the nested split inline. A panic in a part is caught
+//! the same cores) finishes its job itself. A kernel that splits again from inside a part runs
+//! the nested split inline. A panic in a part is caught
 //! where it happens and resumed on the caller's thread once every part has finished.
 //! Measurements and the choice over `std::thread::scope` and rayon: `docs/dependencies.md`.
 
@@ -266,8 +266,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The job's function, a closure on the stack of the thread in [`for_each_part`], as a raw
 /// pointer (it dangles once that call returns, which a raw pointer may; workers may still hold
-/// the `Arc<Job>` then). It is dereferenced only in [`Job::work`], after claiming an index
-/// below `parts`; [`for_each_part`] returns (or unwinds: its own parts run under
+/// the `Arc<Job>` then). It is dereferenced only in [`Job::run`], after claiming an index
+/// from a share; [`for_each_part`] returns (or unwinds: its own parts run under
 /// `catch_unwind`) only after `pending` says every claimed index has finished, so every call
 /// happens while the closure is alive. Later claims see exhausted indexes and never call it.
 #[derive(Clone, Copy)]
@@ -279,13 +279,19 @@ unsafe impl Send for FnPtr {}
 // SAFETY: as above.
 unsafe impl Sync for FnPtr {}
 
+/// One share of a split's parts: `next..end` are unclaimed (none once `next >= end`). On a
+/// cache line of its own, so the threads claiming from different shares do not contend.
+#[repr(align(64))]
+struct Share {
+    next: AtomicUsize,
+    end: usize,
+}
+
 /// One split: its parts are claimed by index, each share's from its own cursor.
 struct Job {
     f: FnPtr,
-    parts: usize,
-    /// Share s's next unclaimed part: it runs from `share_start(s)` up to `share_start(s + 1)`
-    /// (a cursor past its end only means the share is all claimed).
-    cursors: Box<[AtomicUsize]>,
+    /// Share s holds parts `share_start(s)..share_start(s + 1)`.
+    shares: Box<[Share]>,
     /// Parts not yet finished.
     pending: AtomicUsize,
     /// The first panic of a part.
@@ -299,9 +305,11 @@ impl Job {
     fn new(f: FnPtr, parts: usize, shares: usize) -> Job {
         Job {
             f,
-            parts,
-            cursors: (0..shares)
-                .map(|s| AtomicUsize::new(share_start(s, shares, parts)))
+            shares: (0..shares)
+                .map(|s| Share {
+                    next: AtomicUsize::new(share_start(s, shares, parts)),
+                    end: share_start(s + 1, shares, parts),
+                })
                 .collect(),
             pending: AtomicUsize::new(parts),
             panic: Mutex::new(None),
@@ -313,12 +321,11 @@ impl Job {
     /// shares), then the others in turn.
     fn work(&self, home: usize) {
         let was = IN_PART.replace(true);
-        let shares = self.cursors.len();
-        for s in (0..shares).map(|k| (home + k) % shares) {
-            let end = share_start(s + 1, shares, self.parts);
+        let (first, rest) = self.shares.split_at(home % self.shares.len());
+        for share in rest.iter().chain(first) {
             loop {
-                let i = self.cursors[s].fetch_add(1, Ordering::Relaxed);
-                if i >= end {
+                let i = share.next.fetch_add(1, Ordering::Relaxed);
+                if i >= share.end {
                     break;
                 }
                 self.run(i);
@@ -327,12 +334,12 @@ impl Job {
         IN_PART.set(was);
     }
 
-    /// Runs claimed part `i` (< `parts`) and counts it finished.
+    /// Runs claimed part `i` and counts it finished.
     fn run(&self, i: usize) {
         let f = self.f.0;
-        // SAFETY: index `i` < `parts` was claimed by the caller of this function and its
-        // `pending` count is not yet released, so the caller is still waiting in
-        // `for_each_part` and the closure is alive (see `FnPtr`).
+        // SAFETY: part `i` of this job was claimed from its share by the caller of this
+        // function and its `pending` count is not yet released, so the caller is still
+        // waiting in `for_each_part` and the closure is alive (see `FnPtr`).
         let call = || unsafe { (*f)(i) };
         if let Err(p) = catch_unwind(AssertUnwindSafe(call)) {
             lock(&self.panic).get_or_insert(p);
@@ -343,11 +350,9 @@ impl Job {
     }
 
     fn exhausted(&self) -> bool {
-        let shares = self.cursors.len();
-        self.cursors
+        self.shares
             .iter()
-            .enumerate()
-            .all(|(s, c)| c.load(Ordering::Relaxed) >= share_start(s + 1, shares, self.parts))
+            .all(|s| s.next.load(Ordering::Relaxed) >= s.end)
     }
 }
 
@@ -523,21 +528,30 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_thread_runs_its_own_share_in_order_before_the_others() {
+    /// Runs a job of `parts` parts in `shares` shares on this thread alone, as the thread
+    /// whose share is `home`: the parts in the order it ran them, whether the job was left
+    /// exhausted, and its parts left pending.
+    fn run_alone(parts: usize, shares: usize, home: usize) -> (Vec<usize>, bool, usize) {
         let order = Mutex::new(Vec::new());
         let f = |i: usize| lock(&order).push(i);
         let f: *const (dyn Fn(usize) + Sync + '_) = &f;
-        // SAFETY: only the lifetime bound changes; `job` is dropped at the end of this test,
-        // while `f` lives, and no other thread sees it.
+        // SAFETY: only the lifetime bound changes; `job` runs its parts here, while `f` lives,
+        // and no other thread sees it.
         let f: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
+        let job = Job::new(FnPtr(f), parts, shares);
+        job.work(home);
+        let left = (job.exhausted(), job.pending.load(Ordering::Relaxed));
+        (order.into_inner().unwrap(), left.0, left.1)
+    }
+
+    #[test]
+    fn a_thread_runs_its_own_share_in_order_before_the_others() {
         // 10 parts in 3 shares: 0..3, 3..6, 6..10. A thread whose share is the second runs it,
         // then the third, then the first.
-        let job = Job::new(FnPtr(f), 10, 3);
-        job.work(1);
-        assert_eq!(*lock(&order), [3, 4, 5, 6, 7, 8, 9, 0, 1, 2]);
-        assert!(job.exhausted());
-        assert_eq!(job.pending.load(Ordering::Relaxed), 0);
+        let (order, exhausted, pending) = run_alone(10, 3, 1);
+        assert_eq!(order, [3, 4, 5, 6, 7, 8, 9, 0, 1, 2]);
+        assert!(exhausted);
+        assert_eq!(pending, 0);
         // Shares differ by at most one part and cover every part.
         let starts: Vec<usize> = (0..=3).map(|s| share_start(s, 3, 10)).collect();
         assert_eq!(starts, [0, 3, 6, 10]);
@@ -545,15 +559,8 @@ mod tests {
 
     #[test]
     fn a_home_past_the_shares_wraps_around() {
-        let seen = Mutex::new(Vec::new());
-        let f = |i: usize| lock(&seen).push(i);
-        let f: *const (dyn Fn(usize) + Sync + '_) = &f;
-        // SAFETY: as in the test above.
-        let f: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
         // A third worker (home 3) on a job of two shares starts with the second.
-        let job = Job::new(FnPtr(f), 4, 2);
-        job.work(3);
-        assert_eq!(*lock(&seen), [2, 3, 0, 1]);
+        assert_eq!(run_alone(4, 2, 3).0, [2, 3, 0, 1]);
     }
 
     #[test]

@@ -1769,6 +1769,113 @@ mod float_kernel_tests {
         assert!(ran > 50, "{ran} cases ran");
     }
 
+    /// A 3×3 stride-1 window over one `h`×`w`×`c` image `x`, padded (left, right, top,
+    /// bottom) as `pad` says, with no activation.
+    fn window_3x3<'a>(
+        x: &'a [f32],
+        bias: &'a [f32],
+        (h, w, c): (usize, usize, usize),
+        pad: [usize; 4],
+    ) -> FloatWindow<'a> {
+        let [pad_l, pad_r, pad_t, pad_b] = pad;
+        let g = Geometry {
+            pad_l,
+            pad_r,
+            pad_t,
+            pad_b,
+            stride_w: 1,
+            stride_h: 1,
+            dil_w: 1,
+            dil_h: 1,
+        };
+        FloatWindow {
+            x,
+            bias,
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+            g,
+            in_hw: (h, w),
+            c,
+            out_hw: (h + pad_t + pad_b - 2, w + pad_l + pad_r - 2),
+            filter_hw: (3, 3),
+        }
+    }
+
+    /// The 3×3 kernel's output for input `x` (see [`window_3x3`]), checked against the
+    /// definition.
+    fn check_3x3_stride_1(x: &[f32], hwc: (usize, usize, usize), pad: [usize; 4]) {
+        let mut seed = 7u32;
+        let f = floats(&mut seed, 9 * hwc.2);
+        let bias = floats(&mut seed, hwc.2);
+        let win = window_3x3(x, &bias, hwc, pad);
+        let want = direct(&win, &f, 1, 1);
+        let dw = DepthwiseF32 {
+            win,
+            f: &f,
+            mult: 1,
+            isa: Isa::detect(),
+        };
+        let (got, three) = dw.output(want.len());
+        assert!(three, "the 3×3 kernel ran");
+        for (i, (a, b)) in got.into_vec().iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "{pad:?} [{i}] {a} vs {b}"
+            );
+        }
+    }
+
+    /// The 3×3 kernel keeps each thread's copied input rows from one run of output rows to
+    /// the next; an operation of the same shape must not read the rows of the last one, nor
+    /// one whose input lies one column further right read the last one's data as padding.
+    /// Big enough (28×28×64, 2.7 Mflop-equivalents) to be split across threads.
+    #[test]
+    fn the_3x3_kernel_reads_only_its_own_operations_rows() {
+        let (h, w, c) = (28, 28, 64);
+        let mut seed = 11u32;
+        let first = floats(&mut seed, h * w * c);
+        let second = floats(&mut seed, h * w * c);
+        check_3x3_stride_1(&first, (h, w, c), [1, 1, 1, 1]);
+        check_3x3_stride_1(&second, (h, w, c), [1, 1, 1, 1]);
+        // Two operations of one shape in turn on this thread, the second's run starting
+        // where the first's ended: the rows it reads first are the rows the first one held.
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() == Isa::Avx2Fma {
+            let f = floats(&mut seed, 9 * c);
+            let bias = floats(&mut seed, c);
+            let row = w * c;
+            let mut outs = [&first, &second].map(|x| {
+                let dw = DepthwiseF32 {
+                    win: window_3x3(x, &bias, (h, w, c), [1, 1, 1, 1]),
+                    f: &f,
+                    mult: 1,
+                    isa: Isa::Avx2Fma,
+                };
+                let shape = dw.shape_3x3().unwrap();
+                let out = vec![MaybeUninit::new(f32::NAN); h * row];
+                (dw, shape, out)
+            });
+            for (r0, r1, which) in [(0, h / 2, 0), (h / 2, h, 1), (0, h / 2, 1), (h / 2, h, 0)] {
+                let (dw, shape, out) = &mut outs[which];
+                // SAFETY: AVX2 and FMA detected; a 3×3 stride-1 operation with its filter and
+                // bias as long as its shape says, and `shape` its own.
+                unsafe { dw.rows_3x3_avx2_fma(shape, r0, &mut out[r0 * row..r1 * row]) };
+            }
+            for (dw, _, out) in &outs {
+                let want = direct(&dw.win, &f, 1, 1);
+                for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                    // SAFETY: every element was initialized (NAN, then the kernel's output).
+                    let a = unsafe { a.assume_init() };
+                    assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "[{i}] {a} vs {b}");
+                }
+            }
+        }
+        // The same slots and columns per block, the input one column to the left: the column
+        // the last operation's input ended in is now right padding.
+        check_3x3_stride_1(&first, (h, w, c), [0, 2, 1, 1]);
+        check_3x3_stride_1(&second, (h, w, c), [1, 1, 1, 1]);
+    }
+
     /// A first layer's shape (3 input channels, 3×3, stride 2, padding right and bottom), big
     /// enough (7 Mflop) to split across 2 threads by runs of pixels, against the convolution
     /// written out in f64.

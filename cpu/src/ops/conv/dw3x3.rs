@@ -24,16 +24,56 @@ const PACKED: usize = 10 * LANES;
 
 /// The three input rows an output row reads, channel-blocked and zero-padded (see the module
 /// comment), held in three slots: input row `iy` in slot `iy % 3`, so the rows of consecutive
-/// output rows, which advance by the stride, never evict each other.
+/// output rows, which advance by the stride, never evict each other; and a fourth slot of zeros
+/// for the window rows above and below the input.
+///
+/// Each thread keeps its own from one run of output rows to the next ([`KEPT`]): the runs a
+/// thread takes in turn are contiguous (`par`'s shares), so the next run finds the two rows its
+/// first output row shares with the last one's already copied, and nothing is allocated or
+/// cleared again; nor for the next operation of the same shape, whose rows leave the same
+/// columns and lanes zero. Split in runs of a few rows, a 28×28×192 layer made each of its six
+/// runs allocate and clear 92 KiB and copy two input rows twice.
+#[derive(Default)]
 struct BlockedRows {
-    /// `[slot][block][column][LANES]`.
+    /// `[slot][block][column][LANES]`, four slots.
     buf: Vec<f32>,
+    /// The operation ([`Shape3x3::id`]) whose rows the slots hold.
+    op: u64,
     /// The (image, input row) each slot holds.
     held: [Option<(usize, usize)>; 3],
+    /// Where the rows lie in the slots: what is zero in them follows from it.
+    layout: RowLayout,
+}
+
+/// The layout of [`BlockedRows`]' slots for one operation.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct RowLayout {
     /// Floats per slot.
     slot: usize,
     /// Columns per block: `(ow − 1)·s + 3`, the input's from `−pad_l` on.
     cols: usize,
+    /// The input's first column's, its columns and its channels: [`BlockedRows::fill`] never
+    /// writes the columns before `pad_l` or from `pad_l + w` on, nor the lanes from `c` on.
+    pad_l: usize,
+    w: usize,
+    c: usize,
+}
+
+/// The slot of [`BlockedRows`] that holds zeros.
+const ZEROS: usize = 3;
+
+/// Floats of blocked rows a thread keeps after a run (4 MiB); a larger layer's are freed.
+const KEPT_AT_MOST: usize = 1 << 20;
+
+thread_local! {
+    /// This thread's blocked rows, kept between its runs ([`BlockedRows`]).
+    static KEPT: std::cell::Cell<Option<BlockedRows>> = const { std::cell::Cell::new(None) };
+}
+
+/// A number no other operation's [`Shape3x3`] has had in this process.
+fn next_op_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// What both 3×3 kernels start from, made once per operation and shared by the runs its
@@ -47,6 +87,9 @@ pub(super) struct Shape3x3 {
     blocks: usize,
     /// The filter and bias, [`PACKED`] floats per block ([`DepthwiseF32::packed_3x3`]).
     packed: Vec<f32>,
+    /// This operation's run among all the 3×3 operations run in this process, which tells the
+    /// rows a thread kept from it from rows kept from any other ([`BlockedRows`]).
+    id: u64,
 }
 
 impl DepthwiseF32<'_> {
@@ -65,6 +108,7 @@ impl DepthwiseF32<'_> {
             c,
             blocks,
             packed: self.packed_3x3(blocks),
+            id: next_op_id(),
         })
     }
 
@@ -104,13 +148,17 @@ impl DepthwiseF32<'_> {
         let (blocks, packed) = (shape.blocks, &shape.packed);
         let cols = (ow - 1) * s + 3;
         let slot = blocks * cols * LANES;
-        let mut rows = BlockedRows {
-            buf: vec![0.0; 3 * slot],
-            held: [None; 3],
-            slot,
-            cols,
-        };
-        let zeros = vec![0f32; slot];
+        let mut rows = KEPT.take().unwrap_or_default();
+        rows.start(
+            shape.id,
+            RowLayout {
+                slot,
+                cols,
+                pad_l: g.pad_l,
+                w,
+                c,
+            },
+        );
         let (lo, hi) = (_mm256_set1_ps(self.win.lo), _mm256_set1_ps(self.win.hi));
         let in_row = w * c;
         for (ri, orow) in out.chunks_exact_mut(ow * c).enumerate() {
@@ -129,7 +177,7 @@ impl DepthwiseF32<'_> {
                 }
                 Some(at)
             });
-            let window = slots.map(|at| at.map_or(&zeros[..], |at| &rows.buf[at * slot..][..slot]));
+            let window = slots.map(|at| &rows.buf[at.unwrap_or(ZEROS) * slot..][..slot]);
             for blk in 0..blocks {
                 let taps = &packed[blk * PACKED..(blk + 1) * PACKED];
                 // Spelled out: `array::map` here was not inlined (a call per block).
@@ -144,6 +192,9 @@ impl DepthwiseF32<'_> {
                 // blk·LANES < c.
                 unsafe { row_block(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
             }
+        }
+        if rows.buf.len() <= KEPT_AT_MOST {
+            KEPT.set(Some(rows));
         }
     }
 
@@ -164,13 +215,32 @@ impl DepthwiseF32<'_> {
 }
 
 impl BlockedRows {
+    /// Ready for operation `op`'s rows, laid out as `layout` says: the rows it holds kept if
+    /// they are that operation's, else none held; cleared unless the slots were last laid out
+    /// the same way (the padding columns, the lanes past `c` and the slot of zeros must read
+    /// zero, and nothing but `fill` writes into the slots).
+    fn start(&mut self, op: u64, layout: RowLayout) {
+        if self.layout != layout || self.buf.len() != 4 * layout.slot {
+            self.buf.clear();
+            self.buf.resize(4 * layout.slot, 0.0);
+            self.layout = layout;
+            self.op = 0;
+        }
+        if self.op != op {
+            self.op = op;
+            self.held = [None; 3];
+        }
+    }
+
     /// Copies the NHWC row `src` (`w·c` floats) into slot `slot`, column `x + pad_l` for input
     /// column `x`. Columns left of `pad_l` and right of the input are never written, so they
     /// stay zero, and so do the lanes past `c` of the last block.
     #[inline(always)]
     fn fill(&mut self, slot: usize, src: &[f32], c: usize, pad_l: usize) {
-        let cols = self.cols;
-        let dst = &mut self.buf[slot * self.slot..(slot + 1) * self.slot];
+        let RowLayout {
+            slot: len, cols, ..
+        } = self.layout;
+        let dst = &mut self.buf[slot * len..(slot + 1) * len];
         for (x, px) in src.chunks_exact(c).enumerate() {
             let col = x + pad_l;
             if col >= cols {
@@ -283,7 +353,8 @@ impl DepthwiseF32<'_> {
         let (blocks, packed) = (shape.blocks, &shape.packed);
         let whole = c / LANES;
         let in_row = w * c;
-        let zeros = vec![0f32; in_row];
+        // Made only for a run that reads above or below the input.
+        let zeros = std::cell::OnceCell::new();
         // Output columns whose whole window lies inside the input's columns: first..last.
         let first = (0..ow).find(|&ox| g.in_x(ox, 0, w).is_some()).unwrap_or(ow);
         let last = first
@@ -298,7 +369,7 @@ impl DepthwiseF32<'_> {
             let rows: [&[f32]; 3] = std::array::from_fn(|ky| {
                 g.in_y(oy, ky, h)
                     .and_then(|iy| x.get((b * h + iy) * in_row..)?.get(..in_row))
-                    .unwrap_or(&zeros)
+                    .unwrap_or_else(|| zeros.get_or_init(|| vec![0f32; in_row]))
             });
             let o = orow.as_mut_ptr().cast::<f32>();
             // Pixel ox's window, from its first column on, in each row.

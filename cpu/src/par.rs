@@ -80,10 +80,30 @@ pub(crate) fn threads_for(work: usize, units: usize) -> usize {
         .max(1)
 }
 
+/// A raw pointer to an output that may cross to a pool worker thread, for splits whose parts
+/// write disjoint elements that are not contiguous runs (columns of a matrix, channels of an
+/// image), which `&mut` slices cannot express.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    pub(crate) fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: a pointer is only data; its users make each part write elements no other part
+// writes, of a buffer that outlives them (`for_each_part` returns after every part has
+// finished).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
 /// Runs of rows per thread that [`for_row_ranges`] makes: a thread that finishes early (or a
 /// caller whose worker was not scheduled: the cores are shared) takes the runs left, instead
 /// of waiting for one big share.
-const TILES_PER_THREAD: usize = 4;
+pub(crate) const TILES_PER_THREAD: usize = 4;
 
 /// Splits `out` into contiguous runs of whole rows (`row_len` elements each) for `parts`
 /// threads (up to [`TILES_PER_THREAD`] runs each, so the load balances) and calls

@@ -1331,11 +1331,26 @@ impl DepthwiseF32<'_> {
             // The filter packed once for every run of rows (None: an empty output).
             if let Some(shape) = self.shape_3x3() {
                 // SAFETY: the 3×3 kernels write only initialized floats.
-                self.split(unsafe { out.uninit() }, |r0, part| {
-                    // SAFETY: `blocked` checked AVX2 and FMA (Isa::detect), the 3×3 shape and
-                    // the operands' lengths; `shape` is this operation's.
-                    unsafe { self.rows_3x3_avx2_fma(&shape, r0, part) }
-                });
+                let out = unsafe { out.uninit() };
+                let row_len = self.win.out_hw.1 * self.win.c;
+                let rows = out.len().checked_div(row_len).unwrap_or(0);
+                let parts = self.channel_parts(rows, shape.blocks);
+                if parts > 1 {
+                    let o = par::SendPtr(out.as_mut_ptr().cast());
+                    par::for_each_part(parts, |p| {
+                        let blocks = p * shape.blocks / parts..(p + 1) * shape.blocks / parts;
+                        // SAFETY: as below, at stride 1 (`channel_parts`); `out` holds `rows`
+                        // rows (of ow·c floats, `rows` computed from its length) and outlives
+                        // every part, each writing only its own blocks of channels.
+                        unsafe { self.channels_3x3_avx2_fma(&shape, rows, o.ptr(), blocks) }
+                    });
+                } else {
+                    self.split(out, |r0, part| {
+                        // SAFETY: `blocked` checked AVX2 and FMA (Isa::detect), the 3×3 shape
+                        // and the operands' lengths; `shape` is this operation's.
+                        unsafe { self.rows_3x3_avx2_fma(&shape, r0, part) }
+                    });
+                }
             }
             // SAFETY: the runs cover `out` (empty when there is no shape) and the 3×3 kernels
             // write every element of their run (a panic never gets here).
@@ -1362,6 +1377,30 @@ impl DepthwiseF32<'_> {
             && self.is_3x3()
             && self.f.len() >= 9 * c
             && self.win.bias.len() >= c
+    }
+
+    /// Parts by channels to split the stride-1 3×3 kernel's `rows` output rows of `blocks`
+    /// blocks of channels into, where a split by rows ([`Self::split`], runs of at least
+    /// [`DW3_MIN_ROWS`]) would leave the whole layer to one thread (the 7×7 layers); 1 where it
+    /// would not. By rows, that thread read half its input from the other core: the 1×1
+    /// convolution before such a layer has more channels than rows, and splits by columns.
+    /// By channels, each part reads and writes only the channels the same thread wrote
+    /// (`par`'s shares match the convolution's parts), and no input row is copied twice.
+    /// Several parts per thread, as `par::for_row_runs` cuts rows, so that a thread left
+    /// waiting for a descheduled one takes some of its parts; of 2 blocks at least.
+    #[cfg(target_arch = "x86_64")]
+    fn channel_parts(&self, rows: usize, blocks: usize) -> usize {
+        if self.win.g.stride_w != 1 {
+            return 1;
+        }
+        let (fh, fw) = self.win.filter_hw;
+        let flops = (rows * self.win.out_hw.1 * self.win.c).saturating_mul(6 * fh * fw);
+        let threads = par::threads_for(flops, blocks / 2);
+        if threads > 1 && rows < threads * DW3_MIN_ROWS {
+            (threads * par::TILES_PER_THREAD).min(blocks / 2)
+        } else {
+            1
+        }
     }
 
     /// Runs `kernel(first_row, rows)` over the output rows of `out`, split over threads.
@@ -1874,6 +1913,54 @@ mod float_kernel_tests {
         // the last operation's input ended in is now right padding.
         check_3x3_stride_1(&first, (h, w, c), [0, 2, 1, 1]);
         check_3x3_stride_1(&second, (h, w, c), [1, 1, 1, 1]);
+    }
+
+    /// The 7×7 layers' split by channels: a layer split by the executor (7×7×1020, 2.6 Mflop
+    /// equivalents: 128 blocks, the last one of 4 channels), and parts of ranges of blocks
+    /// run in turn on one thread, each range after another of as many blocks whose rows and
+    /// lanes it must not read, all against the definition.
+    #[test]
+    fn the_3x3_kernel_split_by_channels_matches_the_definition() {
+        let (h, w) = (7, 7);
+        let mut seed = 5u32;
+        for c in [1020, 60] {
+            let x = floats(&mut seed, h * w * c);
+            let bias = floats(&mut seed, c);
+            let f = floats(&mut seed, 9 * c);
+            let dw = DepthwiseF32 {
+                win: window_3x3(&x, &bias, (h, w, c), [1, 1, 1, 1]),
+                f: &f,
+                mult: 1,
+                isa: Isa::detect(),
+            };
+            let want = direct(&dw.win, &f, 1, 1);
+            let check = |got: &[f32], what: &str| {
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "{what} [{i}] {a} vs {b}"
+                    );
+                }
+            };
+            check(&dw.output(want.len()).0.into_vec(), &format!("c {c} split"));
+            #[cfg(target_arch = "x86_64")]
+            if Isa::detect() == Isa::Avx2Fma {
+                if c == 1020 {
+                    assert!(dw.channel_parts(h, c.div_ceil(8)) > 1, "split by channels");
+                }
+                let shape = dw.shape_3x3().unwrap();
+                let blocks = shape.blocks;
+                let mut out = vec![f32::NAN; want.len()];
+                // Three blocks each (the last range holds the short block), then a whole
+                // number of blocks past every other range's end.
+                for range in [0..3, blocks - 3..blocks, 2..5, 0..blocks] {
+                    // SAFETY: AVX2 and FMA detected; a stride-1 3×3 operation with its operands
+                    // as long as its shape says, `shape` its own; `out` holds its 7 rows.
+                    unsafe { dw.channels_3x3_avx2_fma(&shape, h, out.as_mut_ptr(), range) };
+                }
+                check(&out, &format!("c {c} ranges"));
+            }
+        }
     }
 
     /// A first layer's shape (3 input channels, 3×3, stride 2, padding right and bottom), big

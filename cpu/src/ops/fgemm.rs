@@ -269,7 +269,7 @@ impl Product<'_> {
         // each part reading only its panels of B and writing its own columns of every row.
         let parts = threads.min(panels);
         let per = panels.div_ceil(parts);
-        let cp = SendPtr(c.as_mut_ptr().cast());
+        let cp = par::SendPtr(c.as_mut_ptr().cast());
         par::for_each_part(panels.div_ceil(per), |part| {
             let p0 = part * per;
             // SAFETY: `a` holds m rows of k floats; `c` (m rows of n floats) outlives every part and
@@ -364,22 +364,6 @@ pub(crate) fn threads(m: usize, k: usize, n: usize) -> usize {
 pub(crate) fn bounds(ep: &Epilogue<'_>) -> Option<(f32, f32)> {
     (ep.lo != f32::NEG_INFINITY || ep.hi != f32::INFINITY).then_some((ep.lo, ep.hi))
 }
-
-/// A raw pointer to C that may cross to a pool worker thread.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-impl SendPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    fn ptr(self) -> *mut f32 {
-        self.0
-    }
-}
-
-// SAFETY: the parts holding it write disjoint columns of a buffer that outlives them
-// (`par::for_each_part` returns after every part has finished); see `gemm`.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
 
 /// One product's operands, checked.
 struct Gemm<'a> {

@@ -37,8 +37,10 @@ const PACKED: usize = 10 * LANES;
 struct BlockedRows {
     /// `[slot][block][column][LANES]`, four slots.
     buf: Vec<f32>,
-    /// The operation ([`Shape3x3::id`]) whose rows the slots hold.
+    /// The operation ([`Shape3x3::id`]) whose rows the slots hold, from which block of
+    /// channels on.
     op: u64,
+    first_block: usize,
     /// The (image, input row) each slot holds.
     held: [Option<(usize, usize)>; 3],
     /// Where the rows lie in the slots: what is zero in them follows from it.
@@ -57,6 +59,9 @@ struct RowLayout {
     pad_l: usize,
     w: usize,
     c: usize,
+    /// How many blocks of channels are copied (not which: the padding columns of another
+    /// run of as many blocks are the same floats).
+    blocks: usize,
 }
 
 /// The slot of [`BlockedRows`] that holds zeros.
@@ -84,7 +89,7 @@ pub(super) struct Shape3x3 {
     out_hw: (usize, usize),
     /// Channels, and their blocks of [`LANES`].
     c: usize,
-    blocks: usize,
+    pub(super) blocks: usize,
     /// The filter and bias, [`PACKED`] floats per block ([`DepthwiseF32::packed_3x3`]).
     packed: Vec<f32>,
     /// This operation's run among all the 3×3 operations run in this process, which tells the
@@ -132,24 +137,62 @@ impl DepthwiseF32<'_> {
             // SAFETY: this function's contract.
             unsafe { self.rows_direct(shape, r0, out) }
         } else {
-            // SAFETY: as above.
-            unsafe { self.rows_blocked(shape, r0, out) }
+            let rows = out.len() / (shape.out_hw.1 * shape.c);
+            // SAFETY: as above; `out` holds those rows from r0 on, every channel.
+            unsafe {
+                self.rows_blocked(
+                    shape,
+                    r0..r0 + rows,
+                    out.as_mut_ptr().cast(),
+                    0..shape.blocks,
+                )
+            }
         }
     }
 
-    /// [`Self::rows_3x3_avx2_fma`] at stride 1, on blocked copies of the input rows.
+    /// Blocks `blocks` of channels (of [`LANES`]) of the `rows` output rows (row = one (image,
+    /// y) pair) at `out`, with the 3×3 stride-1 kernel: the part of a split by channels
+    /// ([`DepthwiseF32::output`]).
     ///
     /// # Safety
-    /// As [`Self::rows_3x3_avx2_fma`], `shape` this operation's.
+    /// As [`Self::rows_3x3_avx2_fma`], and the stride is 1; `out` is valid for writes of every
+    /// output row's channels of those blocks, which nothing else reads or writes meanwhile;
+    /// `blocks` lies within `0..shape.blocks`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_blocked(&self, shape: &Shape3x3, r0: usize, out: &mut [MaybeUninit<f32>]) {
+    pub(super) unsafe fn channels_3x3_avx2_fma(
+        &self,
+        shape: &Shape3x3,
+        rows: usize,
+        out: *mut f32,
+        blocks: std::ops::Range<usize>,
+    ) {
+        // SAFETY: this function's contract.
+        unsafe { self.rows_blocked(shape, 0..rows, out, blocks) }
+    }
+
+    /// Output rows `rows` (from row `rows.start` at `out`), blocks `bl` of their channels, at
+    /// stride 1, on blocked copies of those blocks of the input rows.
+    ///
+    /// # Safety
+    /// As [`Self::rows_3x3_avx2_fma`], `shape` this operation's, the stride 1; `out` valid for
+    /// writes of those rows' channels of blocks `bl` (which lies within `0..shape.blocks`),
+    /// which nothing else reads or writes meanwhile.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_blocked(
+        &self,
+        shape: &Shape3x3,
+        rows: std::ops::Range<usize>,
+        out: *mut f32,
+        bl: std::ops::Range<usize>,
+    ) {
         let (g, x) = (&self.win.g, self.win.x);
         let ((h, w), (oh, ow), c, s) = (shape.in_hw, shape.out_hw, shape.c, g.stride_w);
-        let (blocks, packed) = (shape.blocks, &shape.packed);
+        let packed = &shape.packed;
         let cols = (ow - 1) * s + 3;
-        let slot = blocks * cols * LANES;
-        let mut rows = KEPT.take().unwrap_or_default();
-        rows.start(
+        let slot = bl.len() * cols * LANES;
+        let r0 = rows.start;
+        let mut kept = KEPT.take().unwrap_or_default();
+        kept.start(
             shape.id,
             RowLayout {
                 slot,
@@ -157,44 +200,47 @@ impl DepthwiseF32<'_> {
                 pad_l: g.pad_l,
                 w,
                 c,
+                blocks: bl.len(),
             },
+            bl.start,
         );
         let (lo, hi) = (_mm256_set1_ps(self.win.lo), _mm256_set1_ps(self.win.hi));
         let in_row = w * c;
-        for (ri, orow) in out.chunks_exact_mut(ow * c).enumerate() {
-            let (b, oy) = ((r0 + ri) / oh, (r0 + ri) % oh);
+        for r in rows {
+            let (b, oy) = (r / oh, r % oh);
             // The slot of each window row, filled from the input unless it holds that row
             // already; None (a row of zeros) above and below the input, or where the input is
             // shorter than its shape says.
             let slots: [Option<usize>; 3] = std::array::from_fn(|ky| {
                 let iy = g.in_y(oy, ky, h)?;
                 let at = iy % 3;
-                if rows.held[at] != Some((b, iy)) {
+                if kept.held[at] != Some((b, iy)) {
                     let start = (b * h + iy) * in_row;
-                    rows.held[at] = None;
-                    rows.fill(at, x.get(start..start + in_row)?, c, g.pad_l);
-                    rows.held[at] = Some((b, iy));
+                    kept.held[at] = None;
+                    kept.fill(at, x.get(start..start + in_row)?);
+                    kept.held[at] = Some((b, iy));
                 }
                 Some(at)
             });
-            let window = slots.map(|at| &rows.buf[at.unwrap_or(ZEROS) * slot..][..slot]);
-            for blk in 0..blocks {
+            let window = slots.map(|at| &kept.buf[at.unwrap_or(ZEROS) * slot..][..slot]);
+            let orow = out.wrapping_add((r - r0) * ow * c);
+            for (i, blk) in bl.clone().enumerate() {
                 let taps = &packed[blk * PACKED..(blk + 1) * PACKED];
                 // Spelled out: `array::map` here was not inlined (a call per block).
-                let span = blk * cols * LANES..(blk + 1) * cols * LANES;
+                let span = i * cols * LANES..(i + 1) * cols * LANES;
                 let in_blk = [
                     &window[0][span.clone()],
                     &window[1][span.clone()],
                     &window[2][span],
                 ];
                 // SAFETY: AVX2 and FMA are enabled here; `taps` holds PACKED floats, each
-                // of `in_blk` cols·LANES with cols = (ow − 1)·s + 3, `orow` ow·c floats and
-                // blk·LANES < c.
+                // of `in_blk` cols·LANES with cols = (ow − 1)·s + 3, `orow` is output row r
+                // (ow·c floats, its block blk ours to write, caller) and blk·LANES < c.
                 unsafe { row_block(taps, in_blk, s, ow, (lo, hi), orow, c, blk * LANES) };
             }
         }
-        if rows.buf.len() <= KEPT_AT_MOST {
-            KEPT.set(Some(rows));
+        if kept.buf.len() <= KEPT_AT_MOST {
+            KEPT.set(Some(kept));
         }
     }
 
@@ -215,32 +261,41 @@ impl DepthwiseF32<'_> {
 }
 
 impl BlockedRows {
-    /// Ready for operation `op`'s rows, laid out as `layout` says: the rows it holds kept if
-    /// they are that operation's, else none held; cleared unless the slots were last laid out
-    /// the same way (the padding columns, the lanes past `c` and the slot of zeros must read
-    /// zero, and nothing but `fill` writes into the slots).
-    fn start(&mut self, op: u64, layout: RowLayout) {
+    /// Ready for operation `op`'s rows from block `first_block` on, laid out as `layout`
+    /// says: the rows it holds kept if they are those, else none held; cleared unless the
+    /// slots were last laid out the same way (the padding columns and the slot of zeros must
+    /// read zero, and nothing but `fill` writes into the slots). The lanes past `c` of the last
+    /// block may hold another run's channels: they only make outputs past `c`, which
+    /// `row_block` never stores.
+    fn start(&mut self, op: u64, layout: RowLayout, first_block: usize) {
         if self.layout != layout || self.buf.len() != 4 * layout.slot {
             self.buf.clear();
             self.buf.resize(4 * layout.slot, 0.0);
             self.layout = layout;
             self.op = 0;
         }
-        if self.op != op {
-            self.op = op;
+        if (self.op, self.first_block) != (op, first_block) {
+            (self.op, self.first_block) = (op, first_block);
             self.held = [None; 3];
         }
     }
 
-    /// Copies the NHWC row `src` (`w·c` floats) into slot `slot`, column `x + pad_l` for input
-    /// column `x`. Columns left of `pad_l` and right of the input are never written, so they
-    /// stay zero, and so do the lanes past `c` of the last block.
+    /// Copies the blocks of channels from `first_block` on, as many as the layout's, of the
+    /// NHWC row `src` (`w·c` floats) into slot `slot`, column `x + pad_l` for input column `x`.
+    /// Columns left of `pad_l` and right of the input are never written, so they stay zero.
     #[inline(always)]
-    fn fill(&mut self, slot: usize, src: &[f32], c: usize, pad_l: usize) {
+    fn fill(&mut self, slot: usize, src: &[f32]) {
         let RowLayout {
-            slot: len, cols, ..
+            slot: len,
+            cols,
+            pad_l,
+            c,
+            blocks,
+            ..
         } = self.layout;
+        let (b0, b1) = (self.first_block, self.first_block + blocks);
         let dst = &mut self.buf[slot * len..(slot + 1) * len];
+        let whole_end = b1.min(c / LANES);
         for (x, px) in src.chunks_exact(c).enumerate() {
             let col = x + pad_l;
             if col >= cols {
@@ -248,9 +303,9 @@ impl BlockedRows {
             }
             // Whole blocks as fixed-size copies (a vector move each; a copy of a length
             // known only at run time would be a call to memmove per block).
-            let mut whole = px.chunks_exact(LANES);
-            for (blk, lanes) in whole.by_ref().enumerate() {
-                let at = (blk * cols + col) * LANES;
+            let lanes = px.get(b0 * LANES..whole_end * LANES).unwrap_or_default();
+            for (i, lanes) in lanes.chunks_exact(LANES).enumerate() {
+                let at = (i * cols + col) * LANES;
                 if let (Some(d), Ok(l)) = (
                     dst.get_mut(at..at + LANES),
                     <&[f32; LANES]>::try_from(lanes),
@@ -258,23 +313,27 @@ impl BlockedRows {
                     d.copy_from_slice(l);
                 }
             }
-            let tail = whole.remainder();
-            if !tail.is_empty() {
-                let at = (c / LANES * cols + col) * LANES;
-                dst[at..at + tail.len()].copy_from_slice(tail);
+            // The last block, when it is short of LANES channels and among these blocks.
+            if whole_end < b1 {
+                let tail = px.get(whole_end * LANES..).unwrap_or_default();
+                let at = ((whole_end - b0) * cols + col) * LANES;
+                if let Some(d) = dst.get_mut(at..at + tail.len()) {
+                    d.copy_from_slice(tail);
+                }
             }
         }
     }
 }
 
 /// One block of channels `c0..c0 + 8` of one output row: `taps` the packed bias and filter,
-/// `rows` the window's three blocked input rows; the output pixel `ox` at `orow[ox·c + c0..]`,
+/// `rows` the window's three blocked input rows; the output pixel `ox` at `orow + ox·c + c0`,
 /// clamped to `lo..=hi` (NaN becomes `lo`, as in the generic kernel), only its first `c − c0`
 /// lanes stored for the last block.
 ///
 /// # Safety
 /// AVX2 and FMA are present; `taps` holds [`PACKED`] floats, each of `rows` at least
-/// `((ow − 1)·s + 3)·8`, `orow` `ow·c`, and `c0 < c`.
+/// `((ow − 1)·s + 3)·8`, `orow` valid for writes of the block's channels of `ow` pixels of
+/// `c` floats, and `c0 < c`.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn row_block(
@@ -283,7 +342,7 @@ unsafe fn row_block(
     s: usize,
     ow: usize,
     (lo, hi): (__m256, __m256),
-    orow: &mut [MaybeUninit<f32>],
+    orow: *mut f32,
     c: usize,
     c0: usize,
 ) {
@@ -299,8 +358,7 @@ unsafe fn row_block(
         _mm256_set1_epi32(i32::try_from(rest.min(LANES)).unwrap_or(8)),
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
     );
-    // Written through a pointer: MaybeUninit<f32> has the layout of f32.
-    let o = orow.as_mut_ptr().cast::<f32>();
+    let o = orow;
     for ox in 0..ow {
         let at = ox * s * LANES;
         // SAFETY: column ox·s + j (j <= 2) ends at ((ox·s + j) + 1)·8 <= ((ow − 1)·s + 3)·8

@@ -17,6 +17,8 @@
 //!
 //! Each timing: warm-up executions, then the median of as many as fill
 //! `NNACCEL_BENCH_SECONDS` (default 2) at the warm-up's pace, at least 3, at most 200.
+//! Before and after the tables: the load average and the time a cache line takes between two
+//! threads and back, which tells a run whose two vCPUs the host placed apart.
 //! `NNACCEL_BENCH_MODELS` (comma-separated names, see `gen.py --list`) picks other models.
 //! Nothing here asserts a time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -89,6 +91,46 @@ fn machine() -> (String, String, String) {
     (name, field("flags"), load)
 }
 
+/// Nanoseconds for a cache line to go from one thread to another and back: two threads pass
+/// a counter back and forth, the mean of [`ROUND_TRIPS`] passes each way. About 50 where the
+/// two CPUs share a last-level cache, several hundred where the host runs them far apart,
+/// which slows every two-thread figure that hands data from one thread to the other
+/// (docs/performance.md, "what the slow hours are"). None with fewer than 2 CPUs.
+fn cross_core_round_trip() -> Option<f64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
+    let flag = std::sync::Arc::new(AtomicU64::new(0));
+    let theirs = std::sync::Arc::clone(&flag);
+    // Busy-waiting without `pause`: its own latency (tens of ns on some CPUs) would be measured.
+    let other = std::thread::spawn(move || {
+        for i in 0..ROUND_TRIPS {
+            while theirs.load(Ordering::Acquire) != 2 * i + 1 {}
+            theirs.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let start = Instant::now();
+    for i in 0..ROUND_TRIPS {
+        flag.store(2 * i + 1, Ordering::Release);
+        while flag.load(Ordering::Acquire) != 2 * i + 2 {}
+    }
+    let ns = start.elapsed().as_secs_f64() * 1e9 / ROUND_TRIPS as f64;
+    other.join().ok()?;
+    Some(ns)
+}
+
+/// Passes back and forth in [`cross_core_round_trip`]: 20–100 ms.
+const ROUND_TRIPS: u64 = 200_000;
+
+/// The line that says [`cross_core_round_trip`]'s figure.
+fn round_trip_line() -> String {
+    cross_core_round_trip().map_or_else(
+        || "not measured (one CPU)".to_string(),
+        |ns| format!("{ns:.0} ns"),
+    )
+}
+
 /// Median milliseconds of `p`'s executions with the CPU executor limited to `threads`.
 fn time(p: &Prepared, threads: usize, seconds: f64) -> Result<f64, String> {
     nnaccel_cpu::set_max_threads(threads);
@@ -141,6 +183,7 @@ fn main() {
     println!("cpu: {cpu} ({cpus} CPUs available)");
     println!("flags: {flags}");
     println!("load average at the start: {load}");
+    println!("cross-core round trip at the start: {}", round_trip_line());
     let names: Vec<String> = match std::env::var("NNACCEL_BENCH_MODELS") {
         Ok(v) => v.split(',').map(|s| s.trim().to_string()).collect(),
         Err(_) => DEFAULT_MODELS.iter().map(|s| s.to_string()).collect(),
@@ -216,6 +259,7 @@ fn main() {
     print_tables(&rows);
     let (_, _, load) = machine();
     println!("load average at the end: {load}");
+    println!("cross-core round trip at the end: {}", round_trip_line());
 }
 
 fn print_tables(rows: &[Row]) {

@@ -1915,7 +1915,7 @@ mod float_kernel_tests {
         check_3x3_stride_1(&second, (h, w, c), [1, 1, 1, 1]);
     }
 
-    /// The 7×7 layers' split by channels: a layer split by the executor (7×7×1020, 2.6 Mflop
+    /// The 7×7 layers' split by channels: a layer split by the executor (7×7×1020, 2.7 Mflop
     /// equivalents: 128 blocks, the last one of 4 channels), and parts of ranges of blocks
     /// run in turn on one thread, each range after another of as many blocks whose rows and
     /// lanes it must not read, all against the definition.

@@ -31,7 +31,7 @@ const PACKED: usize = 10 * LANES;
 /// thread takes in turn are contiguous (`par`'s shares), so the next run finds the two rows its
 /// first output row shares with the last one's already copied, and nothing is allocated or
 /// cleared again; nor for the next operation of the same shape, whose rows leave the same
-/// columns and lanes zero. Split in runs of a few rows, a 28×28×192 layer made each of its six
+/// padding columns zero. Split in runs of a few rows, a 28×28×192 layer made each of its six
 /// runs allocate and clear 92 KiB and copy two input rows twice.
 #[derive(Default)]
 struct BlockedRows {

@@ -124,6 +124,17 @@ pub(crate) fn run_f32(g: Graph, inputs: &[&[f32]]) -> (Vec<f32>, Vec<u32>) {
     (bf(&o), d)
 }
 
+/// `got` and `want` agree, element by element, to the relative tolerance of f32 sums taken in
+/// another order (1e-4 of 1 + |want|); `what` names the comparison in a failure.
+pub(crate) fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    for (i, (x, y)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+            "{what}: [{i}] {x} vs {y}"
+        );
+    }
+}
+
 pub(crate) fn close(a: &[f32], b: &[f32]) {
     assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
     for (x, y) in a.iter().zip(b) {

@@ -1342,7 +1342,7 @@ impl DepthwiseF32<'_> {
                         // SAFETY: as below, at stride 1 (`channel_parts`); `out` holds `rows`
                         // rows (of ow·c floats, `rows` computed from its length) and outlives
                         // every part, each writing only its own blocks of channels.
-                        unsafe { self.channels_3x3_avx2_fma(&shape, rows, o.ptr(), blocks) }
+                        unsafe { self.rows_blocked(&shape, 0..rows, o.ptr(), blocks) }
                     });
                 } else {
                     self.split(out, |r0, part| {
@@ -1393,9 +1393,8 @@ impl DepthwiseF32<'_> {
         if self.win.g.stride_w != 1 {
             return 1;
         }
-        let (fh, fw) = self.win.filter_hw;
-        let flops = (rows * self.win.out_hw.1 * self.win.c).saturating_mul(6 * fh * fw);
-        let threads = par::threads_for(flops, blocks / 2);
+        let threads =
+            par::threads_for(self.work(rows * self.win.out_hw.1 * self.win.c), blocks / 2);
         if threads > 1 && rows < threads * DW3_MIN_ROWS {
             (threads * par::TILES_PER_THREAD).min(blocks / 2)
         } else {
@@ -1403,18 +1402,23 @@ impl DepthwiseF32<'_> {
         }
     }
 
+    /// The flop-equivalents of computing `len` outputs ([`par::threads_for`]'s unit): the
+    /// depthwise kernels run at about a third of the GEMM's rate.
+    fn work(&self, len: usize) -> usize {
+        let (fh, fw) = self.win.filter_hw;
+        len.saturating_mul(6 * fh * fw)
+    }
+
     /// Runs `kernel(first_row, rows)` over the output rows of `out`, split over threads.
     fn split<T: Send>(&self, out: &mut [T], kernel: impl Fn(usize, &mut [T]) + Sync) {
         let oc = self.win.c * self.mult;
         let (_, ow) = self.win.out_hw;
-        let (fh, fw) = self.win.filter_hw;
         let row_len = ow * oc;
         if row_len == 0 || out.is_empty() {
             return;
         }
         let rows = out.len() / row_len;
-        // Flop-equivalents: the depthwise kernel runs at about a third of the GEMM's rate.
-        let flops = out.len().saturating_mul(6 * fh * fw);
+        let flops = self.work(out.len());
         // A run of the 3×3 kernel copies the input rows it reads (two more than its output
         // rows at stride 1): runs of at least DW3_MIN_ROWS rows, and a second thread only when
         // each gets that many (7×7×1024 split in runs of one row took longer on two threads
@@ -1678,6 +1682,7 @@ impl DepthwiseF32<'_> {
 #[cfg(test)]
 mod float_kernel_tests {
     use super::*;
+    use crate::test_support::assert_close;
 
     /// Xorshift state step.
     fn next(seed: &mut u32) -> u32 {
@@ -1796,26 +1801,22 @@ mod float_kernel_tests {
             let picked = dw.output(want.len()).0.into_vec();
             let what = format!("{fh}×{fw} ×{mult} c {c} n {n} {h}×{w} {g:?}");
             for (name, got) in [("portable", &portable), ("fused", &fused), ("run", &picked)] {
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                        "{what} {name}: [{i}] {a} vs {b}"
-                    );
-                }
+                assert_close(got, &want, &format!("{what} {name}"));
             }
             ran += 1;
         }
         assert!(ran > 50, "{ran} cases ran");
     }
 
-    /// A 3×3 stride-1 window over one `h`×`w`×`c` image `x`, padded (left, right, top,
-    /// bottom) as `pad` says, with no activation.
-    fn window_3x3<'a>(
+    /// A 3×3 stride-1 depthwise operation (this CPU's kernels) over one `h`×`w`×`c` image
+    /// `x`, padded (left, right, top, bottom) as `pad` says, with no activation.
+    fn dw_3x3<'a>(
         x: &'a [f32],
         bias: &'a [f32],
+        f: &'a [f32],
         (h, w, c): (usize, usize, usize),
         pad: [usize; 4],
-    ) -> FloatWindow<'a> {
+    ) -> DepthwiseF32<'a> {
         let [pad_l, pad_r, pad_t, pad_b] = pad;
         let g = Geometry {
             pad_l,
@@ -1827,7 +1828,7 @@ mod float_kernel_tests {
             dil_w: 1,
             dil_h: 1,
         };
-        FloatWindow {
+        let win = FloatWindow {
             x,
             bias,
             lo: f32::NEG_INFINITY,
@@ -1837,31 +1838,26 @@ mod float_kernel_tests {
             c,
             out_hw: (h + pad_t + pad_b - 2, w + pad_l + pad_r - 2),
             filter_hw: (3, 3),
+        };
+        DepthwiseF32 {
+            win,
+            f,
+            mult: 1,
+            isa: Isa::detect(),
         }
     }
 
-    /// The 3×3 kernel's output for input `x` (see [`window_3x3`]), checked against the
+    /// The 3×3 kernel's output for input `x` (see [`dw_3x3`]), checked against the
     /// definition.
     fn check_3x3_stride_1(x: &[f32], hwc: (usize, usize, usize), pad: [usize; 4]) {
         let mut seed = 7u32;
         let f = floats(&mut seed, 9 * hwc.2);
         let bias = floats(&mut seed, hwc.2);
-        let win = window_3x3(x, &bias, hwc, pad);
-        let want = direct(&win, &f, 1, 1);
-        let dw = DepthwiseF32 {
-            win,
-            f: &f,
-            mult: 1,
-            isa: Isa::detect(),
-        };
+        let dw = dw_3x3(x, &bias, &f, hwc, pad);
+        let want = direct(&dw.win, &f, 1, 1);
         let (got, three) = dw.output(want.len());
         assert!(three, "the 3×3 kernel ran");
-        for (i, (a, b)) in got.into_vec().iter().zip(&want).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                "{pad:?} [{i}] {a} vs {b}"
-            );
-        }
+        assert_close(&got.into_vec(), &want, &format!("{pad:?}"));
     }
 
     /// The 3×3 kernel keeps each thread's copied input rows from one run of output rows to
@@ -1884,12 +1880,7 @@ mod float_kernel_tests {
             let bias = floats(&mut seed, c);
             let row = w * c;
             let mut outs = [&first, &second].map(|x| {
-                let dw = DepthwiseF32 {
-                    win: window_3x3(x, &bias, (h, w, c), [1, 1, 1, 1]),
-                    f: &f,
-                    mult: 1,
-                    isa: Isa::Avx2Fma,
-                };
+                let dw = dw_3x3(x, &bias, &f, (h, w, c), [1, 1, 1, 1]);
                 let shape = dw.shape_3x3().unwrap();
                 let out = vec![MaybeUninit::new(f32::NAN); h * row];
                 (dw, shape, out)
@@ -1900,13 +1891,14 @@ mod float_kernel_tests {
                 // bias as long as its shape says, and `shape` its own.
                 unsafe { dw.rows_3x3_avx2_fma(shape, r0, &mut out[r0 * row..r1 * row]) };
             }
-            for (dw, _, out) in &outs {
-                let want = direct(&dw.win, &f, 1, 1);
-                for (i, (a, b)) in out.iter().zip(&want).enumerate() {
-                    // SAFETY: every element was initialized (NAN, then the kernel's output).
-                    let a = unsafe { a.assume_init() };
-                    assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "[{i}] {a} vs {b}");
-                }
+            for (which, (dw, _, out)) in outs.iter().enumerate() {
+                // SAFETY: every element was initialized (NAN, then the kernel's output).
+                let got: Vec<f32> = out.iter().map(|v| unsafe { v.assume_init() }).collect();
+                assert_close(
+                    &got,
+                    &direct(&dw.win, &f, 1, 1),
+                    &format!("operation {which}"),
+                );
             }
         }
         // The same slots and columns per block, the input one column to the left: the column
@@ -1927,22 +1919,10 @@ mod float_kernel_tests {
             let x = floats(&mut seed, h * w * c);
             let bias = floats(&mut seed, c);
             let f = floats(&mut seed, 9 * c);
-            let dw = DepthwiseF32 {
-                win: window_3x3(&x, &bias, (h, w, c), [1, 1, 1, 1]),
-                f: &f,
-                mult: 1,
-                isa: Isa::detect(),
-            };
+            let dw = dw_3x3(&x, &bias, &f, (h, w, c), [1, 1, 1, 1]);
             let want = direct(&dw.win, &f, 1, 1);
-            let check = |got: &[f32], what: &str| {
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                        "{what} [{i}] {a} vs {b}"
-                    );
-                }
-            };
-            check(&dw.output(want.len()).0.into_vec(), &format!("c {c} split"));
+            let split = dw.output(want.len()).0.into_vec();
+            assert_close(&split, &want, &format!("c {c} split"));
             #[cfg(target_arch = "x86_64")]
             if Isa::detect() == Isa::Avx2Fma {
                 if c == 1020 {
@@ -1956,9 +1936,9 @@ mod float_kernel_tests {
                 for range in [0..3, blocks - 3..blocks, 2..5, 0..blocks] {
                     // SAFETY: AVX2 and FMA detected; a stride-1 3×3 operation with its operands
                     // as long as its shape says, `shape` its own; `out` holds its 7 rows.
-                    unsafe { dw.channels_3x3_avx2_fma(&shape, h, out.as_mut_ptr(), range) };
+                    unsafe { dw.rows_blocked(&shape, 0..h, out.as_mut_ptr(), range) };
                 }
-                check(&out, &format!("c {c} ranges"));
+                assert_close(&out, &want, &format!("c {c} ranges"));
             }
         }
     }

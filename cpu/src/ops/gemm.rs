@@ -173,6 +173,7 @@ fn dot_generic<const FMA: bool>(x: &[f32], wr: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::assert_close;
 
     /// `c[i][j] = Σ_kk a[i][kk] · w[j][kk]`, the weights `w[n][k]` as declared.
     fn naive(m: usize, k: usize, n: usize, a: &[f32], w: &[f32]) -> Vec<f32> {
@@ -195,13 +196,6 @@ mod tests {
         let a = (0..m * k).map(|_| rnd()).collect();
         let b = (0..k * n).map(|_| rnd()).collect();
         (a, b)
-    }
-
-    /// `got` and `want` agree to the relative tolerance of f32 summation in a different order.
-    fn assert_close(got: &[f32], want: &[f32], what: &str) {
-        for (x, y) in got.iter().zip(want) {
-            assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{what}");
-        }
     }
 
     #[test]

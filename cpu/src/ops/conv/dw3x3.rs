@@ -150,35 +150,17 @@ impl DepthwiseF32<'_> {
         }
     }
 
-    /// Blocks `blocks` of channels (of [`LANES`]) of the `rows` output rows (row = one (image,
-    /// y) pair) at `out`, with the 3×3 stride-1 kernel: the part of a split by channels
-    /// ([`DepthwiseF32::output`]).
-    ///
-    /// # Safety
-    /// As [`Self::rows_3x3_avx2_fma`], and the stride is 1; `out` is valid for writes of every
-    /// output row's channels of those blocks, which nothing else reads or writes meanwhile;
-    /// `blocks` lies within `0..shape.blocks`.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn channels_3x3_avx2_fma(
-        &self,
-        shape: &Shape3x3,
-        rows: usize,
-        out: *mut f32,
-        blocks: std::ops::Range<usize>,
-    ) {
-        // SAFETY: this function's contract.
-        unsafe { self.rows_blocked(shape, 0..rows, out, blocks) }
-    }
-
     /// Output rows `rows` (from row `rows.start` at `out`), blocks `bl` of their channels, at
-    /// stride 1, on blocked copies of those blocks of the input rows.
+    /// stride 1, on blocked copies of those blocks of the input rows: a run of a split by rows
+    /// ([`Self::rows_3x3_avx2_fma`], every block) or a part of a split by channels (all rows,
+    /// [`DepthwiseF32::output`]).
     ///
     /// # Safety
     /// As [`Self::rows_3x3_avx2_fma`], `shape` this operation's, the stride 1; `out` valid for
     /// writes of those rows' channels of blocks `bl` (which lies within `0..shape.blocks`),
     /// which nothing else reads or writes meanwhile.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_blocked(
+    pub(super) unsafe fn rows_blocked(
         &self,
         shape: &Shape3x3,
         rows: std::ops::Range<usize>,
@@ -358,7 +340,6 @@ unsafe fn row_block(
         _mm256_set1_epi32(i32::try_from(rest.min(LANES)).unwrap_or(8)),
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
     );
-    let o = orow;
     for ox in 0..ow {
         let at = ox * s * LANES;
         // SAFETY: column ox·s + j (j <= 2) ends at ((ox·s + j) + 1)·8 <= ((ow − 1)·s + 3)·8
@@ -381,10 +362,10 @@ unsafe fn row_block(
         let dst = ox * c + c0;
         if rest >= LANES {
             // SAFETY: dst + 8 <= ox·c + c <= ow·c.
-            unsafe { _mm256_storeu_ps(o.wrapping_add(dst), v) };
+            unsafe { _mm256_storeu_ps(orow.wrapping_add(dst), v) };
         } else {
             // SAFETY: only the lanes below c − c0 are written: dst + (c − c0) <= ow·c.
-            unsafe { _mm256_maskstore_ps(o.wrapping_add(dst), mask, v) };
+            unsafe { _mm256_maskstore_ps(orow.wrapping_add(dst), mask, v) };
         }
     }
 }
